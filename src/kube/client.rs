@@ -1,0 +1,329 @@
+//! A small, typed Kubernetes REST client over ureq.
+//!
+//! Every call has a timeout (10 s connect, 30 s in all). Errors keep the HTTP
+//! status and the decoded `Status`. A 401 with a file token re-reads the file
+//! and retries once. The CP's egress proxy settings are not used here: the API
+//! server is reached directly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+pub use ureq::http::Method;
+use ureq::http::Request;
+use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+
+use super::config::{Auth, KubeConfig};
+use super::error::{Error, Status};
+
+/// Largest response body read from the API server (one page of a list).
+pub const MAX_BODY: u64 = 32 * 1024 * 1024;
+
+/// Connect timeout of every call.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whole-call timeout of every call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Content type of a server-side apply patch. JSON is valid YAML.
+pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
+/// Content type of a JSON merge patch.
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "nexo-manager";
+
+/// A Kubernetes API client bound to one server and one identity.
+pub struct Client {
+    agent: ureq::Agent,
+    server: String,
+    auth: Auth,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("server", &self.server).field("auth", &self.auth).finish()
+    }
+}
+
+/// A body to send, with its content type.
+pub struct Body<'a> {
+    /// `Content-Type` header.
+    pub content_type: &'static str,
+    /// The bytes.
+    pub bytes: &'a [u8],
+}
+
+impl Client {
+    /// Builds a client from a validated configuration.
+    pub fn new(config: KubeConfig) -> Result<Client, Error> {
+        let mut tls = TlsConfig::builder();
+        if let Some(pem) = &config.ca_pem {
+            let roots = certs_from_pem(pem, "certificate authority")?;
+            tls = tls.root_certs(RootCerts::Specific(Arc::new(roots)));
+        }
+        if let Auth::ClientCert { cert_pem, key_pem } = &config.auth {
+            let chain = certs_from_pem(cert_pem, "client certificate")?;
+            let key = PrivateKey::from_pem(key_pem.expose().as_bytes())
+                .map_err(|_| Error::Config("client key is not a PEM private key".into()))?;
+            tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(CALL_TIMEOUT))
+            .proxy(None)
+            .max_redirects(0)
+            .user_agent(crate::USER_AGENT)
+            .tls_config(tls.build())
+            .build()
+            .into();
+        Ok(Client { agent, server: config.server, auth: config.auth })
+    }
+
+    /// The server's base URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Sends one request; `path` includes the query. Returns the decoded
+    /// JSON body of a 2xx answer (`Value::Null` when empty).
+    pub fn request(&self, method: Method, path: &str, body: Option<Body<'_>>) -> Result<Value, Error> {
+        let first = self.send(&method, path, body.as_ref());
+        match (&first, &self.auth) {
+            (Err(Error::Api { status: 401, .. }), Auth::Bearer(source)) if source.reload() => {
+                log::info!("service-account token rotated; retrying {method} {path}");
+                self.send(&method, path, body.as_ref())
+            }
+            _ => first,
+        }
+    }
+
+    fn send(&self, method: &Method, path: &str, body: Option<&Body<'_>>) -> Result<Value, Error> {
+        let mut req = Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{}", self.server, path))
+            .header("Accept", "application/json");
+        if let Auth::Bearer(source) = &self.auth {
+            req = req.header("Authorization", format!("Bearer {}", source.token().expose()));
+        }
+        let result = match body {
+            Some(b) => {
+                let req = req.header("Content-Type", b.content_type).body(b.bytes.to_vec());
+                self.agent.run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
+            }
+            None => {
+                let req = req.body(()).map_err(|e| Error::Config(format!("bad request: {e}")))?;
+                self.agent.run(req)
+            }
+        };
+        let mut resp = result?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let bytes = resp.body_mut().with_config().limit(MAX_BODY).read_to_vec()?;
+        if !(200..300).contains(&status) {
+            // Not every error body is a Status (a proxy's page, an empty 503).
+            let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
+                reason: None,
+                message: Some(String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned())
+                    .filter(|m| !m.trim().is_empty()),
+                details: None,
+            });
+            return Err(Error::Api { status, body, retry_after });
+        }
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode { what: "response body", source })
+    }
+
+    /// GET, decoded into `T`.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        let v = self.request(Method::GET, path, None)?;
+        serde_json::from_value(v).map_err(|source| Error::Decode { what: "object", source })
+    }
+
+    /// GET that maps 404 to `None`.
+    pub fn get_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, Error> {
+        match self.get(path) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// POST a new object to a collection path.
+    pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
+        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        self.request(Method::POST, collection, Some(Body { content_type: "application/json", bytes: &bytes }))
+    }
+
+    /// Server-side apply of `object` at its object path, as [`FIELD_MANAGER`].
+    /// `dry_run` asks the server to validate and admit without persisting.
+    pub fn apply(&self, path: &str, object: &Value, force: bool, dry_run: bool) -> Result<Value, Error> {
+        let mut query = Query::new().param("fieldManager", FIELD_MANAGER);
+        if force {
+            query = query.param("force", "true");
+        }
+        if dry_run {
+            query = query.param("dryRun", "All");
+        }
+        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        self.request(
+            Method::PATCH,
+            &format!("{path}{}", query.finish()),
+            Some(Body { content_type: APPLY_PATCH, bytes: &bytes }),
+        )
+    }
+
+    /// DELETE with a propagation policy (`Background`, `Foreground`, `Orphan`).
+    pub fn delete(&self, path: &str, propagation: &str) -> Result<Value, Error> {
+        let body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
+        let bytes = serde_json::to_vec(&body).expect("a Value always serializes");
+        self.request(Method::DELETE, path, Some(Body { content_type: "application/json", bytes: &bytes }))
+    }
+
+    /// One page of a list: the items and the `continue` token of the next page.
+    pub fn list_page(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), Error> {
+        let mut query = Query::new().param("limit", &limit.to_string());
+        if let Some(selector) = label_selector {
+            query = query.param("labelSelector", selector);
+        }
+        if let Some(token) = continue_token {
+            query = query.param("continue", token);
+        }
+        let page: ListPage = self.get(&format!("{collection}{}", query.finish()))?;
+        let next = page.metadata.continue_token.filter(|t| !t.is_empty());
+        Ok((page.items, next))
+    }
+
+    /// Visits every item of a collection, a page of `limit` at a time, so
+    /// memory stays bounded by one page. A 410 Gone (the continue token
+    /// expired) restarts the list from the beginning once; `visit` must then
+    /// tolerate seeing items again.
+    pub fn list_each(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        mut visit: impl FnMut(Value),
+    ) -> Result<(), Error> {
+        let mut restarted = false;
+        let mut token: Option<String> = None;
+        loop {
+            match self.list_page(collection, label_selector, limit, token.as_deref()) {
+                Ok((items, next)) => {
+                    items.into_iter().for_each(&mut visit);
+                    match next {
+                        Some(next) => token = Some(next),
+                        None => return Ok(()),
+                    }
+                }
+                Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
+                    log::warn!("list of {collection} expired mid-way; restarting it once");
+                    restarted = true;
+                    token = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ListPage {
+    #[serde(default)]
+    items: Vec<Value>,
+    #[serde(default)]
+    metadata: ListMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ListMeta {
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+fn certs_from_pem(pem: &[u8], what: &str) -> Result<Vec<Certificate<'static>>, Error> {
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(_) => return Err(Error::Config(format!("{what} is not valid PEM"))),
+        }
+    }
+    if certs.is_empty() {
+        return Err(Error::Config(format!("{what} holds no PEM certificate")));
+    }
+    Ok(certs)
+}
+
+/// A URL query string builder with percent-encoding.
+#[derive(Default)]
+pub struct Query(String);
+
+impl Query {
+    /// An empty query.
+    pub fn new() -> Self {
+        Query(String::new())
+    }
+
+    /// Adds `key=value`, percent-encoding the value.
+    pub fn param(mut self, key: &str, value: &str) -> Self {
+        self.0.push(if self.0.is_empty() { '?' } else { '&' });
+        self.0.push_str(key);
+        self.0.push('=');
+        self.0.push_str(&percent_encode(value));
+        self
+    }
+
+    /// The query, with its leading `?` (empty when no parameter was added).
+    pub fn finish(self) -> String {
+        self.0
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_encodes_selectors_and_tokens() {
+        let q = Query::new()
+            .param("labelSelector", "app.kubernetes.io/managed-by=nexo-manager,a!=b")
+            .param("continue", "eyJ2Ijoi+/=")
+            .finish();
+        assert_eq!(
+            q,
+            "?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dnexo-manager%2Ca%21%3Db&continue=eyJ2Ijoi%2B%2F%3D"
+        );
+        assert_eq!(Query::new().finish(), "");
+    }
+}

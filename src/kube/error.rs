@@ -1,0 +1,149 @@
+//! Errors of the Kubernetes boundary.
+//!
+//! The HTTP status and the `Status` object's `reason` stay typed, so callers
+//! decide on retries (429, 409, 5xx) and on ownership refusals without parsing
+//! strings.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The `Status` object the API server returns with every error, reduced to the
+/// fields the Manager uses. All fields are optional on the wire.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Machine-readable reason: `NotFound`, `AlreadyExists`, `Conflict`,
+    /// `Invalid`, `Forbidden`, `Gone`, `TooManyRequests`, ...
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Human-readable description.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Extra details (`name`, `kind`, `causes`), kept as JSON.
+    #[serde(default)]
+    pub details: Option<serde_json::Value>,
+}
+
+/// A failed Kubernetes API call.
+#[derive(Debug)]
+pub enum Error {
+    /// The API server answered with a non-success status.
+    Api {
+        /// HTTP status code.
+        status: u16,
+        /// The decoded `Status` object, or an empty one when the body was not a
+        /// `Status` (a proxy's HTML page, for instance).
+        body: Status,
+        /// `Retry-After` of a 429 or 503, when present.
+        retry_after: Option<Duration>,
+    },
+    /// The request never got a complete answer: connect, TLS, read or timeout.
+    Transport(ureq::Error),
+    /// A 2xx body that is not what was expected.
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// The client could not be configured (kubeconfig, in-cluster files).
+    Config(String),
+}
+
+impl Error {
+    /// The HTTP status of an API error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The `Status.reason` of an API error.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Error::Api { body, .. } => body.reason.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// True for a 404.
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    /// Whether the same request may succeed later: 429, 5xx, transport errors.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 429 || *status >= 500,
+            Error::Transport(_) => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Api { status, body, .. } => {
+                write!(f, "kubernetes api: http {status}")?;
+                if let Some(reason) = &body.reason {
+                    write!(f, " {reason}")?;
+                }
+                if let Some(message) = &body.message {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
+            Error::Transport(e) => write!(f, "kubernetes api unreachable: {e}"),
+            Error::Decode { what, source } => write!(f, "kubernetes api: bad {what}: {source}"),
+            Error::Config(why) => write!(f, "kubernetes client configuration: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Transport(e) => Some(e),
+            Error::Decode { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<ureq::Error> for Error {
+    fn from(e: ureq::Error) -> Self {
+        Error::Transport(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_keeps_status_reason_and_message() {
+        let e = Error::Api {
+            status: 409,
+            body: Status {
+                reason: Some("Conflict".into()),
+                message: Some("the object has been modified".into()),
+                details: None,
+            },
+            retry_after: None,
+        };
+        assert_eq!(e.to_string(), "kubernetes api: http 409 Conflict: the object has been modified");
+        assert_eq!(e.reason(), Some("Conflict"));
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn transient_statuses() {
+        let api = |status| Error::Api { status, body: Status::default(), retry_after: None };
+        assert!(api(429).is_transient());
+        assert!(api(503).is_transient());
+        assert!(!api(403).is_transient());
+        assert!(api(404).is_not_found());
+    }
+}

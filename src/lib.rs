@@ -1,0 +1,31 @@
+//! Nexo Manager: the in-cluster agent of a Nexo environment.
+//!
+//! What it does: it connects outbound to the hosted Nexo Control Plane,
+//! binds to the cluster with an environment-bound connect token, heartbeats
+//! its inventory, and applies the commands it receives (deploy, rollout,
+//! upgrade, uninstall) through the Kubernetes REST API, acknowledging each.
+//!
+//! What it does not do: it is never in the MongoDB traffic path, it accepts
+//! no inbound connection but its probe endpoint, and it never touches a
+//! Kubernetes object it does not own.
+//!
+//! One synchronous thread, no async runtime. See `ARCHITECTURE.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod kube;
+pub mod secret;
+
+/// The Manager's version (the crate version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The build identifier, set at compile time through `NEXO_BUILD`
+/// (for example `20261202.1-abc1234`); `dev` otherwise.
+pub const BUILD: &str = match option_env!("NEXO_BUILD") {
+    Some(b) => b,
+    None => "dev",
+};
+
+/// `User-Agent` of every request: `nexo-manager/<version>`.
+pub const USER_AGENT: &str = concat!("nexo-manager/", env!("CARGO_PKG_VERSION"));

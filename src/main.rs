@@ -1,0 +1,70 @@
+//! The `nexo-manager` binary. See the library crate for what it does.
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+nexo-manager: the in-cluster agent of a Nexo environment
+
+USAGE:
+    nexo-manager [--help | --version]
+
+Configuration is read from the environment only.
+
+ENVIRONMENT:
+    NEXO_CONTROL_PLANE_URL       Control Plane base URL, https://... (required)
+    NEXO_CONNECT_TOKEN_FILE      file holding the connect token
+                                 [default: /var/run/secrets/nexo/connect-token]
+    NEXO_CONNECT_TOKEN           the connect token itself, when no file is used
+    NEXO_ENVIRONMENT_ID          cross-check of the token's environment [default: none]
+    NEXO_PROXY_IMAGE             the configured Proxy image, repo[:tag][@digest] (required)
+    NEXO_NAMESPACES              comma-separated managed namespaces [default: its own namespace]
+    NEXO_HEARTBEAT_INTERVAL      heartbeat interval [default: 15s]
+    NEXO_CONTROL_PLANE_CA_FILE   extra PEM trust anchors for the Control Plane [default: none]
+    NEXO_CLUSTER_NAME            cluster name [default: absent]
+    NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
+    NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
+    NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
+    NEXO_LISTEN_ADDR             probes and metrics address, or off [default: 0.0.0.0:8080]
+    NEXO_STATE_SECRET            state Secret in its own namespace [default: nexo-manager-state]
+    NEXO_LEASE_NAME              leader-election Lease in its own namespace [default: nexo-manager]
+    NEXO_SELF_DEPLOYMENT         its own Deployment, for upgrade [default: nexo-manager]
+    POD_NAMESPACE                its own namespace [default: from the service-account files]
+    POD_NAME                     its pod name [default: hostname]
+    POD_UID                      its pod uid [default: hostname]
+    NEXO_INSECURE_ALLOW_HTTP     development only: allow an http:// Control Plane URL [default: false]
+    NEXO_LOG_FORMAT              text or json [default: text]
+    RUST_LOG                     log filter [default: info]
+    KUBECONFIG                   out-of-cluster access (JSON kubeconfig) [default: in-cluster]
+    HTTPS_PROXY, NO_PROXY        egress proxy for the Control Plane [default: none]
+
+EXIT CODES:
+    0  clean stop (SIGTERM or SIGINT)
+    1  unexpected fatal error
+    2  configuration error
+    3  binding refused (wrong token for this cluster, environment bound elsewhere,
+       protocol unsupported)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--help" | "-h") => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Some("--version" | "-V") => {
+            println!("nexo-manager {} (build {})", nexo_manager::VERSION, nexo_manager::BUILD);
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("error: unknown argument {other:?}; see --help");
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("error: the agent loop is not implemented in this build; see --help");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Test support: the real Kubernetes test bed, shared by the tests of one
+//! test binary.
+//!
+//! `testbed()` starts `tests/testbed/testbed.sh start` once per test binary,
+//! or uses the one already running in `$NEXO_TESTBED_DIR`. The script's reaper
+//! stops what it started as soon as this process is gone, however it ended.
+//! A test that cannot get the test bed panics with the reason: it never passes
+//! by skipping.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nexo_manager::kube::{self, Client, KubeConfig};
+use serde_json::{Value, json};
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct Testbed {
+    /// The data folder: certificates, logs, `env`.
+    pub dir: PathBuf,
+    /// The admin kubeconfig (JSON, client certificate in `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub server: String,
+    /// The `kubectl` built with the test bed.
+    pub kubectl: PathBuf,
+    /// The Kubernetes version it runs, `v1.37.2`.
+    pub version: String,
+}
+
+static TESTBED: OnceLock<Result<Testbed, String>> = OnceLock::new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The script that builds and runs the test bed.
+pub fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/testbed.sh")
+}
+
+/// The test bed of this test binary; panics with the reason when there is none.
+pub fn testbed() -> &'static Testbed {
+    match TESTBED.get_or_init(start_or_attach) {
+        Ok(tb) => tb,
+        Err(why) => panic!("the Kubernetes test bed is not available: {why}"),
+    }
+}
+
+fn start_or_attach() -> Result<Testbed, String> {
+    if let Some(dir) = std::env::var_os("NEXO_TESTBED_DIR") {
+        let dir = PathBuf::from(dir);
+        return read_env(&dir).map_err(|e| format!("NEXO_TESTBED_DIR={}: {e}", dir.display()));
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testbed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("bash")
+        .arg(script())
+        .arg("start")
+        .arg(&dir)
+        .arg(std::process::id().to_string())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script().display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`testbed.sh start` failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim_end());
+    read_env(&dir)
+}
+
+fn read_env(dir: &Path) -> Result<Testbed, String> {
+    let text = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("cannot read env: {e}"))?;
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("env has no {key}"))
+    };
+    Ok(Testbed {
+        dir: dir.to_owned(),
+        kubeconfig: PathBuf::from(get("KUBECONFIG")?),
+        server: get("APISERVER_URL")?,
+        kubectl: PathBuf::from(get("KUBECTL")?),
+        version: get("K8S_VERSION")?,
+    })
+}
+
+impl Testbed {
+    /// A client with the admin credentials.
+    pub fn admin(&self) -> Client {
+        let cfg = KubeConfig::from_kubeconfig(&self.kubeconfig).expect("admin kubeconfig");
+        Client::new(cfg).expect("admin client")
+    }
+
+    /// A fresh namespace, deleted when the guard drops.
+    pub fn namespace(&self, prefix: &str) -> Namespace {
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let client = self.admin();
+        client
+            .create("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        Namespace { name, client }
+    }
+
+    /// Mints a token for a ServiceAccount through the TokenRequest API.
+    pub fn token(&self, namespace: &str, service_account: &str) -> String {
+        let v = self
+            .admin()
+            .create(
+                &format!("/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"),
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                        "spec": {"expirationSeconds": 3600}}),
+            )
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
+        v["status"]["token"].as_str().expect("TokenRequest status.token").to_owned()
+    }
+
+    /// Writes a JSON kubeconfig that authenticates with `token`, returns its path.
+    pub fn kubeconfig_for_token(&self, token: &str, name: &str) -> PathBuf {
+        let path = self.dir.join(format!("kubeconfig-{name}-{}.json", COUNTER.fetch_add(1, Ordering::Relaxed)));
+        let kc = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "testbed", "cluster": {"server": self.server,
+                          "certificate-authority": self.dir.join("ca.crt")}}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": name}}],
+            "current-context": "testbed"
+        });
+        std::fs::write(&path, serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
+        path
+    }
+
+    /// A client that authenticates with `token`.
+    pub fn client_with_token(&self, token: &str) -> Client {
+        let path = self.kubeconfig_for_token(token, "token");
+        Client::new(KubeConfig::from_kubeconfig(&path).unwrap()).unwrap()
+    }
+
+    /// Server-side applies a YAML or JSON manifest file from the repository
+    /// at `path` (the object's own URL path).
+    pub fn apply_file(&self, object_path: &str, file: &str) -> Value {
+        let text = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect(file);
+        self.admin()
+            .request(
+                kube::client::Method::PATCH,
+                &format!("{object_path}?fieldManager=nexo-tests&force=true"),
+                Some(kube::client::Body { content_type: kube::client::APPLY_PATCH, bytes: &text }),
+            )
+            .unwrap_or_else(|e| panic!("apply {file}: {e}"))
+    }
+
+    /// Installs the Nexo CRDs from `manifests/crds` and waits until established.
+    pub fn install_crds(&self) {
+        for plural in ["nexoproxies", "nexopipelines"] {
+            let name = format!("{plural}.nexo.io");
+            let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+            self.apply_file(&path, &format!("manifests/crds/{name}.yaml"));
+            let client = self.admin();
+            wait_for(Duration::from_secs(30), &format!("CRD {name} established"), || {
+                let crd: Value = client.get(&path).ok()?;
+                let conditions = crd["status"]["conditions"].as_array()?;
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    .then_some(())
+            });
+        }
+    }
+}
+
+/// A namespace of one test, deleted on drop.
+pub struct Namespace {
+    /// Its name.
+    pub name: String,
+    client: Client,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.client.delete(&format!("/api/v1/namespaces/{}", self.name), "Background");
+    }
+}
+
+/// Polls `check` until it returns `Some`, panicking after `timeout`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
