@@ -210,7 +210,7 @@ cmd_start() {
   local etcd_pid=$!
   echo "$etcd_pid" >>"$DIR/pids"
   # From here on, a failure stops what was started.
-  trap 'cmd_stop "$DIR" >/dev/null 2>&1 || true' ERR
+  trap 'cmd_stop "$DIR" >/dev/null 2>&1 || true' EXIT
   wait_ready "https://127.0.0.1:$etcd_port/health" etcd "$etcd_pid" 30
 
   "$BIN_DIR/kube-apiserver" \
@@ -224,6 +224,7 @@ cmd_start() {
     --service-account-key-file "$DIR/sa.pub" --service-account-signing-key-file "$DIR/sa.key" \
     --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range 10.96.0.0/16 \
+    --endpoint-reconciler-type none \
     --enable-priority-and-fairness=false \
     --profiling=false \
     >"$DIR/logs/kube-apiserver.log" 2>&1 &
@@ -236,6 +237,7 @@ cmd_start() {
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
     --authorization-kubeconfig "$DIR/admin.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" \
+    --tls-cert-file "$DIR/server.crt" --tls-private-key-file "$DIR/server.key" \
     --controllers garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller \
     --service-account-private-key-file "$DIR/sa.key" --root-ca-file "$DIR/ca.crt" \
     --leader-elect=false --use-service-account-credentials=false \
@@ -246,7 +248,7 @@ cmd_start() {
 
   wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
   wait_ready "https://127.0.0.1:$kcm_port/healthz" kube-controller-manager "$kcm_pid" 60
-  trap - ERR
+  trap - EXIT
 
   cat >"$DIR/env" <<ENV
 APISERVER_URL=$url
