@@ -14,8 +14,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backoff;
+pub mod config;
+pub mod cp;
+pub mod image;
+pub mod inventory;
 pub mod kube;
+pub mod ownership;
 pub mod secret;
+pub mod state;
+pub mod tls;
+pub mod token;
 
 /// The Manager's version (the crate version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

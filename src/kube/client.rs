@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 pub use ureq::http::Method;
 use ureq::http::Request;
-use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 use super::config::{Auth, KubeConfig};
 use super::error::{Error, Status};
@@ -59,11 +59,11 @@ pub struct Body<'a> {
 impl Client {
     /// Builds a client from a validated configuration.
     pub fn new(config: KubeConfig) -> Result<Client, Error> {
-        let mut tls = TlsConfig::builder();
-        if let Some(pem) = &config.ca_pem {
-            let roots = certs_from_pem(pem, "certificate authority")?;
-            tls = tls.root_certs(RootCerts::Specific(Arc::new(roots)));
-        }
+        let roots = match &config.ca_pem {
+            Some(pem) => certs_from_pem(pem, "certificate authority")?,
+            None => crate::tls::public_roots(),
+        };
+        let mut tls = TlsConfig::builder().root_certs(RootCerts::Specific(Arc::new(roots)));
         if let Auth::ClientCert { cert_pem, key_pem } = &config.auth {
             let chain = certs_from_pem(cert_pem, "client certificate")?;
             let key = PrivateKey::from_pem(key_pem.expose().as_bytes())
@@ -165,6 +165,12 @@ impl Client {
         self.request(Method::POST, collection, Some(Body { content_type: "application/json", bytes: &bytes }))
     }
 
+    /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
+    pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
+        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        self.request(Method::PUT, path, Some(Body { content_type: "application/json", bytes: &bytes }))
+    }
+
     /// Server-side apply of `object` at its object path, as [`FIELD_MANAGER`].
     /// `dry_run` asks the server to validate and admit without persisting.
     pub fn apply(&self, path: &str, object: &Value, force: bool, dry_run: bool) -> Result<Value, Error> {
@@ -258,18 +264,7 @@ struct ListMeta {
 }
 
 fn certs_from_pem(pem: &[u8], what: &str) -> Result<Vec<Certificate<'static>>, Error> {
-    let mut certs = Vec::new();
-    for item in ureq::tls::parse_pem(pem) {
-        match item {
-            Ok(PemItem::Certificate(c)) => certs.push(c),
-            Ok(_) => {}
-            Err(_) => return Err(Error::Config(format!("{what} is not valid PEM"))),
-        }
-    }
-    if certs.is_empty() {
-        return Err(Error::Config(format!("{what} holds no PEM certificate")));
-    }
-    Ok(certs)
+    crate::tls::certs_from_pem(pem).map_err(|why| Error::Config(format!("{what} {why}")))
 }
 
 /// A URL query string builder with percent-encoding.

@@ -1,0 +1,154 @@
+//! Backoff: exponential with full jitter, and `Retry-After`.
+//!
+//! Pure values: the caller owns the clock and the sleeping.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A small xorshift generator for jitter; not for secrets.
+#[derive(Debug, Clone)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    /// Seeded from the clock and the process id.
+    pub fn from_entropy() -> Self {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        Jitter::seeded(nanos ^ (u64::from(std::process::id()) << 32))
+    }
+
+    /// A fixed seed, for tests.
+    pub fn seeded(seed: u64) -> Self {
+        Jitter(seed | 1)
+    }
+
+    /// A uniform fraction in [0, 1).
+    pub fn fraction(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Exponential backoff with full jitter: attempt `n` (from 0) waits a
+/// uniform time in [0, min(cap, base * 2^n)].
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+    failures: u32,
+    jitter: Jitter,
+}
+
+impl Backoff {
+    /// The Control Plane's policy: base 1 s, cap 5 min.
+    pub fn control_plane() -> Self {
+        Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::from_entropy())
+    }
+
+    /// A policy with its own base, cap and jitter source.
+    pub fn new(base: Duration, cap: Duration, jitter: Jitter) -> Self {
+        Backoff { base, cap, failures: 0, jitter }
+    }
+
+    /// The ceiling of the next wait (before jitter).
+    pub fn ceiling(&self) -> Duration {
+        let factor = 1u32.checked_shl(self.failures.min(31)).unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.cap)
+    }
+
+    /// Records a failure and returns how long to wait before the next try.
+    pub fn next_delay(&mut self) -> Duration {
+        let ceiling = self.ceiling();
+        self.failures = self.failures.saturating_add(1);
+        ceiling.mul_f64(self.jitter.fraction())
+    }
+
+    /// Consecutive failures so far.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Records a success: the next failure starts from the base again.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// Parses `Retry-After`: delay-seconds or an HTTP date (IMF-fixdate),
+/// relative to `now`. A date in the past means no wait.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = parse_http_date(value)?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn parse_http_date(s: &str) -> Option<SystemTime> {
+    let rest = s.split_once(", ")?.1;
+    let mut parts = rest.split(' ');
+    let day: u64 = parts.next()?.parse().ok()?;
+    let month_name = parts.next()?;
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        .iter()
+        .position(|m| *m == month_name)? as u64
+        + 1;
+    let year: u64 = parts.next()?.parse().ok()?;
+    let mut hms = parts.next()?.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
+    if parts.next()? != "GMT" || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 || year < 1970 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + sec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_jitter_stays_under_the_exponential_ceiling_and_cap() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::seeded(7));
+        let mut ceilings = Vec::new();
+        for _ in 0..12 {
+            let ceiling = b.ceiling();
+            let d = b.next_delay();
+            assert!(d <= ceiling, "{d:?} > {ceiling:?}");
+            ceilings.push(ceiling.as_secs());
+        }
+        assert_eq!(ceilings, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        b.reset();
+        assert_eq!(b.ceiling(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn jitter_spreads() {
+        let mut j = Jitter::seeded(42);
+        let xs: Vec<f64> = (0..1000).map(|_| j.fraction()).collect();
+        assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        assert!((0.4..0.6).contains(&mean), "mean {mean}");
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now), Some(Duration::from_secs(10)));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("Wed, 02 Dec 2026 14:20:00 GMT", UNIX_EPOCH), Some(Duration::from_secs(1_796_221_200)));
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-1", now), None);
+    }
+}

@@ -1,0 +1,411 @@
+//! Configuration: the environment, parsed once into a validated [`Config`].
+//!
+//! Every error names the variable and what is wrong with it. Secrets are
+//! held in [`Secret`] and never printed.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::image::ImageRef;
+use crate::secret::Secret;
+use crate::token::{ConnectToken, TokenError};
+
+/// Where the connect token comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenSource {
+    /// A file (a mounted Secret), re-read after a 401 so rotation needs no restart.
+    File(PathBuf),
+    /// The value of `NEXO_CONNECT_TOKEN`.
+    Value(Secret),
+}
+
+/// The log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// The validated configuration of one Manager process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `NEXO_CONTROL_PLANE_URL`: the CP base URL without a trailing slash. Required.
+    pub control_plane_url: String,
+    /// `NEXO_CONNECT_TOKEN_FILE` or `NEXO_CONNECT_TOKEN`. Default: the file
+    /// `/var/run/secrets/nexo/connect-token`.
+    pub token_source: TokenSource,
+    /// `NEXO_ENVIRONMENT_ID`: cross-check of the token's environment. Default: none.
+    pub environment_id: Option<String>,
+    /// `NEXO_PROXY_IMAGE`: the configured Proxy image. Required.
+    pub proxy_image: ImageRef,
+    /// `NEXO_NAMESPACES`: the managed namespaces. Default: empty, meaning the
+    /// Manager's own namespace (resolved at start, see [`Config::managed_namespaces`]).
+    pub namespaces: Vec<String>,
+    /// `NEXO_HEARTBEAT_INTERVAL`: default 15 s; the CP may override it (5 s to 600 s).
+    pub heartbeat_interval: Duration,
+    /// `NEXO_CONTROL_PLANE_CA_FILE`: extra PEM trust anchors. Default: none
+    /// (the built-in public roots only).
+    pub control_plane_ca_file: Option<PathBuf>,
+    /// `NEXO_CLUSTER_NAME`. Default: absent.
+    pub cluster_name: Option<String>,
+    /// `NEXO_CLUSTER_REGION`. Default: from node labels, else absent.
+    pub cluster_region: Option<String>,
+    /// `NEXO_CLUSTER_ZONE`. Default: from node labels, else absent.
+    pub cluster_zone: Option<String>,
+    /// `NEXO_ALLOW_LEGACY_ADOPTION`: the cluster side of the migration gate. Default: false.
+    pub allow_legacy_adoption: bool,
+    /// `NEXO_LISTEN_ADDR`: probes and metrics; `None` for `off`. Default: `0.0.0.0:8080`.
+    pub listen_addr: Option<SocketAddr>,
+    /// `NEXO_STATE_SECRET`. Default: `nexo-manager-state`.
+    pub state_secret: String,
+    /// `NEXO_LEASE_NAME`. Default: `nexo-manager`.
+    pub lease_name: String,
+    /// `NEXO_SELF_DEPLOYMENT`. Default: `nexo-manager`.
+    pub self_deployment: String,
+    /// `POD_NAMESPACE`. Default: the service-account namespace file.
+    pub pod_namespace: Option<String>,
+    /// `POD_NAME`. Default: the hostname.
+    pub pod_name: Option<String>,
+    /// `POD_UID`. Default: the hostname.
+    pub pod_uid: Option<String>,
+    /// `NEXO_INSECURE_ALLOW_HTTP`: development only. Default: false.
+    pub insecure_allow_http: bool,
+    /// `NEXO_LOG_FORMAT`. Default: text.
+    pub log_format: LogFormat,
+    /// `KUBECONFIG`: out-of-cluster access. Default: in-cluster configuration.
+    pub kubeconfig: Option<PathBuf>,
+    /// `HTTPS_PROXY` (or `https_proxy`) for the CP connection, unless `NO_PROXY`
+    /// excludes the CP host. Default: none.
+    pub https_proxy: Option<String>,
+}
+
+/// The default connect-token file.
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/nexo/connect-token";
+
+/// A configuration error: the variable and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    /// The variable at fault.
+    pub variable: &'static str,
+    /// What is wrong, without any secret.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.variable, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(variable: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError { variable, problem: problem.into() }
+}
+
+impl Config {
+    /// Parses the configuration from the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Parses the configuration from `lookup` (a variable name to its value).
+    /// Empty values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+
+        let insecure_allow_http = parse_bool("NEXO_INSECURE_ALLOW_HTTP", get("NEXO_INSECURE_ALLOW_HTTP"))?;
+        let url = get("NEXO_CONTROL_PLANE_URL").ok_or_else(|| err("NEXO_CONTROL_PLANE_URL", "is required"))?;
+        let control_plane_url = parse_cp_url(&url, insecure_allow_http)?;
+
+        let token_source = match (get("NEXO_CONNECT_TOKEN"), get("NEXO_CONNECT_TOKEN_FILE")) {
+            (Some(_), Some(_)) => {
+                return Err(err("NEXO_CONNECT_TOKEN", "set together with NEXO_CONNECT_TOKEN_FILE; set only one"));
+            }
+            (Some(value), None) => TokenSource::Value(Secret::new(value)),
+            (None, Some(file)) => TokenSource::File(PathBuf::from(file)),
+            (None, None) => TokenSource::File(PathBuf::from(DEFAULT_TOKEN_FILE)),
+        };
+
+        let environment_id = get("NEXO_ENVIRONMENT_ID");
+        if let Some(id) = &environment_id {
+            if !crate::token::valid_environment_id(id) {
+                return Err(err("NEXO_ENVIRONMENT_ID", format!("{id:?} is not an environment id ([a-z0-9][a-z0-9-]{{2,62}})")));
+            }
+        }
+        // A token given by value is checked now; a file is checked when read.
+        if let TokenSource::Value(value) = &token_source {
+            ConnectToken::parse(value.expose(), environment_id.as_deref())
+                .map_err(|e: TokenError| err("NEXO_CONNECT_TOKEN", e.to_string()))?;
+        }
+
+        let image = get("NEXO_PROXY_IMAGE").ok_or_else(|| err("NEXO_PROXY_IMAGE", "is required"))?;
+        let proxy_image = ImageRef::parse(&image).map_err(|e| err("NEXO_PROXY_IMAGE", e))?;
+
+        let mut namespaces = Vec::new();
+        if let Some(list) = get("NEXO_NAMESPACES") {
+            for ns in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                if !is_dns_label(ns) {
+                    return Err(err("NEXO_NAMESPACES", format!("{ns:?} is not a namespace name")));
+                }
+                if !namespaces.iter().any(|n| n == ns) {
+                    namespaces.push(ns.to_owned());
+                }
+            }
+        }
+
+        let heartbeat_interval = match get("NEXO_HEARTBEAT_INTERVAL") {
+            None => Duration::from_secs(15),
+            Some(v) => {
+                let d = humantime::parse_duration(&v)
+                    .map_err(|e| err("NEXO_HEARTBEAT_INTERVAL", format!("{v:?} is not a duration like 15s or 2m: {e}")))?;
+                if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
+                    return Err(err("NEXO_HEARTBEAT_INTERVAL", format!("{v:?} is outside 1s..10m")));
+                }
+                d
+            }
+        };
+
+        let control_plane_ca_file = get("NEXO_CONTROL_PLANE_CA_FILE").map(PathBuf::from);
+        let allow_legacy_adoption = parse_bool("NEXO_ALLOW_LEGACY_ADOPTION", get("NEXO_ALLOW_LEGACY_ADOPTION"))?;
+
+        let listen_addr = match get("NEXO_LISTEN_ADDR").as_deref() {
+            None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            Some("off") => None,
+            Some(v) => Some(v.parse().map_err(|_| err("NEXO_LISTEN_ADDR", format!("{v:?} is not host:port or off")))?),
+        };
+
+        let name_var = |var: &'static str, default: &str| -> Result<String, ConfigError> {
+            let v = get(var).unwrap_or_else(|| default.to_owned());
+            if is_dns_subdomain(&v) { Ok(v) } else { Err(err(var, format!("{v:?} is not a Kubernetes object name"))) }
+        };
+        let state_secret = name_var("NEXO_STATE_SECRET", "nexo-manager-state")?;
+        let lease_name = name_var("NEXO_LEASE_NAME", "nexo-manager")?;
+        let self_deployment = name_var("NEXO_SELF_DEPLOYMENT", "nexo-manager")?;
+
+        let pod_namespace = get("POD_NAMESPACE");
+        if let Some(ns) = &pod_namespace {
+            if !is_dns_label(ns) {
+                return Err(err("POD_NAMESPACE", format!("{ns:?} is not a namespace name")));
+            }
+        }
+
+        let log_format = match get("NEXO_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(v) => return Err(err("NEXO_LOG_FORMAT", format!("{v:?} is neither text nor json"))),
+        };
+
+        let cp_host_port = host_port(&control_plane_url);
+        let https_proxy = get("HTTPS_PROXY").or_else(|| get("https_proxy"));
+        let no_proxy = get("NO_PROXY").or_else(|| get("no_proxy")).unwrap_or_default();
+        let https_proxy = match https_proxy {
+            Some(p) if !crate::cp::proxy::excluded(&no_proxy, &cp_host_port.0, cp_host_port.1) => {
+                crate::cp::proxy::validate(&p).map_err(|e| err("HTTPS_PROXY", e))?;
+                Some(p)
+            }
+            _ => None,
+        };
+
+        Ok(Config {
+            control_plane_url,
+            token_source,
+            environment_id,
+            proxy_image,
+            namespaces,
+            heartbeat_interval,
+            control_plane_ca_file,
+            cluster_name: get("NEXO_CLUSTER_NAME"),
+            cluster_region: get("NEXO_CLUSTER_REGION"),
+            cluster_zone: get("NEXO_CLUSTER_ZONE"),
+            allow_legacy_adoption,
+            listen_addr,
+            state_secret,
+            lease_name,
+            self_deployment,
+            pod_namespace,
+            pod_name: get("POD_NAME"),
+            pod_uid: get("POD_UID"),
+            insecure_allow_http,
+            log_format,
+            kubeconfig: get("KUBECONFIG").map(PathBuf::from),
+            https_proxy,
+        })
+    }
+
+    /// The managed namespaces: `NEXO_NAMESPACES`, else the Manager's own.
+    pub fn managed_namespaces(&self, own: &str) -> Vec<String> {
+        if self.namespaces.is_empty() { vec![own.to_owned()] } else { self.namespaces.clone() }
+    }
+}
+
+fn parse_bool(var: &'static str, v: Option<String>) -> Result<bool, ConfigError> {
+    match v.as_deref() {
+        None => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some("false" | "0" | "no") => Ok(false),
+        Some(other) => Err(err(var, format!("{other:?} is not true or false"))),
+    }
+}
+
+fn parse_cp_url(url: &str, insecure_allow_http: bool) -> Result<String, ConfigError> {
+    const VAR: &str = "NEXO_CONTROL_PLANE_URL";
+    let rest = if let Some(rest) = url.strip_prefix("https://") {
+        rest
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        if !insecure_allow_http {
+            return Err(err(VAR, "is a plain http:// URL; the Control Plane is reached over https:// only (NEXO_INSECURE_ALLOW_HTTP=true allows http for development)"));
+        }
+        rest
+    } else {
+        return Err(err(VAR, format!("{url:?} is not an https:// URL")));
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') || rest.contains(['?', '#', ' ']) {
+        return Err(err(VAR, format!("{url:?} is not a base URL like https://cp.example.com")));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// Host (without brackets) and port of a validated http(s) base URL.
+pub fn host_port(url: &str) -> (String, u16) {
+    let (rest, default_port) = match url.strip_prefix("https://") {
+        Some(r) => (r, 443),
+        None => (url.strip_prefix("http://").unwrap_or(url), 80),
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').unwrap_or((v6, ""));
+        let port = after.strip_prefix(':').and_then(|p| p.parse().ok()).unwrap_or(default_port);
+        return (host.to_owned(), port);
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => (h.to_ascii_lowercase(), p.parse().unwrap_or(default_port)),
+        None => (authority.to_ascii_lowercase(), default_port),
+    }
+}
+
+/// RFC 1123 label: a namespace name.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain: most object names.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const TOKEN: &str = "nexo_ct_env-prod-eu_abcdefghijklmnopqrstuvwxyz0123456789";
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    fn base() -> Vec<(&'static str, &'static str)> {
+        vec![("NEXO_CONTROL_PLANE_URL", "https://cp.example.com/"), ("NEXO_PROXY_IMAGE", "registry.example.com/nexo/proxy:1.4.2")]
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&base()).unwrap();
+        assert_eq!(c.control_plane_url, "https://cp.example.com");
+        assert_eq!(c.token_source, TokenSource::File(DEFAULT_TOKEN_FILE.into()));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(15));
+        assert_eq!(c.listen_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(c.state_secret, "nexo-manager-state");
+        assert_eq!(c.lease_name, "nexo-manager");
+        assert_eq!(c.self_deployment, "nexo-manager");
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert!(!c.allow_legacy_adoption && !c.insecure_allow_http);
+        assert_eq!(c.managed_namespaces("nexo-system"), vec!["nexo-system"]);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let cases: Vec<(Vec<(&str, &str)>, &str, &str)> = vec![
+            (vec![("NEXO_CONTROL_PLANE_URL", "")], "NEXO_CONTROL_PLANE_URL", "is required"),
+            (vec![("NEXO_PROXY_IMAGE", " ")], "NEXO_PROXY_IMAGE", "is required"),
+            (vec![("NEXO_CONTROL_PLANE_URL", "http://cp.example.com")], "NEXO_CONTROL_PLANE_URL", "plain http://"),
+            (vec![("NEXO_CONTROL_PLANE_URL", "ftp://cp")], "NEXO_CONTROL_PLANE_URL", "not an https://"),
+            (vec![("NEXO_HEARTBEAT_INTERVAL", "soon")], "NEXO_HEARTBEAT_INTERVAL", "not a duration"),
+            (vec![("NEXO_HEARTBEAT_INTERVAL", "2h")], "NEXO_HEARTBEAT_INTERVAL", "outside"),
+            (vec![("NEXO_NAMESPACES", "shop,Bad_NS")], "NEXO_NAMESPACES", "Bad_NS"),
+            (vec![("NEXO_LISTEN_ADDR", "everywhere")], "NEXO_LISTEN_ADDR", "not host:port"),
+            (vec![("NEXO_LOG_FORMAT", "xml")], "NEXO_LOG_FORMAT", "neither"),
+            (vec![("NEXO_ALLOW_LEGACY_ADOPTION", "maybe")], "NEXO_ALLOW_LEGACY_ADOPTION", "not true or false"),
+            (vec![("NEXO_STATE_SECRET", "Bad Name")], "NEXO_STATE_SECRET", "not a Kubernetes object name"),
+            (vec![("NEXO_PROXY_IMAGE", "UPPER/case")], "NEXO_PROXY_IMAGE", "image"),
+            (vec![("NEXO_ENVIRONMENT_ID", "X")], "NEXO_ENVIRONMENT_ID", "not an environment id"),
+            (vec![("NEXO_CONNECT_TOKEN", "nexo_ct_env-a_short")], "NEXO_CONNECT_TOKEN", "secret"),
+            (vec![("NEXO_CONNECT_TOKEN", TOKEN), ("NEXO_CONNECT_TOKEN_FILE", "/x")], "NEXO_CONNECT_TOKEN", "only one"),
+            (vec![("NEXO_CONNECT_TOKEN", TOKEN), ("NEXO_ENVIRONMENT_ID", "env-other")], "NEXO_CONNECT_TOKEN", "env-other"),
+            (vec![("HTTPS_PROXY", "ftp://proxy")], "HTTPS_PROXY", "http://"),
+        ];
+        for (overrides, var, needle) in cases {
+            let mut vars = base();
+            for (k, v) in &overrides {
+                vars.retain(|(bk, _)| bk != k);
+                vars.push((k, v));
+            }
+            let e = parse(&vars).expect_err(var);
+            assert_eq!(e.variable, var, "{overrides:?}: {e}");
+            assert!(e.to_string().contains(needle), "{overrides:?}: {e}");
+            assert!(!e.to_string().contains("abcdefghijklmnopqrstuvwxyz0123456789"), "secret leaked: {e}");
+        }
+    }
+
+    #[test]
+    fn http_needs_the_switch() {
+        let mut vars = base();
+        vars[0] = ("NEXO_CONTROL_PLANE_URL", "http://127.0.0.1:8443");
+        vars.push(("NEXO_INSECURE_ALLOW_HTTP", "true"));
+        assert_eq!(parse(&vars).unwrap().control_plane_url, "http://127.0.0.1:8443");
+    }
+
+    #[test]
+    fn token_value_never_in_debug() {
+        let mut vars = base();
+        vars.push(("NEXO_CONNECT_TOKEN", TOKEN));
+        vars.push(("NEXO_ENVIRONMENT_ID", "env-prod-eu"));
+        let c = parse(&vars).unwrap();
+        assert!(!format!("{c:?}").contains("abcdefghij"));
+    }
+
+    #[test]
+    fn namespaces_listed_and_deduplicated() {
+        let mut vars = base();
+        vars.push(("NEXO_NAMESPACES", " shop, billing ,shop,"));
+        assert_eq!(parse(&vars).unwrap().managed_namespaces("own"), vec!["shop", "billing"]);
+    }
+
+    #[test]
+    fn proxy_dropped_when_no_proxy_matches() {
+        let mut vars = base();
+        vars.push(("HTTPS_PROXY", "http://proxy.corp:3128"));
+        assert_eq!(parse(&vars).unwrap().https_proxy.as_deref(), Some("http://proxy.corp:3128"));
+        vars.push(("NO_PROXY", "localhost,.example.com"));
+        assert_eq!(parse(&vars).unwrap().https_proxy, None);
+    }
+
+    #[test]
+    fn host_port_of_urls() {
+        assert_eq!(host_port("https://CP.example.com"), ("cp.example.com".into(), 443));
+        assert_eq!(host_port("https://127.0.0.1:8443/base"), ("127.0.0.1".into(), 8443));
+        assert_eq!(host_port("https://[::1]:9"), ("::1".into(), 9));
+        assert_eq!(host_port("http://h"), ("h".into(), 80));
+    }
+}

@@ -1,0 +1,208 @@
+//! The Control Plane HTTPS client: connect, heartbeat, ack.
+//!
+//! One ureq agent, so the TLS connection is reused across heartbeats. Every
+//! call has a 10 s connect and 30 s whole-request timeout; bodies over 8 MiB
+//! are refused without being buffered whole.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use ureq::http::Request;
+use ureq::tls::{RootCerts, TlsConfig};
+
+use super::wire::{Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse};
+use crate::secret::Secret;
+
+/// Largest response body accepted from the CP.
+pub const MAX_BODY: u64 = 8 * 1024 * 1024;
+
+/// Connect timeout of every CP call.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whole-request timeout of every CP call.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A failed CP call.
+#[derive(Debug)]
+pub enum CpError {
+    /// A non-2xx answer, with its decoded error body when there was one.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// `error.code`.
+        code: Option<String>,
+        /// `error.message`.
+        message: Option<String>,
+        /// `Retry-After`, when present and valid.
+        retry_after: Option<Duration>,
+    },
+    /// Connect, TLS, read error or timeout.
+    Transport(ureq::Error),
+    /// The body is over [`MAX_BODY`].
+    TooLarge,
+    /// A 2xx body that is not what the protocol says.
+    Decode(serde_json::Error),
+}
+
+impl CpError {
+    /// The HTTP status, if the CP answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            CpError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The `error.code`, if any.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CpError::Status { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// `Retry-After` of a 429 or 503.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CpError::Status { status: 429 | 503, retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpError::Status { status, code, message, .. } => {
+                write!(f, "control plane answered http {status}")?;
+                if let Some(code) = code {
+                    write!(f, " {code}")?;
+                }
+                if let Some(message) = message {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
+            CpError::Transport(e) => write!(f, "control plane unreachable: {e}"),
+            CpError::TooLarge => write!(f, "control plane response is over the {} MiB limit", MAX_BODY >> 20),
+            CpError::Decode(e) => write!(f, "control plane response is malformed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CpError {}
+
+/// How an ack delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// 200 or 204.
+    Delivered,
+    /// 409 `already_acknowledged`: delivered before.
+    AlreadyAcknowledged,
+    /// 404: the CP forgot the command; counts as delivered.
+    Forgotten,
+}
+
+/// The Control Plane client.
+pub struct CpClient {
+    agent: ureq::Agent,
+    base: String,
+}
+
+impl fmt::Debug for CpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpClient").field("base", &self.base).finish()
+    }
+}
+
+impl CpClient {
+    /// A client for `base` trusting the public roots plus `extra_ca_pem`,
+    /// through `https_proxy` when given.
+    pub fn new(base: &str, extra_ca_pem: Option<&[u8]>, https_proxy: Option<&str>) -> Result<CpClient, String> {
+        let mut roots = crate::tls::public_roots();
+        if let Some(pem) = extra_ca_pem {
+            roots.extend(crate::tls::certs_from_pem(pem).map_err(|why| format!("NEXO_CONTROL_PLANE_CA_FILE {why}"))?);
+        }
+        let proxy = match https_proxy {
+            Some(p) => Some(ureq::Proxy::new(p).map_err(|_| "HTTPS_PROXY is not a valid proxy URL".to_owned())?),
+            None => None,
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .max_redirects(0)
+            .proxy(proxy)
+            .user_agent(crate::USER_AGENT)
+            .tls_config(TlsConfig::builder().root_certs(RootCerts::Specific(Arc::new(roots))).build())
+            .build()
+            .into();
+        Ok(CpClient { agent, base: base.to_owned() })
+    }
+
+    /// `POST /api/v2/manager/connect` with the connect token.
+    pub fn connect(&self, token: &Secret, body: &ConnectRequest) -> Result<ConnectResponse, CpError> {
+        let bytes = self.post("/api/v2/manager/connect", token, body)?;
+        decode(&bytes)
+    }
+
+    /// `POST /api/v2/manager/heartbeat` with the session token.
+    pub fn heartbeat(&self, session: &Secret, body: &HeartbeatRequest) -> Result<HeartbeatResponse, CpError> {
+        let bytes = self.post("/api/v2/manager/heartbeat", session, body)?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(HeartbeatResponse::default());
+        }
+        decode(&bytes)
+    }
+
+    /// `POST /api/v2/manager/commands/{id}/ack`. The id was validated as
+    /// `[A-Za-z0-9._-]`, so it needs no escaping.
+    pub fn ack(&self, session: &Secret, ack: &Ack) -> Result<AckOutcome, CpError> {
+        let path = format!("/api/v2/manager/commands/{}/ack", ack.command_id);
+        match self.post(&path, session, ack) {
+            Ok(_) => Ok(AckOutcome::Delivered),
+            Err(e) if e.status() == Some(409) && e.code() == Some("already_acknowledged") => {
+                Ok(AckOutcome::AlreadyAcknowledged)
+            }
+            Err(e) if e.status() == Some(404) => Ok(AckOutcome::Forgotten),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
+        let json = serde_json::to_vec(body).expect("wire types always serialize");
+        let req = Request::post(format!("{}{path}", self.base))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .header("Authorization", format!("Bearer {}", bearer.expose()))
+            .body(json)
+            .expect("a valid base URL and fixed headers");
+        let mut resp = self.agent.run(req).map_err(CpError::Transport)?;
+        let status = resp.status().as_u16();
+        if resp.body().content_length().is_some_and(|n| n > MAX_BODY) {
+            return Err(CpError::TooLarge);
+        }
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::backoff::parse_retry_after(v, SystemTime::now()));
+        let bytes = match resp.body_mut().with_config().limit(MAX_BODY).read_to_vec() {
+            Ok(b) => b,
+            Err(ureq::Error::BodyExceedsLimit(_)) => return Err(CpError::TooLarge),
+            Err(e) => return Err(CpError::Transport(e)),
+        };
+        if (200..300).contains(&status) {
+            return Ok(bytes);
+        }
+        let err = serde_json::from_slice::<ErrorEnvelope>(&bytes).unwrap_or_default().error;
+        Err(CpError::Status { status, code: err.code, message: err.message, retry_after })
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CpError> {
+    serde_json::from_slice(bytes).map_err(CpError::Decode)
+}

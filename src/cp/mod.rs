@@ -1,0 +1,7 @@
+//! The Control Plane: wire types, the HTTPS client, egress proxy rules.
+
+pub mod client;
+pub mod proxy;
+pub mod wire;
+
+pub use client::{AckOutcome, CpClient, CpError};

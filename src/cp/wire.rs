@@ -1,0 +1,267 @@
+//! The Control Plane's wire types (protocol version 2), as serde structs.
+//!
+//! Unknown response fields are ignored; missing required fields fail to
+//! decode. Optional request fields are omitted when absent, never sent as null.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol version this Manager speaks.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// `manager` in the connect body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ManagerInfo {
+    /// Manager build version.
+    pub version: String,
+    /// Build identifier.
+    pub build: String,
+    /// Advertised capabilities.
+    pub capabilities: Vec<String>,
+}
+
+/// `instance` in the connect body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceInfo {
+    /// Pod uid, else hostname.
+    pub id: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// The Manager's namespace.
+    pub namespace: String,
+}
+
+/// `cluster` in the connect body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRef {
+    /// `metadata.uid` of the `kube-system` namespace.
+    pub uid: String,
+    /// The API server's `gitVersion`.
+    pub kubernetes_version: String,
+}
+
+/// `POST /api/v2/manager/connect` request body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectRequest {
+    /// Always [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// This build.
+    pub manager: ManagerInfo,
+    /// This process.
+    pub instance: InstanceInfo,
+    /// This cluster.
+    pub cluster: ClusterRef,
+}
+
+/// `POST /api/v2/manager/connect` 200 body.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectResponse {
+    /// Must equal the token's environment id.
+    pub environment_id: String,
+    /// The id the CP gave this Manager.
+    pub manager_id: String,
+    /// Bearer token of the session.
+    pub session_token: String,
+    /// When the session expires (RFC 3339), if the CP says.
+    #[serde(default)]
+    pub session_expires_at: Option<String>,
+    /// Interval override, seconds.
+    #[serde(default)]
+    pub heartbeat_interval_seconds: Option<u64>,
+}
+
+/// `manager` in the heartbeat body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatManager {
+    /// Manager build version.
+    pub version: String,
+    /// Build identifier.
+    pub build: String,
+    /// Always [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// Advertised capabilities.
+    pub capabilities: Vec<String>,
+}
+
+/// One Manager-owned deployment in the heartbeat.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeploymentEntry {
+    /// Namespace (first sort key).
+    pub namespace: String,
+    /// Name (second sort key).
+    pub name: String,
+    /// `NexoProxy` or `Deployment`.
+    pub kind: String,
+    /// `spec.replicas`.
+    pub replicas: i64,
+    /// The proxy image, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// `cluster` in the heartbeat body. Unknown metadata is omitted, never guessed.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInfo {
+    /// `metadata.uid` of `kube-system`.
+    pub uid: String,
+    /// Cluster name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Region.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Zone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The API server's `gitVersion`.
+    pub kubernetes_version: String,
+}
+
+/// `POST /api/v2/manager/heartbeat` request body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatRequest {
+    /// From the connect response.
+    pub manager_id: String,
+    /// 1 for the first heartbeat of the process, then +1 per heartbeat.
+    pub sequence: u64,
+    /// RFC 3339 UTC.
+    pub sent_at: String,
+    /// This build.
+    pub manager: HeartbeatManager,
+    /// `NEXO_PROXY_IMAGE`.
+    pub proxy_image: String,
+    /// `deployments.len()`.
+    pub managed_proxy_count: usize,
+    /// Owned deployments, sorted by namespace then name.
+    pub deployments: Vec<DeploymentEntry>,
+    /// The cluster.
+    pub cluster: ClusterInfo,
+    /// Acks whose delivery exhausted their retries.
+    pub pending_acks: Vec<Ack>,
+    /// What part of the inventory could not be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inventory_errors: Vec<String>,
+}
+
+/// `POST /api/v2/manager/heartbeat` 200 body; every field optional. A
+/// `commands` that is not a list fails to decode: a failed heartbeat.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    /// Interval override, seconds (clamped to 5..=600 by the caller).
+    #[serde(default)]
+    pub heartbeat_interval_seconds: Option<u64>,
+    /// Commands, each decoded on its own so one bad command does not spoil the batch.
+    #[serde(default)]
+    pub commands: Option<Vec<Value>>,
+}
+
+/// One resource in an ack.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AckResource {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `created`, `configured`, `unchanged`, `deleted`, `absent` or `refused`.
+    pub action: String,
+}
+
+/// `POST /api/v2/manager/commands/{id}/ack` body (and a `pendingAcks` entry).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Ack {
+    /// From the connect response.
+    pub manager_id: String,
+    /// The command.
+    pub command_id: String,
+    /// `applied` or `failed`.
+    pub result: String,
+    /// Human-readable outcome.
+    pub message: String,
+    /// RFC 3339 UTC.
+    pub completed_at: String,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// The objects touched or refused.
+    #[serde(default)]
+    pub resources: Vec<AckResource>,
+}
+
+/// The body of a non-2xx answer: `{"error": {...}}`. Every field optional.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+pub struct ErrorEnvelope {
+    /// The error.
+    #[serde(default)]
+    pub error: ErrorBody,
+}
+
+/// The `error` object.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+pub struct ErrorBody {
+    /// Machine-readable code, `token_invalid`, ...
+    #[serde(default)]
+    pub code: Option<String>,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Whether the CP thinks a retry may succeed.
+    #[serde(default)]
+    pub retryable: Option<bool>,
+}
+
+/// Whether `id` is a valid command id: 1 to 128 of `[A-Za-z0-9._-]`.
+pub fn valid_command_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn heartbeat_response_fields_are_optional_and_unknown_ignored() {
+        let r: HeartbeatResponse = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(r, HeartbeatResponse::default());
+        let r: HeartbeatResponse =
+            serde_json::from_value(json!({"heartbeatIntervalSeconds": 30, "commands": [{"id": "a"}], "future": 1})).unwrap();
+        assert_eq!(r.heartbeat_interval_seconds, Some(30));
+        assert_eq!(r.commands.unwrap().len(), 1);
+        assert!(serde_json::from_value::<HeartbeatResponse>(json!({"commands": {"id": "a"}})).is_err());
+    }
+
+    #[test]
+    fn connect_response_requires_its_fields() {
+        let ok = json!({"environmentId": "env-a", "managerId": "m", "sessionToken": "s", "extra": true});
+        assert!(serde_json::from_value::<ConnectResponse>(ok).is_ok());
+        let missing = json!({"environmentId": "env-a", "managerId": "m"});
+        assert!(serde_json::from_value::<ConnectResponse>(missing).is_err());
+    }
+
+    #[test]
+    fn optional_cluster_fields_are_omitted() {
+        let c = ClusterInfo { uid: "u".into(), kubernetes_version: "v1.37.2".into(), ..Default::default() };
+        assert_eq!(serde_json::to_value(&c).unwrap(), json!({"uid": "u", "kubernetesVersion": "v1.37.2"}));
+    }
+
+    #[test]
+    fn command_ids() {
+        assert!(valid_command_id("cmd-01J.x_y"));
+        assert!(!valid_command_id(""));
+        assert!(!valid_command_id("a/b"));
+        assert!(!valid_command_id(&"a".repeat(129)));
+    }
+}

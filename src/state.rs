@@ -1,0 +1,276 @@
+//! The Manager's state, in one Secret of its own namespace: the binding and
+//! the ledger of finished commands.
+//!
+//! The Secret holds one key, `state.json`. It is written with optimistic
+//! concurrency: every update carries the `resourceVersion` it was read at,
+//! and a 409 re-reads and re-applies the change a bounded number of times.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::cp::wire::AckResource;
+use crate::kube::{self, Client};
+use crate::ownership;
+
+/// The key of the state document in the Secret's `data`.
+pub const KEY: &str = "state.json";
+
+/// Entries the ledger keeps at least (the oldest delivered ones go first).
+pub const LEDGER_MIN: usize = 256;
+
+/// Update attempts on 409 Conflict.
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// The binding of this Manager to its environment and cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Binding {
+    /// From the connect response (equal to the token's).
+    pub environment_id: String,
+    /// From the connect response.
+    pub manager_id: String,
+    /// `metadata.uid` of `kube-system` at binding time.
+    pub cluster_uid: String,
+}
+
+/// One finished command.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntry {
+    /// The command id.
+    pub command_id: String,
+    /// `applied` or `failed`.
+    pub result: String,
+    /// The ack message.
+    pub message: String,
+    /// The ack resources.
+    #[serde(default)]
+    pub resources: Vec<AckResource>,
+    /// When it finished, RFC 3339.
+    pub completed_at: String,
+    /// Whether its ack was delivered.
+    pub delivered: bool,
+}
+
+/// The state document.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// Format version, 1.
+    #[serde(default = "one")]
+    pub version: u32,
+    /// The binding, once connected.
+    #[serde(default)]
+    pub binding: Option<Binding>,
+    /// Finished commands, oldest first.
+    #[serde(default)]
+    pub ledger: Vec<LedgerEntry>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A failure to read or write the state.
+#[derive(Debug)]
+pub enum StateError {
+    /// The API call failed.
+    Kube(kube::Error),
+    /// The Secret exists but its `state.json` is unreadable.
+    Corrupt(String),
+    /// The Secret exists and is not the Manager's (no ownership label).
+    NotOurs(String),
+    /// Still conflicting after [`CONFLICT_RETRIES`] attempts.
+    Conflict,
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::Kube(e) => write!(f, "state secret: {e}"),
+            StateError::Corrupt(why) => write!(f, "state secret is corrupt: {why}"),
+            StateError::NotOurs(name) => write!(f, "secret {name} exists but is not managed by nexo-manager; refusing to use it as state"),
+            StateError::Conflict => write!(f, "state secret kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+impl From<kube::Error> for StateError {
+    fn from(e: kube::Error) -> Self {
+        StateError::Kube(e)
+    }
+}
+
+impl State {
+    /// Records a finished command, trimming the ledger: beyond
+    /// [`LEDGER_MIN`] entries the oldest delivered ones are dropped; an
+    /// undelivered ack is never dropped.
+    pub fn record(&mut self, entry: LedgerEntry) {
+        self.ledger.retain(|e| e.command_id != entry.command_id);
+        self.ledger.push(entry);
+        let mut excess = self.ledger.len().saturating_sub(LEDGER_MIN);
+        self.ledger.retain(|e| {
+            if excess > 0 && e.delivered {
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// The entry of a command id.
+    pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
+        self.ledger.iter().find(|e| e.command_id == command_id)
+    }
+}
+
+/// The state Secret of one Manager.
+#[derive(Debug)]
+pub struct Store {
+    path: String,
+    collection: String,
+    name: String,
+    resource_version: Option<String>,
+}
+
+impl Store {
+    /// The Secret `name` in `namespace`.
+    pub fn new(namespace: &str, name: &str) -> Store {
+        let collection = format!("/api/v1/namespaces/{namespace}/secrets");
+        Store { path: format!("{collection}/{name}"), collection, name: name.to_owned(), resource_version: None }
+    }
+
+    /// Reads the state; an absent Secret is the empty state.
+    pub fn load(&mut self, client: &Client) -> Result<State, StateError> {
+        let Some(secret) = client.get_opt::<Value>(&self.path)? else {
+            self.resource_version = None;
+            return Ok(State { version: 1, ..State::default() });
+        };
+        if secret["metadata"]["labels"][ownership::MANAGED_BY] != ownership::MANAGER {
+            return Err(StateError::NotOurs(self.name.clone()));
+        }
+        self.resource_version = secret["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+        let Some(encoded) = secret["data"][KEY].as_str() else {
+            return Ok(State { version: 1, ..State::default() });
+        };
+        let bytes = crate::kube::config::base64_decode(encoded)
+            .ok_or_else(|| StateError::Corrupt(format!("{KEY} is not base64")))?;
+        serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt(format!("{KEY}: {e}")))
+    }
+
+    /// Applies `change` to the stored state and writes it, re-reading and
+    /// re-applying on 409 Conflict. Returns the state as written.
+    pub fn update(&mut self, client: &Client, current: &State, change: impl Fn(&mut State)) -> Result<State, StateError> {
+        let mut state = current.clone();
+        change(&mut state);
+        for _ in 0..CONFLICT_RETRIES {
+            match self.write(client, &state) {
+                Ok(()) => return Ok(state),
+                Err(e) if e.status() == Some(409) => {
+                    log::info!("state secret changed concurrently ({}); re-reading", e);
+                    state = self.load(client)?;
+                    change(&mut state);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StateError::Conflict)
+    }
+
+    fn write(&mut self, client: &Client, state: &State) -> Result<(), kube::Error> {
+        let doc = serde_json::to_vec(state).expect("state always serializes");
+        let mut secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": self.name, "labels": {ownership::MANAGED_BY: ownership::MANAGER}},
+            "data": {KEY: base64_encode(&doc)},
+        });
+        let written = match &self.resource_version {
+            None => client.create(&self.collection, &secret)?,
+            Some(rv) => {
+                secret["metadata"]["resourceVersion"] = Value::String(rv.clone());
+                client.replace(&self.path, &secret)?
+            }
+        };
+        self.resource_version = written["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+        Ok(())
+    }
+}
+
+/// Standard base64 with padding.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::config::base64_decode;
+
+    fn entry(id: usize, delivered: bool) -> LedgerEntry {
+        LedgerEntry {
+            command_id: format!("cmd-{id}"),
+            result: "applied".into(),
+            message: String::new(),
+            resources: vec![],
+            completed_at: "2026-12-02T00:00:00Z".into(),
+            delivered,
+        }
+    }
+
+    #[test]
+    fn base64_round_trips() {
+        for s in ["", "f", "fo", "foo", "foob", "fooba", "foobar"] {
+            assert_eq!(base64_decode(&base64_encode(s.as_bytes())).unwrap(), s.as_bytes());
+        }
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+    }
+
+    #[test]
+    fn ledger_keeps_the_last_256_and_every_undelivered_ack() {
+        let mut s = State::default();
+        s.record(entry(0, false));
+        for i in 1..400 {
+            s.record(entry(i, true));
+        }
+        assert_eq!(s.ledger.len(), LEDGER_MIN);
+        assert!(s.find("cmd-0").is_some(), "an undelivered ack is never dropped");
+        assert!(s.find("cmd-399").is_some());
+        assert!(s.find("cmd-1").is_none());
+        // Re-recording an id replaces it.
+        s.record(entry(0, true));
+        assert!(s.find("cmd-0").unwrap().delivered);
+        assert_eq!(s.ledger.iter().filter(|e| e.command_id == "cmd-0").count(), 1);
+    }
+
+    #[test]
+    fn state_document_format() {
+        let s = State {
+            version: 1,
+            binding: Some(Binding { environment_id: "env-a".into(), manager_id: "m".into(), cluster_uid: "u".into() }),
+            ledger: vec![entry(1, false)],
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["binding"]["clusterUid"], "u");
+        assert_eq!(v["ledger"][0]["commandId"], "cmd-1");
+        assert_eq!(serde_json::from_value::<State>(v).unwrap(), s);
+        assert_eq!(serde_json::from_str::<State>("{}").unwrap().version, 1);
+    }
+}
