@@ -78,6 +78,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `KUBECONFIG`: out-of-cluster access. Default: in-cluster configuration.
     pub kubeconfig: Option<PathBuf>,
+    /// `NEXO_CP_CONNECT_TIMEOUT`: connect timeout of CP calls. Default: 10 s.
+    pub cp_connect_timeout: Duration,
+    /// `NEXO_CP_REQUEST_TIMEOUT`: whole-request timeout of CP calls. Default: 30 s.
+    pub cp_request_timeout: Duration,
     /// `HTTPS_PROXY` (or `https_proxy`) for the CP connection, unless `NO_PROXY`
     /// excludes the CP host. Default: none.
     pub https_proxy: Option<String>,
@@ -158,17 +162,23 @@ impl Config {
             }
         }
 
-        let heartbeat_interval = match get("NEXO_HEARTBEAT_INTERVAL") {
-            None => Duration::from_secs(15),
-            Some(v) => {
-                let d = humantime::parse_duration(&v)
-                    .map_err(|e| err("NEXO_HEARTBEAT_INTERVAL", format!("{v:?} is not a duration like 15s or 2m: {e}")))?;
-                if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
-                    return Err(err("NEXO_HEARTBEAT_INTERVAL", format!("{v:?} is outside 1s..10m")));
+        let duration = |var: &'static str, default: u64, max: u64| -> Result<Duration, ConfigError> {
+            match get(var) {
+                None => Ok(Duration::from_secs(default)),
+                Some(v) => {
+                    let d = humantime::parse_duration(&v)
+                        .map_err(|e| err(var, format!("{v:?} is not a duration like 15s or 2m: {e}")))?;
+                    if d < Duration::from_secs(1) || d > Duration::from_secs(max) {
+                        let max = humantime::format_duration(Duration::from_secs(max));
+                        return Err(err(var, format!("{v:?} is outside 1s..{max}")));
+                    }
+                    Ok(d)
                 }
-                d
             }
         };
+        let heartbeat_interval = duration("NEXO_HEARTBEAT_INTERVAL", 15, 600)?;
+        let cp_connect_timeout = duration("NEXO_CP_CONNECT_TIMEOUT", 10, 300)?;
+        let cp_request_timeout = duration("NEXO_CP_REQUEST_TIMEOUT", 30, 300)?;
 
         let control_plane_ca_file = get("NEXO_CONTROL_PLANE_CA_FILE").map(PathBuf::from);
         let allow_legacy_adoption = parse_bool("NEXO_ALLOW_LEGACY_ADOPTION", get("NEXO_ALLOW_LEGACY_ADOPTION"))?;
@@ -233,6 +243,8 @@ impl Config {
             insecure_allow_http,
             log_format,
             kubeconfig: get("KUBECONFIG").map(PathBuf::from),
+            cp_connect_timeout,
+            cp_request_timeout,
             https_proxy,
         })
     }
@@ -325,6 +337,7 @@ mod tests {
         assert_eq!(c.control_plane_url, "https://cp.example.com");
         assert_eq!(c.token_source, TokenSource::File(DEFAULT_TOKEN_FILE.into()));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(15));
+        assert_eq!((c.cp_connect_timeout, c.cp_request_timeout), (Duration::from_secs(10), Duration::from_secs(30)));
         assert_eq!(c.listen_addr, Some("0.0.0.0:8080".parse().unwrap()));
         assert_eq!(c.state_secret, "nexo-manager-state");
         assert_eq!(c.lease_name, "nexo-manager");
@@ -342,7 +355,8 @@ mod tests {
             (vec![("NEXO_CONTROL_PLANE_URL", "http://cp.example.com")], "NEXO_CONTROL_PLANE_URL", "plain http://"),
             (vec![("NEXO_CONTROL_PLANE_URL", "ftp://cp")], "NEXO_CONTROL_PLANE_URL", "not an https://"),
             (vec![("NEXO_HEARTBEAT_INTERVAL", "soon")], "NEXO_HEARTBEAT_INTERVAL", "not a duration"),
-            (vec![("NEXO_HEARTBEAT_INTERVAL", "2h")], "NEXO_HEARTBEAT_INTERVAL", "outside"),
+            (vec![("NEXO_HEARTBEAT_INTERVAL", "2h")], "NEXO_HEARTBEAT_INTERVAL", "outside 1s..10m"),
+            (vec![("NEXO_CP_REQUEST_TIMEOUT", "0s")], "NEXO_CP_REQUEST_TIMEOUT", "outside 1s..5m"),
             (vec![("NEXO_NAMESPACES", "shop,Bad_NS")], "NEXO_NAMESPACES", "Bad_NS"),
             (vec![("NEXO_LISTEN_ADDR", "everywhere")], "NEXO_LISTEN_ADDR", "not host:port"),
             (vec![("NEXO_LOG_FORMAT", "xml")], "NEXO_LOG_FORMAT", "neither"),

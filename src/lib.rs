@@ -11,20 +11,23 @@
 //!
 //! One synchronous thread, no async runtime. See `ARCHITECTURE.md`.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod backoff;
 pub mod config;
 pub mod cp;
 pub mod image;
 pub mod inventory;
 pub mod kube;
+pub mod logging;
 pub mod ownership;
 pub mod secret;
 pub mod state;
 pub mod tls;
 pub mod token;
+pub mod wait;
 
 /// The Manager's version (the crate version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -4,6 +4,9 @@
 
 use std::process::ExitCode;
 
+use nexo_manager::agent::{Agent, Fatal};
+use nexo_manager::config::Config;
+
 const HELP: &str = "\
 nexo-manager: the in-cluster agent of a Nexo environment
 
@@ -22,6 +25,8 @@ ENVIRONMENT:
     NEXO_NAMESPACES              comma-separated managed namespaces [default: its own namespace]
     NEXO_HEARTBEAT_INTERVAL      heartbeat interval [default: 15s]
     NEXO_CONTROL_PLANE_CA_FILE   extra PEM trust anchors for the Control Plane [default: none]
+    NEXO_CP_CONNECT_TIMEOUT      connect timeout of Control Plane calls [default: 10s]
+    NEXO_CP_REQUEST_TIMEOUT      whole-request timeout of Control Plane calls [default: 30s]
     NEXO_CLUSTER_NAME            cluster name [default: absent]
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
@@ -52,19 +57,39 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("--help" | "-h") => {
             print!("{HELP}");
-            ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
         Some("--version" | "-V") => {
             println!("nexo-manager {} (build {})", nexo_manager::VERSION, nexo_manager::BUILD);
-            ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
         Some(other) => {
             eprintln!("error: unknown argument {other:?}; see --help");
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
-        None => {
-            eprintln!("error: the agent loop is not implemented in this build; see --help");
-            ExitCode::from(1)
+        None => {}
+    }
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(fatal) => {
+            log::error!("{fatal}");
+            ExitCode::from(fatal.exit_code())
         }
     }
+}
+
+/// Parses the configuration, starts the agent and runs it until a signal
+/// or a fatal error.
+fn run() -> Result<(), Fatal> {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            // The logger's format is part of the configuration: install the
+            // default one to report this error.
+            nexo_manager::logging::init(nexo_manager::config::LogFormat::Text);
+            return Err(Fatal::Config(e.to_string()));
+        }
+    };
+    nexo_manager::logging::init(config.log_format);
+    Agent::start(config)?.run()
 }

@@ -1,8 +1,8 @@
 //! The Control Plane HTTPS client: connect, heartbeat, ack.
 //!
 //! One ureq agent, so the TLS connection is reused across heartbeats. Every
-//! call has a 10 s connect and 30 s whole-request timeout; bodies over 8 MiB
-//! are refused without being buffered whole.
+//! call has a connect and a whole-request timeout (10 s and 30 s unless
+//! configured); bodies over 8 MiB are refused without being buffered whole.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,12 +18,6 @@ use crate::secret::Secret;
 
 /// Largest response body accepted from the CP.
 pub const MAX_BODY: u64 = 8 * 1024 * 1024;
-
-/// Connect timeout of every CP call.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whole-request timeout of every CP call.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A failed CP call.
 #[derive(Debug)]
@@ -120,8 +114,13 @@ impl fmt::Debug for CpClient {
 
 impl CpClient {
     /// A client for `base` trusting the public roots plus `extra_ca_pem`,
-    /// through `https_proxy` when given.
-    pub fn new(base: &str, extra_ca_pem: Option<&[u8]>, https_proxy: Option<&str>) -> Result<CpClient, String> {
+    /// through `https_proxy` when given, with the given timeouts.
+    pub fn new(
+        base: &str,
+        extra_ca_pem: Option<&[u8]>,
+        https_proxy: Option<&str>,
+        timeouts: (Duration, Duration),
+    ) -> Result<CpClient, String> {
         let mut roots = crate::tls::public_roots();
         if let Some(pem) = extra_ca_pem {
             roots.extend(crate::tls::certs_from_pem(pem).map_err(|why| format!("NEXO_CONTROL_PLANE_CA_FILE {why}"))?);
@@ -132,8 +131,8 @@ impl CpClient {
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(REQUEST_TIMEOUT))
+            .timeout_connect(Some(timeouts.0))
+            .timeout_global(Some(timeouts.1))
             .max_redirects(0)
             .proxy(proxy)
             .user_agent(crate::USER_AGENT)

@@ -67,6 +67,14 @@ impl Error {
         }
     }
 
+    /// `Retry-After` of a 429 or 503.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// True for a 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)

@@ -1,0 +1,564 @@
+//! The loop: connect (or reuse the binding), collect inventory, heartbeat,
+//! handle commands, wait. One thread; every blocking call has a timeout;
+//! a failed heartbeat or command never ends the loop.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::backoff::Backoff;
+use crate::config::{Config, TokenSource};
+use crate::cp::wire::{
+    self, Ack, ClusterInfo, ClusterRef, ConnectRequest, HeartbeatManager, HeartbeatRequest, InstanceInfo, ManagerInfo,
+};
+use crate::cp::{CpClient, CpError};
+use crate::inventory;
+use crate::kube::{self, Client, KubeConfig};
+use crate::secret::Secret;
+use crate::state::{Binding, State, StateError, Store};
+use crate::token::ConnectToken;
+use crate::wait::{Wake, Waiter};
+
+/// The capabilities this build advertises: only what is implemented and tested.
+pub const CAPABILITIES: &[&str] = &["heartbeat.inventory.v1"];
+
+/// Bounds of the CP's interval override.
+pub const INTERVAL_MIN: Duration = Duration::from_secs(5);
+/// Bounds of the CP's interval override.
+pub const INTERVAL_MAX: Duration = Duration::from_secs(600);
+
+/// A session is renewed this long before the CP says it expires.
+const SESSION_MARGIN: Duration = Duration::from_secs(30);
+
+/// Why the Manager stopped, and its exit code.
+#[derive(Debug)]
+pub enum Fatal {
+    /// Exit 2: the configuration is invalid.
+    Config(String),
+    /// Exit 3: the Control Plane or the persisted state refuses this binding.
+    Binding(String),
+    /// Exit 1: anything else that cannot be recovered from.
+    Other(String),
+}
+
+impl Fatal {
+    /// The process exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Fatal::Other(_) => 1,
+            Fatal::Config(_) => 2,
+            Fatal::Binding(_) => 3,
+        }
+    }
+}
+
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fatal::Config(m) => write!(f, "configuration error: {m}"),
+            Fatal::Binding(m) => write!(f, "binding refused: {m}"),
+            Fatal::Other(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for Fatal {}
+
+impl From<StateError> for Fatal {
+    fn from(e: StateError) -> Self {
+        Fatal::Other(e.to_string())
+    }
+}
+
+/// Clamps the CP's interval override to [`INTERVAL_MIN`]..=[`INTERVAL_MAX`].
+pub fn clamp_interval(seconds: u64) -> Duration {
+    Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
+}
+
+/// What to do after a failed CP call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Wait this long (a `Retry-After`, or the backoff).
+    After(Duration),
+    /// Not worth retrying the same body: wait the normal interval.
+    NextInterval,
+}
+
+/// The retry decision for a failed heartbeat (or connect), from plain values.
+pub fn retry_decision(err: &CpError, backoff: &mut Backoff) -> Retry {
+    match err.status() {
+        Some(400 | 422) => Retry::NextInterval,
+        Some(429 | 503) => match err.retry_after() {
+            Some(d) => Retry::After(d),
+            None => Retry::After(backoff.next_delay()),
+        },
+        _ => Retry::After(backoff.next_delay()),
+    }
+}
+
+/// The current session with the CP.
+struct Session {
+    token: Secret,
+    manager_id: String,
+    expires_at: Option<SystemTime>,
+}
+
+/// The running agent.
+pub struct Agent {
+    cfg: Config,
+    kube: Client,
+    cp: CpClient,
+    waiter: Waiter,
+    token: ConnectToken,
+    namespaces: Vec<String>,
+    instance: InstanceInfo,
+    cluster: ClusterRef,
+    store: Store,
+    state: State,
+    session: Option<Session>,
+    sequence: u64,
+    interval: Duration,
+    backoff: Backoff,
+}
+
+/// Reads the connect token from its source and validates it.
+pub fn read_connect_token(source: &TokenSource, expected_env: Option<&str>) -> Result<ConnectToken, Fatal> {
+    match source {
+        TokenSource::Value(v) => ConnectToken::parse(v.expose(), expected_env)
+            .map_err(|e| Fatal::Config(format!("NEXO_CONNECT_TOKEN: {e}"))),
+        TokenSource::File(path) => {
+            let raw = std::fs::read_to_string(path).map_err(|e| {
+                Fatal::Config(format!("NEXO_CONNECT_TOKEN_FILE: cannot read {}: {e}", path.display()))
+            })?;
+            ConnectToken::parse(&raw, expected_env)
+                .map_err(|e| Fatal::Config(format!("NEXO_CONNECT_TOKEN_FILE ({}): {e}", path.display())))
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+impl Agent {
+    /// Validates everything that can be checked without the network, then
+    /// reads the cluster identity and the persisted state.
+    pub fn start(cfg: Config) -> Result<Agent, Fatal> {
+        let mut waiter = Waiter::new().map_err(|e| Fatal::Other(format!("cannot install signal handlers: {e}")))?;
+        if cfg.control_plane_url.starts_with("http://") {
+            log::warn!(
+                "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http ({}); never do this outside development",
+                cfg.control_plane_url
+            );
+        }
+        let token = read_connect_token(&cfg.token_source, cfg.environment_id.as_deref())?;
+        let ca = match &cfg.control_plane_ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                Fatal::Config(format!("NEXO_CONTROL_PLANE_CA_FILE: cannot read {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        let cp = CpClient::new(
+            &cfg.control_plane_url,
+            ca.as_deref(),
+            cfg.https_proxy.as_deref(),
+            (cfg.cp_connect_timeout, cfg.cp_request_timeout),
+        )
+            .map_err(Fatal::Config)?;
+
+        let kube_cfg = match &cfg.kubeconfig {
+            Some(path) => KubeConfig::from_kubeconfig(path),
+            None => match (std::env::var("KUBERNETES_SERVICE_HOST"), std::env::var("KUBERNETES_SERVICE_PORT")) {
+                (Ok(host), Ok(port)) => {
+                    KubeConfig::in_cluster(&host, &port, std::path::Path::new(kube::config::SERVICE_ACCOUNT_DIR))
+                }
+                _ => Err(kube::Error::Config(
+                    "not in a cluster (KUBERNETES_SERVICE_HOST/_PORT unset) and KUBECONFIG is not set".into(),
+                )),
+            },
+        }
+        .map_err(|e| Fatal::Config(e.to_string()))?;
+        let own_namespace = cfg
+            .pod_namespace
+            .clone()
+            .or_else(|| kube_cfg.namespace.clone())
+            .ok_or_else(|| Fatal::Config("POD_NAMESPACE: not set, and no service-account namespace to fall back on".into()))?;
+        let kube = Client::new(kube_cfg).map_err(|e| Fatal::Config(e.to_string()))?;
+
+        let host = hostname();
+        let instance = InstanceInfo {
+            id: cfg.pod_uid.clone().unwrap_or_else(|| host.clone()),
+            pod_name: cfg.pod_name.clone().unwrap_or(host),
+            namespace: own_namespace.clone(),
+        };
+        let namespaces = cfg.managed_namespaces(&own_namespace);
+        let mut backoff = Backoff::control_plane();
+
+        let cluster = retry_kube(&mut waiter, &mut backoff, "read the cluster identity", || {
+            let ns: Value = kube.get("/api/v1/namespaces/kube-system")?;
+            let version: Value = kube.get("/version")?;
+            Ok(ClusterRef {
+                uid: ns["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                kubernetes_version: version["gitVersion"].as_str().unwrap_or_default().to_owned(),
+            })
+        })?;
+        if cluster.uid.is_empty() {
+            return Err(Fatal::Other("the kube-system namespace has no metadata.uid".into()));
+        }
+
+        let mut store = Store::new(&own_namespace, &cfg.state_secret);
+        let state = retry_kube(&mut waiter, &mut backoff, "read the state secret", || match store.load(&kube) {
+            Ok(s) => Ok(Ok(s)),
+            Err(StateError::Kube(e)) => Err(e),
+            Err(other) => Ok(Err(other)),
+        })??;
+        if let Some(binding) = &state.binding {
+            if binding.cluster_uid != cluster.uid {
+                return Err(Fatal::Binding(format!(
+                    "the state secret {}/{} is bound to cluster {} but this cluster is {}: the state was copied from another cluster; delete that secret only if this cluster really is a new home for environment {}",
+                    own_namespace, cfg.state_secret, binding.cluster_uid, cluster.uid, binding.environment_id
+                )));
+            }
+        }
+        backoff.reset();
+        log::info!(
+            "nexo-manager {} (build {}) starting: environment {}, cluster {} ({}), namespaces {}",
+            crate::VERSION,
+            crate::BUILD,
+            token.environment_id(),
+            cluster.uid,
+            cluster.kubernetes_version,
+            namespaces.join(",")
+        );
+        let interval = cfg.heartbeat_interval;
+        Ok(Agent {
+            cfg,
+            kube,
+            cp,
+            waiter,
+            token,
+            namespaces,
+            instance,
+            cluster,
+            store,
+            state,
+            session: None,
+            sequence: 0,
+            interval,
+            backoff,
+        })
+    }
+
+    /// Runs until SIGTERM/SIGINT (Ok) or a fatal error.
+    pub fn run(mut self) -> Result<(), Fatal> {
+        loop {
+            let delay = match self.cycle()? {
+                Some(delay) => delay,
+                None => return self.stopped(),
+            };
+            match self.waiter.wait(delay, None) {
+                Ok(Wake::Stop) => return self.stopped(),
+                Ok(_) => {}
+                Err(e) => return Err(Fatal::Other(format!("wait failed: {e}"))),
+            }
+        }
+    }
+
+    fn stopped(&self) -> Result<(), Fatal> {
+        log::info!("stop requested; exiting");
+        Ok(())
+    }
+
+    /// One connect-if-needed + heartbeat + commands. Returns how long to wait,
+    /// or `None` when a stop was requested.
+    fn cycle(&mut self) -> Result<Option<Duration>, Fatal> {
+        let session_stale = self.session.as_ref().is_some_and(|s| {
+            s.expires_at.is_some_and(|at| SystemTime::now() + SESSION_MARGIN >= at)
+        });
+        if self.session.is_none() || session_stale {
+            match self.connect()? {
+                Ok(()) => {}
+                Err(delay) => return Ok(Some(delay)),
+            }
+        }
+        let body = self.heartbeat_body();
+        let result = match self.send_heartbeat(&body) {
+            Err(e) if e.status() == Some(401) => {
+                log::info!("session expired; connecting again and resending heartbeat {}", body.sequence);
+                self.session = None;
+                match self.connect()? {
+                    Ok(()) => {
+                        let mut body = body;
+                        body.manager_id = self.session.as_ref().map(|s| s.manager_id.clone()).unwrap_or_default();
+                        self.send_heartbeat(&body)
+                    }
+                    Err(delay) => return Ok(Some(delay)),
+                }
+            }
+            other => other,
+        };
+        match result {
+            Ok(resp) => {
+                self.backoff.reset();
+                if let Some(secs) = resp.heartbeat_interval_seconds {
+                    self.set_interval(secs);
+                }
+                for command in resp.commands.unwrap_or_default() {
+                    if self.waiter.stop_requested() {
+                        log::info!("stop requested; leaving the rest of the batch to the next Manager");
+                        return Ok(None);
+                    }
+                    self.handle_command(&command);
+                }
+                Ok(Some(self.interval))
+            }
+            Err(e) => {
+                let decision = retry_decision(&e, &mut self.backoff);
+                match e.status() {
+                    Some(400 | 422) => log::error!("heartbeat refused as malformed ({e}); not resending it"),
+                    _ => log::warn!("heartbeat failed: {e}"),
+                }
+                Ok(Some(match decision {
+                    Retry::After(d) => {
+                        log::info!("next heartbeat in {}", humantime::format_duration(round_ms(d)));
+                        d
+                    }
+                    Retry::NextInterval => self.interval,
+                }))
+            }
+        }
+    }
+
+    fn set_interval(&mut self, secs: u64) {
+        let interval = clamp_interval(secs);
+        if interval != self.interval {
+            log::info!("heartbeat interval is now {} (set by the Control Plane)", humantime::format_duration(interval));
+            self.interval = interval;
+        }
+    }
+
+    fn send_heartbeat(&mut self, body: &HeartbeatRequest) -> Result<wire::HeartbeatResponse, CpError> {
+        let session = self.session.as_ref().expect("connected before a heartbeat");
+        self.cp.heartbeat(&session.token, body)
+    }
+
+    /// Connects; `Ok(Err(delay))` when it failed in a way worth retrying.
+    fn connect(&mut self) -> Result<Result<(), Duration>, Fatal> {
+        let body = ConnectRequest {
+            protocol_version: wire::PROTOCOL_VERSION,
+            manager: ManagerInfo {
+                version: crate::VERSION.into(),
+                build: crate::BUILD.into(),
+                capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+            },
+            instance: self.instance.clone(),
+            cluster: self.cluster.clone(),
+        };
+        match self.cp.connect(self.token.secret(), &body) {
+            Ok(resp) => {
+                if resp.environment_id != self.token.environment_id() {
+                    return Err(Fatal::Binding(format!(
+                        "the Control Plane answered for environment {} but the connect token is for {}",
+                        resp.environment_id,
+                        self.token.environment_id()
+                    )));
+                }
+                let binding = Binding {
+                    environment_id: resp.environment_id.clone(),
+                    manager_id: resp.manager_id.clone(),
+                    cluster_uid: self.cluster.uid.clone(),
+                };
+                if self.state.binding.as_ref() != Some(&binding) {
+                    if let Some(old) = &self.state.binding {
+                        log::warn!("binding changes from environment {} / manager {} to {} / {}", old.environment_id, old.manager_id, binding.environment_id, binding.manager_id);
+                    }
+                    let new = binding.clone();
+                    self.state = self.store.update(&self.kube, &self.state, move |s| s.binding = Some(new.clone()))?;
+                }
+                let expires_at = resp.session_expires_at.as_deref().and_then(|t| {
+                    humantime::parse_rfc3339(t)
+                        .inspect_err(|_| log::warn!("ignoring unparsable sessionExpiresAt {t:?}"))
+                        .ok()
+                });
+                log::info!("connected: environment {}, manager {}", resp.environment_id, resp.manager_id);
+                self.session = Some(Session { token: Secret::new(resp.session_token), manager_id: resp.manager_id, expires_at });
+                if let Some(secs) = resp.heartbeat_interval_seconds {
+                    self.set_interval(secs);
+                }
+                self.backoff.reset();
+                Ok(Ok(()))
+            }
+            Err(e) => match (e.status(), e.code()) {
+                (Some(403), code) => Err(Fatal::Binding(match code {
+                    Some("environment_bound_elsewhere") => format!(
+                        "environment {} is bound to another Kubernetes cluster (this one is {}); use the connect token issued for this cluster's environment, or release the binding in the Nexo console",
+                        self.token.environment_id(),
+                        self.cluster.uid
+                    ),
+                    Some("protocol_unsupported") => format!(
+                        "the Control Plane does not accept protocol version {}; upgrade the Manager ({e})",
+                        wire::PROTOCOL_VERSION
+                    ),
+                    _ => format!("the Control Plane refused the connection ({e})"),
+                })),
+                (Some(401), _) => {
+                    log::error!("connect refused: the connect token of environment {} is unknown, expired or revoked ({e}); re-reading it", self.token.environment_id());
+                    if let TokenSource::File(_) = &self.cfg.token_source {
+                        match read_connect_token(&self.cfg.token_source, self.cfg.environment_id.as_deref()) {
+                            Ok(t) => self.token = t,
+                            Err(e) => log::error!("keeping the previous connect token: {e}"),
+                        }
+                    }
+                    Ok(Err(self.backoff.next_delay()))
+                }
+                (Some(400 | 422), _) => Err(Fatal::Other(format!("the Control Plane refused the connect body as malformed: {e}"))),
+                _ => {
+                    let delay = match retry_decision(&e, &mut self.backoff) {
+                        Retry::After(d) => d,
+                        Retry::NextInterval => self.interval,
+                    };
+                    log::warn!("connect failed: {e}; retrying in {}", humantime::format_duration(round_ms(delay)));
+                    Ok(Err(delay))
+                }
+            },
+        }
+    }
+
+    fn heartbeat_body(&mut self) -> HeartbeatRequest {
+        let want_topology = self.cfg.cluster_region.is_none() || self.cfg.cluster_zone.is_none();
+        let inv = inventory::collect(&self.kube, &self.namespaces, self.token.environment_id(), want_topology);
+        self.sequence += 1;
+        HeartbeatRequest {
+            manager_id: self.session.as_ref().map(|s| s.manager_id.clone()).unwrap_or_default(),
+            sequence: self.sequence,
+            sent_at: now_rfc3339(),
+            manager: HeartbeatManager {
+                version: crate::VERSION.into(),
+                build: crate::BUILD.into(),
+                protocol_version: wire::PROTOCOL_VERSION,
+                capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+            },
+            proxy_image: self.cfg.proxy_image.to_string(),
+            managed_proxy_count: inv.deployments.len(),
+            deployments: inv.deployments,
+            cluster: ClusterInfo {
+                uid: self.cluster.uid.clone(),
+                name: self.cfg.cluster_name.clone(),
+                region: self.cfg.cluster_region.clone().or(inv.region),
+                zone: self.cfg.cluster_zone.clone().or(inv.zone),
+                kubernetes_version: self.cluster.kubernetes_version.clone(),
+            },
+            pending_acks: Vec::new(),
+            inventory_errors: inv.errors,
+        }
+    }
+
+    /// Until the command classes are implemented, every command is refused
+    /// with `unsupported class`.
+    fn handle_command(&mut self, command: &Value) {
+        let Some(id) = command.get("id").and_then(Value::as_str).filter(|id| wire::valid_command_id(id)) else {
+            log::error!("skipping a command without a valid id: {}", truncate(&command.to_string(), 200));
+            return;
+        };
+        let class = command.get("class").and_then(Value::as_str).unwrap_or("");
+        let message = format!("unsupported class: {}", truncate(class, 64));
+        log::warn!("command {id}: {message}");
+        let session = self.session.as_ref().expect("connected");
+        let ack = Ack {
+            manager_id: session.manager_id.clone(),
+            command_id: id.to_owned(),
+            result: "failed".into(),
+            message,
+            completed_at: now_rfc3339(),
+            attempt: 1,
+            resources: Vec::new(),
+        };
+        match self.cp.ack(&session.token, &ack) {
+            Ok(outcome) => log::info!("command {id}: ack delivered ({outcome:?})"),
+            Err(e) => log::error!("command {id}: ack not delivered: {e}"),
+        }
+    }
+}
+
+/// Retries a Kubernetes read at start-up while it fails transiently;
+/// interruptible by SIGTERM.
+fn retry_kube<T>(
+    waiter: &mut Waiter,
+    backoff: &mut Backoff,
+    what: &str,
+    mut f: impl FnMut() -> Result<T, kube::Error>,
+) -> Result<T, Fatal> {
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() => {
+                let delay = e.retry_after().unwrap_or_else(|| backoff.next_delay());
+                log::warn!("cannot {what} yet: {e}; retrying in {}", humantime::format_duration(round_ms(delay)));
+                if let Ok(Wake::Stop) = waiter.wait(delay, None) {
+                    return Err(Fatal::Other(format!("stopped before being able to {what}")));
+                }
+            }
+            Err(e) => return Err(Fatal::Other(format!("cannot {what}: {e}"))),
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::Jitter;
+
+    #[test]
+    fn interval_override_is_clamped() {
+        assert_eq!(clamp_interval(1), Duration::from_secs(5));
+        assert_eq!(clamp_interval(30), Duration::from_secs(30));
+        assert_eq!(clamp_interval(100_000), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn retry_decisions() {
+        let status = |status, retry_after| CpError::Status { status, code: None, message: None, retry_after };
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::seeded(3));
+        assert_eq!(retry_decision(&status(429, Some(Duration::from_secs(3))), &mut b), Retry::After(Duration::from_secs(3)));
+        assert_eq!(retry_decision(&status(503, Some(Duration::from_secs(9))), &mut b), Retry::After(Duration::from_secs(9)));
+        assert_eq!(retry_decision(&status(400, None), &mut b), Retry::NextInterval);
+        assert_eq!(b.failures(), 0, "neither Retry-After nor 400 counts as a backoff step");
+        assert!(matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(1)));
+        assert!(matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d <= Duration::from_secs(2)));
+        assert_eq!(b.failures(), 2);
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(Fatal::Config(String::new()).exit_code(), 2);
+        assert_eq!(Fatal::Binding(String::new()).exit_code(), 3);
+        assert_eq!(Fatal::Other(String::new()).exit_code(), 1);
+    }
+
+    #[test]
+    fn truncation_is_char_safe() {
+        assert_eq!(truncate("héllo", 2), "hé");
+        assert_eq!(truncate("ab", 5), "ab");
+    }
+}
