@@ -1,0 +1,665 @@
+//! A simulator of the Nexo Control Plane, protocol version 2: the server
+//! side of the contract the Manager speaks, for the project's tests and its
+//! sandbox.
+//!
+//! What it is: environments and connect tokens, the cluster binding rule,
+//! sessions, scripted command queues, acknowledgements, fault injection
+//! (error statuses with `Retry-After`, delays, resets, malformed and
+//! oversized bodies) and a log of every request. HTTPS with a generated CA,
+//! keep-alive, one thread per connection. Runs in-process ([`Simulator`]) or
+//! as the `nexo-cpsim` binary.
+//!
+//! What it is not: the hosted Control Plane. It is never linked into the
+//! Manager's production binary, keeps everything in memory, and listens on
+//! loopback only.
+
+#![forbid(unsafe_code)]
+
+pub mod http;
+pub mod protocol;
+pub mod tls;
+
+use std::collections::VecDeque;
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::http::Response;
+use crate::protocol::State;
+
+/// How the simulator runs.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// HTTPS with the generated certificate (default); plain HTTP when false.
+    pub tls: bool,
+    /// Sent as `heartbeatIntervalSeconds` in connect and heartbeat answers when set.
+    pub heartbeat_interval_seconds: Option<u64>,
+    /// Session lifetime (default 1 hour).
+    pub session_ttl: Duration,
+    /// Serve the `/_sim/...` admin endpoints (default false; the binary turns them on).
+    pub admin: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig { tls: true, heartbeat_interval_seconds: None, session_ttl: Duration::from_secs(3600), admin: false }
+    }
+}
+
+/// Which requests a fault applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /api/v2/manager/connect`.
+    Connect,
+    /// `POST /api/v2/manager/heartbeat`.
+    Heartbeat,
+    /// `POST /api/v2/manager/commands/{id}/ack`.
+    Ack,
+    /// Any protocol request.
+    Any,
+}
+
+/// A scripted failure, consumed by the next matching request(s).
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// Where it applies.
+    pub endpoint: Endpoint,
+    /// How many requests it affects.
+    pub times: usize,
+    /// What happens.
+    pub action: FaultAction,
+}
+
+impl Fault {
+    /// A fault for one request.
+    pub fn new(endpoint: Endpoint, action: FaultAction) -> Fault {
+        Fault { endpoint, times: 1, action }
+    }
+
+    /// The same fault for `n` requests.
+    pub fn times(mut self, n: usize) -> Fault {
+        self.times = n;
+        self
+    }
+}
+
+/// What a fault does. Apart from `Delay`, a faulted request has no effect.
+#[derive(Clone, Debug)]
+pub enum FaultAction {
+    /// An error status with protocol.md's error body, and `Retry-After` when set.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// `error.code`.
+        code: String,
+        /// `error.message`.
+        message: String,
+        /// `Retry-After`, verbatim.
+        retry_after: Option<String>,
+    },
+    /// Sleeps, then answers normally.
+    Delay(Duration),
+    /// Closes the connection without an answer.
+    Reset,
+    /// 200 with a truncated JSON body.
+    MalformedBody,
+    /// 200 with a valid JSON body of about this many bytes.
+    OversizedBody(usize),
+    /// 200 with `commands` that is not a list.
+    CommandsNotList,
+    /// Any status and body.
+    Raw {
+        /// HTTP status.
+        status: u16,
+        /// The body.
+        body: String,
+    },
+}
+
+/// One request as received.
+#[derive(Clone, Debug)]
+pub struct LoggedRequest {
+    /// Connection number, from 1.
+    pub connection: u64,
+    /// Method.
+    pub method: String,
+    /// Path with query.
+    pub path: String,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+    /// The body as JSON, when it is JSON.
+    pub json: Option<Value>,
+    /// Status answered; 0 for a reset.
+    pub status: u16,
+    /// When it arrived.
+    pub at: SystemTime,
+}
+
+impl LoggedRequest {
+    /// The first header of that name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    faults: Mutex<VecDeque<Fault>>,
+    log: Mutex<Vec<LoggedRequest>>,
+    connections: AtomicU64,
+    stop: AtomicBool,
+    admin: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running simulator.
+pub struct Simulator {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    url: String,
+    ca_pem: String,
+}
+
+impl Simulator {
+    /// Starts on a free loopback port; panics with the reason on failure.
+    pub fn start(config: SimConfig) -> Simulator {
+        Simulator::start_on(config, SocketAddr::from(([127, 0, 0, 1], 0)))
+            .unwrap_or_else(|e| panic!("cannot start the CP simulator: {e}"))
+    }
+
+    /// Starts on `addr`.
+    pub fn start_on(config: SimConfig, addr: SocketAddr) -> std::io::Result<Simulator> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let tls = config.tls.then(tls::generate);
+        let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone()).unwrap_or_default();
+        let scheme = if config.tls { "https" } else { "http" };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(config.heartbeat_interval_seconds, config.session_ttl)),
+            faults: Mutex::new(VecDeque::new()),
+            log: Mutex::new(Vec::new()),
+            connections: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            admin: config.admin,
+        });
+        let server = shared.clone();
+        let tls_config = tls.map(|t| t.config);
+        std::thread::Builder::new().name("cpsim-accept".into()).spawn(move || {
+            for stream in listener.incoming() {
+                if server.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let n = server.connections.fetch_add(1, Ordering::SeqCst) + 1;
+                let shared = server.clone();
+                let tls_config = tls_config.clone();
+                let _ = std::thread::Builder::new().name(format!("cpsim-conn-{n}")).spawn(move || {
+                    serve_connection(&shared, stream, n, tls_config);
+                });
+            }
+        })?;
+        Ok(Simulator { shared, addr, url: format!("{scheme}://{addr}"), ca_pem })
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// PEM of the CA a client must trust (empty for plain HTTP).
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// Writes [`Simulator::ca_pem`] to `path`.
+    pub fn write_ca(&self, path: &Path) {
+        std::fs::write(path, &self.ca_pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
+    /// Registers an environment and returns its connect token.
+    pub fn add_environment(&self, id: &str) -> String {
+        let mut state = lock(&self.shared.state);
+        let token = format!("nexo_ct_{id}_{}", state.random_alnum(40));
+        state.add_environment(id, &token);
+        token
+    }
+
+    /// Registers an environment with a given token.
+    pub fn add_environment_with_token(&self, id: &str, token: &str) {
+        lock(&self.shared.state).add_environment(id, token);
+    }
+
+    /// Issues a new token; the old one is refused from now on.
+    pub fn rotate_token(&self, env: &str) -> String {
+        let mut state = lock(&self.shared.state);
+        let token = format!("nexo_ct_{env}_{}", state.random_alnum(40));
+        state.envs.get_mut(env).expect("known environment").token = token.clone();
+        token
+    }
+
+    /// Binds `env` to `cluster_uid` ahead of any connect.
+    pub fn bind(&self, env: &str, cluster_uid: &str) {
+        lock(&self.shared.state).envs.get_mut(env).expect("known environment").bound = Some(cluster_uid.to_owned());
+    }
+
+    /// The cluster uid `env` is bound to.
+    pub fn bound_cluster(&self, env: &str) -> Option<String> {
+        lock(&self.shared.state).envs.get(env).and_then(|e| e.bound.clone())
+    }
+
+    /// The manager id the CP gives `env`'s Manager.
+    pub fn manager_id(&self, env: &str) -> String {
+        protocol::manager_id(env)
+    }
+
+    /// Queues a command for the next heartbeat of `env`.
+    pub fn enqueue_command(&self, env: &str, command: Value) {
+        lock(&self.shared.state).envs.get_mut(env).expect("known environment").queue.push_back(command);
+    }
+
+    /// Sets or clears the interval the CP asks for.
+    pub fn set_heartbeat_interval(&self, seconds: Option<u64>) {
+        lock(&self.shared.state).interval = seconds;
+    }
+
+    /// Invalidates every session: the next heartbeat or ack gets 401.
+    pub fn expire_sessions(&self) {
+        lock(&self.shared.state).sessions.clear();
+    }
+
+    /// Queues a fault.
+    pub fn inject(&self, fault: Fault) {
+        lock(&self.shared.faults).push_back(fault);
+    }
+
+    /// Drops every queued fault.
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        lock(&self.shared.log).clone()
+    }
+
+    /// Heartbeat bodies answered 200.
+    pub fn heartbeats(&self) -> Vec<Value> {
+        lock(&self.shared.state).heartbeats.clone()
+    }
+
+    /// Acks accepted, direct or through `pendingAcks`.
+    pub fn acks(&self) -> Vec<Value> {
+        lock(&self.shared.state).acks.clone()
+    }
+
+    /// TCP connections accepted (each one TLS handshake).
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst) as usize
+    }
+
+    /// The request log, one line a request, tokens redacted.
+    pub fn log_dump(&self) -> String {
+        log_dump(&lock(&self.shared.log))
+    }
+
+    /// Polls `pred` every 50 ms; panics with `what` and the log after `timeout`.
+    pub fn wait_until(&self, timeout: Duration, what: &str, pred: impl Fn(&Simulator) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !pred(self) {
+            if Instant::now() > deadline {
+                panic!("timed out after {timeout:?} waiting for {what}\n{}", self.log_dump());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops accepting connections.
+    pub fn shutdown(&self) {
+        if !self.shared.stop.swap(true, Ordering::SeqCst) {
+            // Wake the accept loop.
+            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        }
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn redact(headers: &[(String, String)]) -> String {
+    headers
+        .iter()
+        .filter(|(k, _)| k == "authorization")
+        .map(|(_, v)| {
+            let tail: String = v.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+            format!(" auth=Bearer <redacted:{tail}>")
+        })
+        .collect()
+}
+
+fn log_dump(log: &[LoggedRequest]) -> String {
+    let mut out = String::new();
+    for r in log {
+        let body = String::from_utf8_lossy(&r.body);
+        let body: String = body.chars().take(2000).collect();
+        out.push_str(&format!(
+            "{} conn#{} {} {} -> {}{} {}\n",
+            humantime::format_rfc3339_millis(r.at),
+            r.connection,
+            r.method,
+            r.path,
+            r.status,
+            redact(&r.headers),
+            body
+        ));
+    }
+    if out.is_empty() {
+        out.push_str("(no requests)\n");
+    }
+    out
+}
+
+/// Streams to and from one client, TLS or not.
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+fn serve_connection(shared: &Shared, tcp: TcpStream, n: u64, tls: Option<Arc<rustls::ServerConfig>>) {
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(120)));
+    let _ = tcp.set_write_timeout(Some(Duration::from_secs(30)));
+    let _ = tcp.set_nodelay(true);
+    let stream: Box<dyn Stream> = match tls {
+        Some(config) => match rustls::ServerConnection::new(config) {
+            Ok(conn) => Box::new(rustls::StreamOwned::new(conn, tcp)),
+            Err(_) => return,
+        },
+        None => Box::new(tcp),
+    };
+    let mut reader = BufReader::new(stream);
+    while !shared.stop.load(Ordering::SeqCst) {
+        let req = match http::read_request(&mut reader) {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = http::write_response(reader.get_mut(), &protocol::error(400, "invalid_request", &e.to_string()), true);
+                }
+                return;
+            }
+        };
+        let at = SystemTime::now();
+        let close = req.wants_close();
+        let (status, keep_going) = answer(shared, &req, reader.get_mut(), close);
+        lock(&shared.log).push(LoggedRequest {
+            connection: n,
+            method: req.method.clone(),
+            path: req.path.clone(),
+            headers: req.headers.clone(),
+            json: serde_json::from_slice(&req.body).ok(),
+            body: req.body,
+            status,
+            at,
+        });
+        if !keep_going || close {
+            return;
+        }
+    }
+}
+
+fn endpoint_of(path: &str) -> Option<(Endpoint, Option<String>)> {
+    match path {
+        "/api/v2/manager/connect" => Some((Endpoint::Connect, None)),
+        "/api/v2/manager/heartbeat" => Some((Endpoint::Heartbeat, None)),
+        _ => {
+            let id = path.strip_prefix("/api/v2/manager/commands/")?.strip_suffix("/ack")?;
+            Some((Endpoint::Ack, Some(id.to_owned())))
+        }
+    }
+}
+
+fn take_fault(shared: &Shared, endpoint: Endpoint) -> Option<FaultAction> {
+    let mut faults = lock(&shared.faults);
+    let i = faults.iter().position(|f| f.endpoint == endpoint || f.endpoint == Endpoint::Any)?;
+    let action = faults[i].action.clone();
+    faults[i].times -= 1;
+    if faults[i].times == 0 {
+        faults.remove(i);
+    }
+    Some(action)
+}
+
+/// Answers one request; returns the status sent and whether the connection stays open.
+fn answer(shared: &Shared, req: &http::Request, w: &mut dyn Stream, close: bool) -> (u16, bool) {
+    let path = req.path.split('?').next().unwrap_or("");
+    let Some((endpoint, id)) = endpoint_of(path) else {
+        let resp = if path.starts_with("/_sim/") && shared.admin {
+            admin(shared, req)
+        } else {
+            protocol::error(404, "not_found", "no such endpoint")
+        };
+        return (resp.status, http::write_response(w, &resp, close).is_ok());
+    };
+    if req.method != "POST" {
+        let resp = protocol::error(405, "method_not_allowed", "use POST");
+        return (405, http::write_response(w, &resp, close).is_ok());
+    }
+    let resp = match take_fault(shared, endpoint) {
+        Some(FaultAction::Delay(d)) => {
+            std::thread::sleep(d);
+            None
+        }
+        Some(FaultAction::Reset) => return (0, false),
+        Some(FaultAction::OversizedBody(size)) => {
+            let pad = size.saturating_sub(14);
+            let head = http::head(200, "application/json", pad + 14, &[], close);
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut write = || -> std::io::Result<()> {
+                w.write_all(head.as_bytes())?;
+                w.write_all(b"{\"padding\":\"")?;
+                let mut left = pad;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    w.write_all(&chunk[..n])?;
+                    left -= n;
+                }
+                w.write_all(b"\"}")?;
+                w.flush()
+            };
+            return (200, write().is_ok());
+        }
+        Some(FaultAction::Status { status, code, message, retry_after }) => {
+            let mut resp = protocol::error(status, &code, &message);
+            if let Some(ra) = retry_after {
+                resp = resp.header("Retry-After", &ra);
+            }
+            Some(resp)
+        }
+        Some(FaultAction::MalformedBody) => Some(raw(200, "{\"commands\": [")),
+        Some(FaultAction::CommandsNotList) => Some(raw(200, "{\"commands\": {\"id\": \"x\"}}")),
+        Some(FaultAction::Raw { status, body }) => Some(raw(status, &body)),
+        None => None,
+    };
+    let resp = resp.unwrap_or_else(|| {
+        let body: Value = match serde_json::from_slice(&req.body) {
+            Ok(v) => v,
+            Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
+        };
+        let mut state = lock(&shared.state);
+        match endpoint {
+            Endpoint::Connect => state.connect(&req.headers, &body),
+            Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
+            Endpoint::Ack | Endpoint::Any => state.ack(id.as_deref().unwrap_or(""), &req.headers, &body),
+        }
+    });
+    (resp.status, http::write_response(w, &resp, close).is_ok())
+}
+
+fn raw(status: u16, body: &str) -> Response {
+    Response { status, headers: Vec::new(), body: body.as_bytes().to_vec(), content_type: "application/json" }
+}
+
+fn admin(shared: &Shared, req: &http::Request) -> Response {
+    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
+    match (req.method.as_str(), path) {
+        ("GET", "/_sim/log") => Response::text(200, log_dump(&lock(&shared.log))),
+        ("GET", "/_sim/acks") => Response::json(200, &json!(lock(&shared.state).acks)),
+        ("GET", "/_sim/heartbeats") => Response::json(200, &json!(lock(&shared.state).heartbeats)),
+        ("POST", "/_sim/expire-sessions") => {
+            lock(&shared.state).sessions.clear();
+            Response::text(204, "")
+        }
+        ("POST", "/_sim/commands") => {
+            let env = query.split('&').find_map(|kv| kv.strip_prefix("env=")).unwrap_or("");
+            let commands = match serde_json::from_slice::<Value>(&req.body) {
+                Ok(Value::Array(list)) => list,
+                Ok(one) => vec![one],
+                Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
+            };
+            let mut state = lock(&shared.state);
+            let Some(e) = state.envs.get_mut(env) else {
+                return protocol::error(404, "unknown_environment", "no such environment");
+            };
+            e.queue.extend(commands);
+            Response::text(204, "")
+        }
+        _ => protocol::error(404, "not_found", "no such admin endpoint"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    /// A minimal keep-alive HTTP client over a plain or TLS stream.
+    fn post(stream: &mut (impl Read + Write), path: &str, token: &str, body: &Value) -> (u16, Value) {
+        let body = body.to_string();
+        write!(stream, "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        stream.flush().unwrap();
+        let mut r = BufReader::new(stream);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let status: u16 = line.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut len = 0;
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut buf = vec![0; len];
+        r.read_exact(&mut buf).unwrap();
+        (status, serde_json::from_slice(&buf).unwrap_or(Value::Null))
+    }
+
+    fn connect_body() -> Value {
+        json!({"protocolVersion": 2, "manager": {"version": "0.3.0", "build": "b", "capabilities": []},
+               "instance": {"id": "i", "podName": "p", "namespace": "n"},
+               "cluster": {"uid": "c1", "kubernetesVersion": "v1.37.2"}})
+    }
+
+    #[test]
+    fn plain_http_round_trip_with_faults_over_one_connection() {
+        let sim = Simulator::start(SimConfig { tls: false, ..SimConfig::default() });
+        let token = sim.add_environment("env-a");
+        let mut s = TcpStream::connect(sim.addr()).unwrap();
+        sim.inject(Fault::new(Endpoint::Connect, FaultAction::Status {
+            status: 503, code: "busy".into(), message: "later".into(), retry_after: Some("2".into()) }));
+        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
+        assert_eq!((status, body["error"]["code"].as_str()), (503, Some("busy")));
+        assert_eq!(sim.bound_cluster("env-a"), None, "a faulted connect has no effect");
+        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
+        assert_eq!(status, 200, "the fault is consumed once");
+        assert_eq!(body["managerId"], sim.manager_id("env-a"));
+        assert_eq!(sim.bound_cluster("env-a").as_deref(), Some("c1"));
+        assert_eq!(sim.connections(), 1, "keep-alive: one connection");
+        let log = sim.requests();
+        assert_eq!(log.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 200]);
+        assert_eq!(log[1].json.as_ref().unwrap()["cluster"]["uid"], "c1");
+        let dump = sim.log_dump();
+        assert!(!dump.contains(&token) && dump.contains("<redacted:"), "{dump}");
+        let (status, _) = post(&mut s, "/nope", &token, &json!({}));
+        assert_eq!(status, 404);
+    }
+
+    #[test]
+    fn tls_connect_with_the_generated_ca() {
+        let sim = Simulator::start(SimConfig::default());
+        let token = sim.add_environment("env-tls");
+        let mut roots = rustls::RootCertStore::empty();
+        let der = sim.ca_pem();
+        let der: Vec<u8> = {
+            let b64: String = der.lines().filter(|l| !l.starts_with("-----")).collect();
+            decode_b64(&b64)
+        };
+        roots.add(rustls::pki_types::CertificateDer::from(der)).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(sim.addr()).unwrap());
+        let (status, body) = post(&mut tls, "/api/v2/manager/connect", &token, &connect_body());
+        assert_eq!(status, 200, "{body}");
+        assert!(sim.url().starts_with("https://127.0.0.1:"));
+    }
+
+    fn decode_b64(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let (mut acc, mut bits) = (0u32, 0);
+        for c in s.bytes() {
+            let v = match c {
+                b'A'..=b'Z' => c - b'A',
+                b'a'..=b'z' => c - b'a' + 26,
+                b'0'..=b'9' => c - b'0' + 52,
+                b'+' => 62,
+                b'/' => 63,
+                _ => continue,
+            };
+            acc = (acc << 6) | u32::from(v);
+            bits += 6;
+            if bits >= 8 {
+                bits -= 8;
+                out.push((acc >> bits) as u8);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn reset_closes_without_an_answer_and_is_logged() {
+        let sim = Simulator::start(SimConfig { tls: false, ..SimConfig::default() });
+        let token = sim.add_environment("env-r");
+        sim.inject(Fault::new(Endpoint::Any, FaultAction::Reset));
+        let mut s = TcpStream::connect(sim.addr()).unwrap();
+        let body = connect_body().to_string();
+        write!(s, "POST /api/v2/manager/connect HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(s.read_to_end(&mut buf).unwrap_or(0), 0, "no answer");
+        sim.wait_until(Duration::from_secs(5), "the reset request in the log", |s| s.requests().len() == 1);
+        assert_eq!(sim.requests()[0].status, 0);
+    }
+}

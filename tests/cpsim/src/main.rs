@@ -1,0 +1,84 @@
+//! `nexo-cpsim`: the CP simulator as a separate process, for the sandbox.
+//!
+//! ```text
+//! nexo-cpsim [--addr 127.0.0.1:PORT] [--env ID[=TOKEN]]... [--ca-out PATH]
+//!            [--plain-http] [--heartbeat-interval SECS]
+//! ```
+//! Prints `url=...`, `token.<ID>=...`, `ca=...` and `ready`, one per line,
+//! then serves until killed. Admin endpoints: `GET /_sim/log`,
+//! `GET /_sim/acks`, `GET /_sim/heartbeats`, `POST /_sim/commands?env=ID`,
+//! `POST /_sim/expire-sessions`.
+
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use nexo_cpsim::{SimConfig, Simulator};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nexo-cpsim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let mut config = SimConfig { admin: true, ..SimConfig::default() };
+    let mut addr: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+    let mut envs: Vec<(String, Option<String>)> = Vec::new();
+    let mut ca_out: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--addr" => addr = value()?.parse().map_err(|_| "--addr is not host:port".to_owned())?,
+            "--env" => {
+                let v = value()?;
+                match v.split_once('=') {
+                    Some((id, token)) => envs.push((id.to_owned(), Some(token.to_owned()))),
+                    None => envs.push((v, None)),
+                }
+            }
+            "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
+            "--plain-http" => config.tls = false,
+            "--heartbeat-interval" => {
+                config.heartbeat_interval_seconds =
+                    Some(value()?.parse().map_err(|_| "--heartbeat-interval is not a number".to_owned())?)
+            }
+            "--help" | "-h" => {
+                println!("nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS]");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let sim = Simulator::start_on(config, addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "url={}", sim.url());
+    for (id, token) in envs {
+        let token = match token {
+            Some(t) => {
+                sim.add_environment_with_token(&id, &t);
+                t
+            }
+            None => sim.add_environment(&id),
+        };
+        let _ = writeln!(out, "token.{id}={token}");
+    }
+    if let Some(path) = ca_out {
+        sim.write_ca(&path);
+        let _ = writeln!(out, "ca={}", path.display());
+    }
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
+    drop(out);
+    loop {
+        std::thread::park();
+    }
+}
