@@ -15,6 +15,7 @@ use ureq::http::Request;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 use super::config::{Auth, KubeConfig};
+use crate::backoff::{Backoff, Jitter};
 use super::error::{Error, Status};
 
 /// Largest response body read from the API server (one page of a list).
@@ -31,6 +32,38 @@ pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
 /// Content type of a JSON merge patch.
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// Retries of a transient failure.
+pub const RETRIES: u32 = 3;
+
+/// First backoff step of a retried call.
+pub const RETRY_BASE: Duration = Duration::from_millis(200);
+
+/// Longest wait between retries (also caps `Retry-After`, so one call stays bounded).
+pub const RETRY_CAP: Duration = Duration::from_secs(10);
+
+/// Whether and when to retry a failed call, from plain values. 429 waits
+/// `Retry-After` (capped) or backs off, for any method: the server did not
+/// process the request. 5xx and transport errors retry methods whose repeat
+/// is harmless (GET, PUT with its resourceVersion, server-side-apply PATCH,
+/// DELETE), not POST. Nothing else is retried here; 409 conflicts are the
+/// read-modify-write caller's to retry.
+pub fn retry_delay(method: &Method, err: &Error, attempt: u32, backoff: &mut Backoff) -> Option<Duration> {
+    if attempt > RETRIES {
+        return None;
+    }
+    let idempotent = method != Method::POST;
+    match err {
+        Error::Api { status: 429, retry_after, .. } => {
+            Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP)))
+        }
+        Error::Api { status, retry_after, .. } if *status >= 500 && idempotent => {
+            Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP)))
+        }
+        Error::Transport(_) if idempotent => Some(backoff.next_delay()),
+        _ => None,
+    }
+}
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nexo-manager";
@@ -90,14 +123,34 @@ impl Client {
 
     /// Sends one request; `path` includes the query. Returns the decoded
     /// JSON body of a 2xx answer (`Value::Null` when empty).
+    ///
+    /// A 401 with a file token re-reads the token and retries once. A
+    /// transient failure is retried up to [`RETRIES`] times as
+    /// [`retry_delay`] decides (honouring `Retry-After` on 429).
     pub fn request(&self, method: Method, path: &str, body: Option<Body<'_>>) -> Result<Value, Error> {
-        let first = self.send(&method, path, body.as_ref());
-        match (&first, &self.auth) {
-            (Err(Error::Api { status: 401, .. }), Auth::Bearer(source)) if source.reload() => {
-                log::info!("service-account token rotated; retrying {method} {path}");
-                self.send(&method, path, body.as_ref())
+        let mut backoff = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy());
+        let mut attempt = 0;
+        let mut reloaded = false;
+        loop {
+            let err = match self.send(&method, path, body.as_ref()) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if let (Some(401), Auth::Bearer(source), false) = (err.status(), &self.auth, reloaded) {
+                reloaded = true;
+                if source.reload() {
+                    log::info!("service-account token rotated; retrying {method} {path}");
+                    continue;
+                }
             }
-            _ => first,
+            attempt += 1;
+            match retry_delay(&method, &err, attempt, &mut backoff) {
+                Some(delay) => {
+                    log::warn!("{method} {path}: {err}; retry {attempt}/{RETRIES} in {delay:?}");
+                    std::thread::sleep(delay);
+                }
+                None => return Err(err),
+            }
         }
     }
 
@@ -225,26 +278,39 @@ impl Client {
         collection: &str,
         label_selector: Option<&str>,
         limit: u32,
-        mut visit: impl FnMut(Value),
+        visit: impl FnMut(Value),
     ) -> Result<(), Error> {
-        let mut restarted = false;
-        let mut token: Option<String> = None;
-        loop {
-            match self.list_page(collection, label_selector, limit, token.as_deref()) {
-                Ok((items, next)) => {
-                    items.into_iter().for_each(&mut visit);
-                    match next {
-                        Some(next) => token = Some(next),
-                        None => return Ok(()),
-                    }
-                }
-                Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
-                    log::warn!("list of {collection} expired mid-way; restarting it once");
-                    restarted = true;
-                    token = None;
-                }
-                Err(e) => return Err(e),
+        page_through(|token| self.list_page(collection, label_selector, limit, token), visit).inspect_err(|e| {
+            if e.status() == Some(410) {
+                log::warn!("list of {collection} expired twice; giving up on this pass");
             }
+        })
+    }
+}
+
+/// The paging loop of [`Client::list_each`], over any page source: follows
+/// `continue` tokens, and restarts once from the beginning on 410 Gone.
+pub fn page_through(
+    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<Value>, Option<String>), Error>,
+    mut visit: impl FnMut(Value),
+) -> Result<(), Error> {
+    let mut restarted = false;
+    let mut token: Option<String> = None;
+    loop {
+        match fetch(token.as_deref()) {
+            Ok((items, next)) => {
+                items.into_iter().for_each(&mut visit);
+                match next {
+                    Some(next) => token = Some(next),
+                    None => return Ok(()),
+                }
+            }
+            Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
+                log::warn!("a list's continue token expired mid-way; restarting it once");
+                restarted = true;
+                token = None;
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -308,6 +374,54 @@ pub fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn api(status: u16, retry_after: Option<u64>) -> Error {
+        Error::Api { status, body: Status::default(), retry_after: retry_after.map(Duration::from_secs) }
+    }
+
+    #[test]
+    fn retry_policy() {
+        let mut b = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
+        assert_eq!(retry_delay(&Method::POST, &api(429, Some(2)), 1, &mut b), Some(Duration::from_secs(2)));
+        assert_eq!(retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b), Some(RETRY_CAP), "Retry-After is capped");
+        assert!(retry_delay(&Method::GET, &api(503, None), 1, &mut b).is_some_and(|d| d <= RETRY_BASE));
+        assert!(retry_delay(&Method::PATCH, &api(500, None), 2, &mut b).is_some());
+        assert_eq!(retry_delay(&Method::POST, &api(500, None), 1, &mut b), None, "a create is not repeated blindly");
+        assert_eq!(retry_delay(&Method::PUT, &api(409, None), 1, &mut b), None);
+        assert_eq!(retry_delay(&Method::GET, &api(403, None), 1, &mut b), None);
+        assert_eq!(retry_delay(&Method::GET, &api(503, None), RETRIES + 1, &mut b), None, "bounded");
+    }
+
+    #[test]
+    fn paging_follows_tokens_and_restarts_once_on_410() {
+        let page = |items: &[i64], next: Option<&str>| Ok((items.iter().map(|i| json!(i)).collect(), next.map(str::to_owned)));
+        // Pages 1, 2 (410 the first time), then a full restart.
+        let mut calls = Vec::new();
+        let mut gone_once = false;
+        let mut seen = Vec::new();
+        let r = page_through(
+            |token| {
+                calls.push(token.map(str::to_owned));
+                match token {
+                    None => page(&[1, 2], Some("t1")),
+                    Some("t1") if !gone_once => {
+                        gone_once = true;
+                        Err(api(410, None))
+                    }
+                    Some("t1") => page(&[3], None),
+                    _ => unreachable!(),
+                }
+            },
+            |v| seen.push(v.as_i64().unwrap()),
+        );
+        assert!(r.is_ok());
+        assert_eq!(calls, [None, Some("t1".into()), None, Some("t1".into())]);
+        assert_eq!(seen, [1, 2, 1, 2, 3]);
+        // A second 410 is an error.
+        let r = page_through(|t| if t.is_none() { page(&[1], Some("t")) } else { Err(api(410, None)) }, |_| {});
+        assert_eq!(r.unwrap_err().status(), Some(410));
+    }
 
     #[test]
     fn query_encodes_selectors_and_tokens() {

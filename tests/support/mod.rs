@@ -9,6 +9,10 @@
 
 #![allow(dead_code)]
 
+pub mod fixture;
+pub mod manager;
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

@@ -233,6 +233,9 @@ cmd_start() {
   local url="https://127.0.0.1:$api_port"
   write_kubeconfig "$DIR/admin.kubeconfig" "$url"
 
+  wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
+
+  # The controller manager starts once the API server is ready.
   "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
     --authorization-kubeconfig "$DIR/admin.kubeconfig" \
@@ -246,7 +249,6 @@ cmd_start() {
   local kcm_pid=$!
   echo "$kcm_pid" >>"$DIR/pids"
 
-  wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
   wait_ready "https://127.0.0.1:$kcm_port/healthz" kube-controller-manager "$kcm_pid" 60
   trap - EXIT
 

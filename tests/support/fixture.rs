@@ -1,0 +1,122 @@
+//! One test's world: a fresh namespace on the real test bed, a CP simulator
+//! with one environment, and the Manager's environment variables.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use nexo_cpsim::{SimConfig, Simulator};
+use serde_json::{Value, json};
+
+use super::manager::Manager;
+use super::{Namespace, Testbed, testbed};
+
+static ENV_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The configured Proxy image of every test.
+pub const PROXY_IMAGE: &str = "registry.example.com/nexo/proxy:1.4.2";
+
+/// A test's world.
+pub struct Fixture {
+    /// The test bed.
+    pub tb: &'static Testbed,
+    /// The Manager's own (and managed) namespace.
+    pub ns: Namespace,
+    /// The CP simulator.
+    pub sim: Arc<Simulator>,
+    /// The environment id.
+    pub env_id: String,
+    /// Its connect token.
+    pub token: String,
+    /// Files of this test: token, CA.
+    pub dir: PathBuf,
+}
+
+impl Fixture {
+    /// A new world; `prefix` names the namespace.
+    pub fn new(prefix: &str) -> Fixture {
+        Fixture::with_config(prefix, SimConfig::default())
+    }
+
+    /// A new world with a simulator configured by `config`.
+    pub fn with_config(prefix: &str, config: SimConfig) -> Fixture {
+        let tb = testbed();
+        let ns = tb.namespace(prefix);
+        let sim = Arc::new(Simulator::start(config));
+        let env_id = format!("env-{}-{}", std::process::id(), ENV_COUNTER.fetch_add(1, Ordering::Relaxed));
+        let token = sim.add_environment(&env_id);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fixture-{}", ns.name));
+        std::fs::create_dir_all(&dir).unwrap();
+        sim.write_ca(&dir.join("cp-ca.pem"));
+        std::fs::write(dir.join("connect-token"), &token).unwrap();
+        Fixture { tb, ns, sim, env_id, token, dir }
+    }
+
+    /// The path of the connect-token file.
+    pub fn token_file(&self) -> PathBuf {
+        self.dir.join("connect-token")
+    }
+
+    /// The Manager's environment: the admin kubeconfig, a 1 s interval,
+    /// probes off, debug logs.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        let mut set = |k: &str, v: String| {
+            env.insert(k.to_owned(), v);
+        };
+        set("NEXO_CONTROL_PLANE_URL", self.sim.url());
+        set("NEXO_CONTROL_PLANE_CA_FILE", self.dir.join("cp-ca.pem").display().to_string());
+        set("NEXO_CONNECT_TOKEN_FILE", self.token_file().display().to_string());
+        set("NEXO_PROXY_IMAGE", PROXY_IMAGE.to_owned());
+        set("NEXO_NAMESPACES", self.ns.name.clone());
+        set("POD_NAMESPACE", self.ns.name.clone());
+        set("POD_NAME", "nexo-manager-test".to_owned());
+        set("POD_UID", format!("uid-{}", self.ns.name));
+        set("KUBECONFIG", self.tb.kubeconfig.display().to_string());
+        set("NEXO_HEARTBEAT_INTERVAL", "1s".to_owned());
+        set("NEXO_LISTEN_ADDR", "off".to_owned());
+        set("RUST_LOG", "debug".to_owned());
+        env
+    }
+
+    /// Starts the Manager with `env`.
+    pub fn spawn(&self, env: &BTreeMap<String, String>) -> Manager {
+        Manager::spawn(env).with_sim(&self.sim)
+    }
+
+    /// The uid of the test bed's `kube-system` namespace.
+    pub fn cluster_uid(&self) -> String {
+        let ns: Value = self.tb.admin().get("/api/v1/namespaces/kube-system").unwrap();
+        ns["metadata"]["uid"].as_str().unwrap().to_owned()
+    }
+
+    /// Ownership labels of this environment.
+    pub fn owned_labels(&self, deployment: &str) -> Value {
+        json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id, "nexo.io/deployment": deployment})
+    }
+
+    /// Creates a NexoProxy in the test namespace.
+    pub fn create_proxy(&self, name: &str, labels: Value, replicas: i64, image: &str) -> Value {
+        let obj = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"image": image, "replicas": replicas, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}});
+        self.tb
+            .admin()
+            .create(&format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies", self.ns.name), &obj)
+            .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"))
+    }
+
+    /// Creates an apps/v1 Deployment in the test namespace.
+    pub fn create_deployment(&self, name: &str, labels: Value, replicas: i64, image: &str) -> Value {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "proxy", "image": image}]}}}});
+        self.tb
+            .admin()
+            .create(&format!("/apis/apps/v1/namespaces/{}/deployments", self.ns.name), &obj)
+            .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"))
+    }
+}

@@ -1,0 +1,173 @@
+//! Runs the real `nexo-manager` binary and reports everything useful when a
+//! test fails: the command, the environment (secrets redacted), the exit
+//! status, stdout, stderr and the CP simulator's request log.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nexo_cpsim::Simulator;
+
+static RUN: AtomicU32 = AtomicU32::new(0);
+
+/// The Manager binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nexo-manager"))
+}
+
+/// A Manager process, its output captured in files.
+pub struct Manager {
+    child: Option<Child>,
+    status: Option<ExitStatus>,
+    env: BTreeMap<String, String>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    /// The simulator it talks to, for reports.
+    pub sim_log: Option<Box<dyn Fn() -> String + Send>>,
+}
+
+impl Manager {
+    /// Starts the binary with exactly `env` (plus `PATH`).
+    pub fn spawn(env: &BTreeMap<String, String>) -> Manager {
+        let n = RUN.fetch_add(1, Ordering::Relaxed);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let stdout = dir.join(format!("manager-{}-{n}.out", std::process::id()));
+        let stderr = dir.join(format!("manager-{}-{n}.err", std::process::id()));
+        let child = Command::new(binary())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(File::create(&stdout).unwrap())
+            .stderr(File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawn nexo-manager");
+        Manager { child: Some(child), status: None, env: env.clone(), stdout, stderr, sim_log: None }
+    }
+
+    /// Attaches the simulator whose log goes into failure reports.
+    pub fn with_sim(mut self, sim: &std::sync::Arc<Simulator>) -> Manager {
+        let sim = sim.clone();
+        self.sim_log = Some(Box::new(move || sim.log_dump()));
+        self
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
+
+    /// Waits for the exit, at most `timeout`; panics with a report if it
+    /// is still running then.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        if let Some(s) = self.status {
+            return s;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.status = Some(s);
+                self.child = None;
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("nexo-manager still running after {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => match c.try_wait().unwrap() {
+                Some(s) => {
+                    self.status = Some(s);
+                    self.child = None;
+                    false
+                }
+                None => true,
+            },
+            None => false,
+        }
+    }
+
+    /// Sends a signal (`TERM`, `INT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
+        assert!(ok.success(), "kill -{name} failed");
+    }
+
+    /// What it wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// What it wrote to stderr so far (the log).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Everything a reader of a failed test needs.
+    pub fn report(&self) -> String {
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let secret = k.contains("TOKEN") && !k.ends_with("_FILE");
+                format!("  {k}={}", if secret { "<redacted>" } else { v })
+            })
+            .collect();
+        let sim = self.sim_log.as_ref().map(|f| f()).unwrap_or_else(|| "(no simulator)".into());
+        format!(
+            "command: {}\nenvironment:\n{}\nexit status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- simulator request log ---\n{}",
+            binary().display(),
+            env.join("\n"),
+            self.status,
+            self.stdout(),
+            self.stderr(),
+            sim
+        )
+    }
+
+    /// Panics with `why` and the report.
+    pub fn fail(&self, why: &str) -> ! {
+        panic!("{why}\n{}", self.report())
+    }
+
+    /// Asserts, with the report on failure.
+    pub fn check(&self, cond: bool, why: &str) {
+        if !cond {
+            self.fail(why);
+        }
+    }
+
+    /// Waits until `pred` holds, failing with the report after `timeout`.
+    pub fn wait_until(&mut self, timeout: Duration, what: &str, mut pred: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !pred() {
+            if Instant::now() > deadline {
+                self.fail(&format!("timed out after {timeout:?} waiting for {what}"));
+            }
+            if !self.running() {
+                if pred() {
+                    return;
+                }
+                self.fail(&format!("nexo-manager exited while waiting for {what}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
