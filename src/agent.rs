@@ -5,12 +5,15 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::version::Info;
 use serde_json::Value;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, TokenSource};
 use crate::cp::wire::{
-    self, Ack, ClusterInfo, ClusterRef, ConnectRequest, HeartbeatManager, HeartbeatRequest, InstanceInfo, ManagerInfo,
+    self, Ack, ClusterInfo, ClusterRef, ConnectRequest, HeartbeatManager, HeartbeatRequest,
+    InstanceInfo, ManagerInfo,
 };
 use crate::cp::{CpClient, CpError};
 use crate::inventory;
@@ -18,7 +21,7 @@ use crate::kube::{self, Client, KubeConfig};
 use crate::secret::Secret;
 use crate::state::{Binding, State, StateError, Store};
 use crate::token::ConnectToken;
-use crate::wait::{Wake, Waiter};
+use crate::wait::{Waiter, Wake};
 
 /// The capabilities this build advertises: only what is implemented and tested.
 pub const CAPABILITIES: &[&str] = &["heartbeat.inventory.v1"];
@@ -123,16 +126,23 @@ pub struct Agent {
 }
 
 /// Reads the connect token from its source and validates it.
-pub fn read_connect_token(source: &TokenSource, expected_env: Option<&str>) -> Result<ConnectToken, Fatal> {
+pub fn read_connect_token(
+    source: &TokenSource,
+    expected_env: Option<&str>,
+) -> Result<ConnectToken, Fatal> {
     match source {
         TokenSource::Value(v) => ConnectToken::parse(v.expose(), expected_env)
             .map_err(|e| Fatal::Config(format!("NEXO_CONNECT_TOKEN: {e}"))),
         TokenSource::File(path) => {
             let raw = std::fs::read_to_string(path).map_err(|e| {
-                Fatal::Config(format!("NEXO_CONNECT_TOKEN_FILE: cannot read {}: {e}", path.display()))
+                Fatal::Config(format!(
+                    "NEXO_CONNECT_TOKEN_FILE: cannot read {}: {e}",
+                    path.display()
+                ))
             })?;
-            ConnectToken::parse(&raw, expected_env)
-                .map_err(|e| Fatal::Config(format!("NEXO_CONNECT_TOKEN_FILE ({}): {e}", path.display())))
+            ConnectToken::parse(&raw, expected_env).map_err(|e| {
+                Fatal::Config(format!("NEXO_CONNECT_TOKEN_FILE ({}): {e}", path.display()))
+            })
         }
     }
 }
@@ -154,7 +164,8 @@ impl Agent {
     /// Validates everything that can be checked without the network, then
     /// reads the cluster identity and the persisted state.
     pub fn start(cfg: Config) -> Result<Agent, Fatal> {
-        let mut waiter = Waiter::new().map_err(|e| Fatal::Other(format!("cannot install signal handlers: {e}")))?;
+        let mut waiter = Waiter::new()
+            .map_err(|e| Fatal::Other(format!("cannot install signal handlers: {e}")))?;
         if cfg.control_plane_url.starts_with("http://") {
             log::warn!(
                 "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http ({}); never do this outside development",
@@ -164,7 +175,10 @@ impl Agent {
         let token = read_connect_token(&cfg.token_source, cfg.environment_id.as_deref())?;
         let ca = match &cfg.control_plane_ca_file {
             Some(path) => Some(std::fs::read(path).map_err(|e| {
-                Fatal::Config(format!("NEXO_CONTROL_PLANE_CA_FILE: cannot read {}: {e}", path.display()))
+                Fatal::Config(format!(
+                    "NEXO_CONTROL_PLANE_CA_FILE: cannot read {}: {e}",
+                    path.display()
+                ))
             })?),
             None => None,
         };
@@ -174,7 +188,7 @@ impl Agent {
             cfg.https_proxy.as_deref(),
             (cfg.cp_connect_timeout, cfg.cp_request_timeout),
         )
-            .map_err(Fatal::Config)?;
+        .map_err(Fatal::Config)?;
 
         let kube_cfg = match &cfg.kubeconfig {
             Some(path) => KubeConfig::from_kubeconfig(path),
@@ -192,7 +206,12 @@ impl Agent {
             .pod_namespace
             .clone()
             .or_else(|| kube_cfg.namespace.clone())
-            .ok_or_else(|| Fatal::Config("POD_NAMESPACE: not set, and no service-account namespace to fall back on".into()))?;
+            .ok_or_else(|| {
+                Fatal::Config(
+                    "POD_NAMESPACE: not set, and no service-account namespace to fall back on"
+                        .into(),
+                )
+            })?;
         let kube = Client::new(kube_cfg).map_err(|e| Fatal::Config(e.to_string()))?;
 
         let host = hostname();
@@ -204,29 +223,45 @@ impl Agent {
         let namespaces = cfg.managed_namespaces(&own_namespace);
         let mut backoff = Backoff::control_plane();
 
-        let cluster = retry_kube(&mut waiter, &mut backoff, "read the cluster identity", || {
-            let ns: Value = kube.get("/api/v1/namespaces/kube-system")?;
-            let version: Value = kube.get("/version")?;
-            Ok(ClusterRef {
-                uid: ns["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                kubernetes_version: version["gitVersion"].as_str().unwrap_or_default().to_owned(),
-            })
-        })?;
+        let cluster = retry_kube(
+            &mut waiter,
+            &mut backoff,
+            "read the cluster identity",
+            || {
+                let ns: Namespace = kube.get("/api/v1/namespaces/kube-system")?;
+                let version: Info = kube.get("/version")?;
+                Ok(ClusterRef {
+                    uid: ns.metadata.uid.unwrap_or_default(),
+                    kubernetes_version: version.git_version,
+                })
+            },
+        )?;
         if cluster.uid.is_empty() {
-            return Err(Fatal::Other("the kube-system namespace has no metadata.uid".into()));
+            return Err(Fatal::Other(
+                "the kube-system namespace has no metadata.uid".into(),
+            ));
         }
 
         let mut store = Store::new(&own_namespace, &cfg.state_secret);
-        let state = retry_kube(&mut waiter, &mut backoff, "read the state secret", || match store.load(&kube) {
-            Ok(s) => Ok(Ok(s)),
-            Err(StateError::Kube(e)) => Err(e),
-            Err(other) => Ok(Err(other)),
-        })??;
+        let state = retry_kube(
+            &mut waiter,
+            &mut backoff,
+            "read the state secret",
+            || match store.load(&kube) {
+                Ok(s) => Ok(Ok(s)),
+                Err(StateError::Kube(e)) => Err(e),
+                Err(other) => Ok(Err(other)),
+            },
+        )??;
         if let Some(binding) = &state.binding {
             if binding.cluster_uid != cluster.uid {
                 return Err(Fatal::Binding(format!(
                     "the state secret {}/{} is bound to cluster {} but this cluster is {}: the state was copied from another cluster; delete that secret only if this cluster really is a new home for environment {}",
-                    own_namespace, cfg.state_secret, binding.cluster_uid, cluster.uid, binding.environment_id
+                    own_namespace,
+                    cfg.state_secret,
+                    binding.cluster_uid,
+                    cluster.uid,
+                    binding.environment_id
                 )));
             }
         }
@@ -283,7 +318,8 @@ impl Agent {
     /// or `None` when a stop was requested.
     fn cycle(&mut self) -> Result<Option<Duration>, Fatal> {
         let session_stale = self.session.as_ref().is_some_and(|s| {
-            s.expires_at.is_some_and(|at| SystemTime::now() + SESSION_MARGIN >= at)
+            s.expires_at
+                .is_some_and(|at| SystemTime::now() + SESSION_MARGIN >= at)
         });
         if self.session.is_none() || session_stale {
             match self.connect()? {
@@ -294,12 +330,19 @@ impl Agent {
         let body = self.heartbeat_body();
         let result = match self.send_heartbeat(&body) {
             Err(e) if e.status() == Some(401) => {
-                log::info!("session expired; connecting again and resending heartbeat {}", body.sequence);
+                log::info!(
+                    "session expired; connecting again and resending heartbeat {}",
+                    body.sequence
+                );
                 self.session = None;
                 match self.connect()? {
                     Ok(()) => {
                         let mut body = body;
-                        body.manager_id = self.session.as_ref().map(|s| s.manager_id.clone()).unwrap_or_default();
+                        body.manager_id = self
+                            .session
+                            .as_ref()
+                            .map(|s| s.manager_id.clone())
+                            .unwrap_or_default();
                         self.send_heartbeat(&body)
                     }
                     Err(delay) => return Ok(Some(delay)),
@@ -315,7 +358,9 @@ impl Agent {
                 }
                 for command in resp.commands.unwrap_or_default() {
                     if self.waiter.stop_requested() {
-                        log::info!("stop requested; leaving the rest of the batch to the next Manager");
+                        log::info!(
+                            "stop requested; leaving the rest of the batch to the next Manager"
+                        );
                         return Ok(None);
                     }
                     self.handle_command(&command);
@@ -325,12 +370,17 @@ impl Agent {
             Err(e) => {
                 let decision = retry_decision(&e, &mut self.backoff);
                 match e.status() {
-                    Some(400 | 422) => log::error!("heartbeat refused as malformed ({e}); not resending it"),
+                    Some(400 | 422) => {
+                        log::error!("heartbeat refused as malformed ({e}); not resending it")
+                    }
                     _ => log::warn!("heartbeat failed: {e}"),
                 }
                 Ok(Some(match decision {
                     Retry::After(d) => {
-                        log::info!("next heartbeat in {}", humantime::format_duration(round_ms(d)));
+                        log::info!(
+                            "next heartbeat in {}",
+                            humantime::format_duration(round_ms(d))
+                        );
                         d
                     }
                     Retry::NextInterval => self.interval,
@@ -342,12 +392,18 @@ impl Agent {
     fn set_interval(&mut self, secs: u64) {
         let interval = clamp_interval(secs);
         if interval != self.interval {
-            log::info!("heartbeat interval is now {} (set by the Control Plane)", humantime::format_duration(interval));
+            log::info!(
+                "heartbeat interval is now {} (set by the Control Plane)",
+                humantime::format_duration(interval)
+            );
             self.interval = interval;
         }
     }
 
-    fn send_heartbeat(&mut self, body: &HeartbeatRequest) -> Result<wire::HeartbeatResponse, CpError> {
+    fn send_heartbeat(
+        &mut self,
+        body: &HeartbeatRequest,
+    ) -> Result<wire::HeartbeatResponse, CpError> {
         let session = self.session.as_ref().expect("connected before a heartbeat");
         self.cp.heartbeat(&session.token, body)
     }
@@ -380,18 +436,34 @@ impl Agent {
                 };
                 if self.state.binding.as_ref() != Some(&binding) {
                     if let Some(old) = &self.state.binding {
-                        log::warn!("binding changes from environment {} / manager {} to {} / {}", old.environment_id, old.manager_id, binding.environment_id, binding.manager_id);
+                        log::warn!(
+                            "binding changes from environment {} / manager {} to {} / {}",
+                            old.environment_id,
+                            old.manager_id,
+                            binding.environment_id,
+                            binding.manager_id
+                        );
                     }
                     let new = binding.clone();
-                    self.state = self.store.update(&self.kube, &self.state, move |s| s.binding = Some(new.clone()))?;
+                    self.state = self.store.update(&self.kube, &self.state, move |s| {
+                        s.binding = Some(new.clone())
+                    })?;
                 }
                 let expires_at = resp.session_expires_at.as_deref().and_then(|t| {
                     humantime::parse_rfc3339(t)
                         .inspect_err(|_| log::warn!("ignoring unparsable sessionExpiresAt {t:?}"))
                         .ok()
                 });
-                log::info!("connected: environment {}, manager {}", resp.environment_id, resp.manager_id);
-                self.session = Some(Session { token: Secret::new(resp.session_token), manager_id: resp.manager_id, expires_at });
+                log::info!(
+                    "connected: environment {}, manager {}",
+                    resp.environment_id,
+                    resp.manager_id
+                );
+                self.session = Some(Session {
+                    token: Secret::new(resp.session_token),
+                    manager_id: resp.manager_id,
+                    expires_at,
+                });
                 if let Some(secs) = resp.heartbeat_interval_seconds {
                     self.set_interval(secs);
                 }
@@ -412,22 +484,33 @@ impl Agent {
                     _ => format!("the Control Plane refused the connection ({e})"),
                 })),
                 (Some(401), _) => {
-                    log::error!("connect refused: the connect token of environment {} is unknown, expired or revoked ({e}); re-reading it", self.token.environment_id());
+                    log::error!(
+                        "connect refused: the connect token of environment {} is unknown, expired or revoked ({e}); re-reading it",
+                        self.token.environment_id()
+                    );
                     if let TokenSource::File(_) = &self.cfg.token_source {
-                        match read_connect_token(&self.cfg.token_source, self.cfg.environment_id.as_deref()) {
+                        match read_connect_token(
+                            &self.cfg.token_source,
+                            self.cfg.environment_id.as_deref(),
+                        ) {
                             Ok(t) => self.token = t,
                             Err(e) => log::error!("keeping the previous connect token: {e}"),
                         }
                     }
                     Ok(Err(self.backoff.next_delay()))
                 }
-                (Some(400 | 422), _) => Err(Fatal::Other(format!("the Control Plane refused the connect body as malformed: {e}"))),
+                (Some(400 | 422), _) => Err(Fatal::Other(format!(
+                    "the Control Plane refused the connect body as malformed: {e}"
+                ))),
                 _ => {
                     let delay = match retry_decision(&e, &mut self.backoff) {
                         Retry::After(d) => d,
                         Retry::NextInterval => self.interval,
                     };
-                    log::warn!("connect failed: {e}; retrying in {}", humantime::format_duration(round_ms(delay)));
+                    log::warn!(
+                        "connect failed: {e}; retrying in {}",
+                        humantime::format_duration(round_ms(delay))
+                    );
                     Ok(Err(delay))
                 }
             },
@@ -436,10 +519,19 @@ impl Agent {
 
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
         let want_topology = self.cfg.cluster_region.is_none() || self.cfg.cluster_zone.is_none();
-        let inv = inventory::collect(&self.kube, &self.namespaces, self.token.environment_id(), want_topology);
+        let inv = inventory::collect(
+            &self.kube,
+            &self.namespaces,
+            self.token.environment_id(),
+            want_topology,
+        );
         self.sequence += 1;
         HeartbeatRequest {
-            manager_id: self.session.as_ref().map(|s| s.manager_id.clone()).unwrap_or_default(),
+            manager_id: self
+                .session
+                .as_ref()
+                .map(|s| s.manager_id.clone())
+                .unwrap_or_default(),
             sequence: self.sequence,
             sent_at: now_rfc3339(),
             manager: HeartbeatManager {
@@ -466,8 +558,15 @@ impl Agent {
     /// Until the command classes are implemented, every command is refused
     /// with `unsupported class`.
     fn handle_command(&mut self, command: &Value) {
-        let Some(id) = command.get("id").and_then(Value::as_str).filter(|id| wire::valid_command_id(id)) else {
-            log::error!("skipping a command without a valid id: {}", truncate(&command.to_string(), 200));
+        let Some(id) = command
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| wire::valid_command_id(id))
+        else {
+            log::error!(
+                "skipping a command without a valid id: {}",
+                truncate(&command.to_string(), 200)
+            );
             return;
         };
         let class = command.get("class").and_then(Value::as_str).unwrap_or("");
@@ -503,7 +602,10 @@ fn retry_kube<T>(
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() => {
                 let delay = e.retry_after().unwrap_or_else(|| backoff.next_delay());
-                log::warn!("cannot {what} yet: {e}; retrying in {}", humantime::format_duration(round_ms(delay)));
+                log::warn!(
+                    "cannot {what} yet: {e}; retrying in {}",
+                    humantime::format_duration(round_ms(delay))
+                );
                 if let Ok(Wake::Stop) = waiter.wait(delay, None) {
                     return Err(Fatal::Other(format!("stopped before being able to {what}")));
                 }
@@ -538,14 +640,40 @@ mod tests {
 
     #[test]
     fn retry_decisions() {
-        let status = |status, retry_after| CpError::Status { status, code: None, message: None, retry_after };
-        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::seeded(3));
-        assert_eq!(retry_decision(&status(429, Some(Duration::from_secs(3))), &mut b), Retry::After(Duration::from_secs(3)));
-        assert_eq!(retry_decision(&status(503, Some(Duration::from_secs(9))), &mut b), Retry::After(Duration::from_secs(9)));
-        assert_eq!(retry_decision(&status(400, None), &mut b), Retry::NextInterval);
-        assert_eq!(b.failures(), 0, "neither Retry-After nor 400 counts as a backoff step");
-        assert!(matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(1)));
-        assert!(matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d <= Duration::from_secs(2)));
+        let status = |status, retry_after| CpError::Status {
+            status,
+            code: None,
+            message: None,
+            retry_after,
+        };
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::seeded(3),
+        );
+        assert_eq!(
+            retry_decision(&status(429, Some(Duration::from_secs(3))), &mut b),
+            Retry::After(Duration::from_secs(3))
+        );
+        assert_eq!(
+            retry_decision(&status(503, Some(Duration::from_secs(9))), &mut b),
+            Retry::After(Duration::from_secs(9))
+        );
+        assert_eq!(
+            retry_decision(&status(400, None), &mut b),
+            Retry::NextInterval
+        );
+        assert_eq!(
+            b.failures(),
+            0,
+            "neither Retry-After nor 400 counts as a backoff step"
+        );
+        assert!(
+            matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(1))
+        );
+        assert!(
+            matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d <= Duration::from_secs(2))
+        );
         assert_eq!(b.failures(), 2);
     }
 

@@ -11,7 +11,10 @@ pub struct Jitter(u64);
 impl Jitter {
     /// Seeded from the clock and the process id.
     pub fn from_entropy() -> Self {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
         Jitter::seeded(nanos ^ (u64::from(std::process::id()) << 32))
     }
 
@@ -44,12 +47,21 @@ pub struct Backoff {
 impl Backoff {
     /// The Control Plane's policy: base 1 s, cap 5 min.
     pub fn control_plane() -> Self {
-        Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::from_entropy())
+        Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::from_entropy(),
+        )
     }
 
     /// A policy with its own base, cap and jitter source.
     pub fn new(base: Duration, cap: Duration, jitter: Jitter) -> Self {
-        Backoff { base, cap, failures: 0, jitter }
+        Backoff {
+            base,
+            cap,
+            failures: 0,
+            jitter,
+        }
     }
 
     /// The ceiling of the next wait (before jitter).
@@ -93,18 +105,30 @@ fn parse_http_date(s: &str) -> Option<SystemTime> {
     let mut parts = rest.split(' ');
     let day: u64 = parts.next()?.parse().ok()?;
     let month_name = parts.next()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| *m == month_name)? as u64
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == month_name)? as u64
         + 1;
     let year: u64 = parts.next()?.parse().ok()?;
     let mut hms = parts.next()?.split(':').map(|p| p.parse::<u64>().ok());
     let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
-    if parts.next()? != "GMT" || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 || year < 1970 {
+    if parts.next()? != "GMT"
+        || !(1..=31).contains(&day)
+        || h > 23
+        || m > 59
+        || sec > 60
+        || year < 1970
+    {
         return None;
     }
     // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (y, mo) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * mo + 2) / 5 + day - 1;
@@ -119,7 +143,11 @@ mod tests {
 
     #[test]
     fn full_jitter_stays_under_the_exponential_ceiling_and_cap() {
-        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(300), Jitter::seeded(7));
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::seeded(7),
+        );
         let mut ceilings = Vec::new();
         for _ in 0..12 {
             let ceiling = b.ceiling();
@@ -145,9 +173,18 @@ mod tests {
     fn retry_after_seconds_and_dates() {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
         assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now), Some(Duration::from_secs(10)));
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("Wed, 02 Dec 2026 14:20:00 GMT", UNIX_EPOCH), Some(Duration::from_secs(1_796_221_200)));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 02 Dec 2026 14:20:00 GMT", UNIX_EPOCH),
+            Some(Duration::from_secs(1_796_221_200))
+        );
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-1", now), None);
     }

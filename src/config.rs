@@ -108,7 +108,10 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn err(variable: &'static str, problem: impl Into<String>) -> ConfigError {
-    ConfigError { variable, problem: problem.into() }
+    ConfigError {
+        variable,
+        problem: problem.into(),
+    }
 }
 
 impl Config {
@@ -120,15 +123,24 @@ impl Config {
     /// Parses the configuration from `lookup` (a variable name to its value).
     /// Empty values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            lookup(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
 
-        let insecure_allow_http = parse_bool("NEXO_INSECURE_ALLOW_HTTP", get("NEXO_INSECURE_ALLOW_HTTP"))?;
-        let url = get("NEXO_CONTROL_PLANE_URL").ok_or_else(|| err("NEXO_CONTROL_PLANE_URL", "is required"))?;
+        let insecure_allow_http =
+            parse_bool("NEXO_INSECURE_ALLOW_HTTP", get("NEXO_INSECURE_ALLOW_HTTP"))?;
+        let url = get("NEXO_CONTROL_PLANE_URL")
+            .ok_or_else(|| err("NEXO_CONTROL_PLANE_URL", "is required"))?;
         let control_plane_url = parse_cp_url(&url, insecure_allow_http)?;
 
         let token_source = match (get("NEXO_CONNECT_TOKEN"), get("NEXO_CONNECT_TOKEN_FILE")) {
             (Some(_), Some(_)) => {
-                return Err(err("NEXO_CONNECT_TOKEN", "set together with NEXO_CONNECT_TOKEN_FILE; set only one"));
+                return Err(err(
+                    "NEXO_CONNECT_TOKEN",
+                    "set together with NEXO_CONNECT_TOKEN_FILE; set only one",
+                ));
             }
             (Some(value), None) => TokenSource::Value(Secret::new(value)),
             (None, Some(file)) => TokenSource::File(PathBuf::from(file)),
@@ -138,7 +150,10 @@ impl Config {
         let environment_id = get("NEXO_ENVIRONMENT_ID");
         if let Some(id) = &environment_id {
             if !crate::token::valid_environment_id(id) {
-                return Err(err("NEXO_ENVIRONMENT_ID", format!("{id:?} is not an environment id ([a-z0-9][a-z0-9-]{{2,62}})")));
+                return Err(err(
+                    "NEXO_ENVIRONMENT_ID",
+                    format!("{id:?} is not an environment id ([a-z0-9][a-z0-9-]{{2,62}})"),
+                ));
             }
         }
         // A token given by value is checked now; a file is checked when read.
@@ -147,14 +162,18 @@ impl Config {
                 .map_err(|e: TokenError| err("NEXO_CONNECT_TOKEN", e.to_string()))?;
         }
 
-        let image = get("NEXO_PROXY_IMAGE").ok_or_else(|| err("NEXO_PROXY_IMAGE", "is required"))?;
+        let image =
+            get("NEXO_PROXY_IMAGE").ok_or_else(|| err("NEXO_PROXY_IMAGE", "is required"))?;
         let proxy_image = ImageRef::parse(&image).map_err(|e| err("NEXO_PROXY_IMAGE", e))?;
 
         let mut namespaces = Vec::new();
         if let Some(list) = get("NEXO_NAMESPACES") {
             for ns in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 if !is_dns_label(ns) {
-                    return Err(err("NEXO_NAMESPACES", format!("{ns:?} is not a namespace name")));
+                    return Err(err(
+                        "NEXO_NAMESPACES",
+                        format!("{ns:?} is not a namespace name"),
+                    ));
                 }
                 if !namespaces.iter().any(|n| n == ns) {
                     namespaces.push(ns.to_owned());
@@ -162,36 +181,48 @@ impl Config {
             }
         }
 
-        let duration = |var: &'static str, default: u64, max: u64| -> Result<Duration, ConfigError> {
-            match get(var) {
-                None => Ok(Duration::from_secs(default)),
-                Some(v) => {
-                    let d = humantime::parse_duration(&v)
-                        .map_err(|e| err(var, format!("{v:?} is not a duration like 15s or 2m: {e}")))?;
-                    if d < Duration::from_secs(1) || d > Duration::from_secs(max) {
-                        let max = humantime::format_duration(Duration::from_secs(max));
-                        return Err(err(var, format!("{v:?} is outside 1s..{max}")));
+        let duration =
+            |var: &'static str, default: u64, max: u64| -> Result<Duration, ConfigError> {
+                match get(var) {
+                    None => Ok(Duration::from_secs(default)),
+                    Some(v) => {
+                        let d = humantime::parse_duration(&v).map_err(|e| {
+                            err(var, format!("{v:?} is not a duration like 15s or 2m: {e}"))
+                        })?;
+                        if d < Duration::from_secs(1) || d > Duration::from_secs(max) {
+                            let max = humantime::format_duration(Duration::from_secs(max));
+                            return Err(err(var, format!("{v:?} is outside 1s..{max}")));
+                        }
+                        Ok(d)
                     }
-                    Ok(d)
                 }
-            }
-        };
+            };
         let heartbeat_interval = duration("NEXO_HEARTBEAT_INTERVAL", 15, 600)?;
         let cp_connect_timeout = duration("NEXO_CP_CONNECT_TIMEOUT", 10, 300)?;
         let cp_request_timeout = duration("NEXO_CP_REQUEST_TIMEOUT", 30, 300)?;
 
         let control_plane_ca_file = get("NEXO_CONTROL_PLANE_CA_FILE").map(PathBuf::from);
-        let allow_legacy_adoption = parse_bool("NEXO_ALLOW_LEGACY_ADOPTION", get("NEXO_ALLOW_LEGACY_ADOPTION"))?;
+        let allow_legacy_adoption = parse_bool(
+            "NEXO_ALLOW_LEGACY_ADOPTION",
+            get("NEXO_ALLOW_LEGACY_ADOPTION"),
+        )?;
 
-        let listen_addr = match get("NEXO_LISTEN_ADDR").as_deref() {
-            None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
-            Some("off") => None,
-            Some(v) => Some(v.parse().map_err(|_| err("NEXO_LISTEN_ADDR", format!("{v:?} is not host:port or off")))?),
-        };
+        let listen_addr =
+            match get("NEXO_LISTEN_ADDR").as_deref() {
+                None => Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+                Some("off") => None,
+                Some(v) => Some(v.parse().map_err(|_| {
+                    err("NEXO_LISTEN_ADDR", format!("{v:?} is not host:port or off"))
+                })?),
+            };
 
         let name_var = |var: &'static str, default: &str| -> Result<String, ConfigError> {
             let v = get(var).unwrap_or_else(|| default.to_owned());
-            if is_dns_subdomain(&v) { Ok(v) } else { Err(err(var, format!("{v:?} is not a Kubernetes object name"))) }
+            if is_dns_subdomain(&v) {
+                Ok(v)
+            } else {
+                Err(err(var, format!("{v:?} is not a Kubernetes object name")))
+            }
         };
         let state_secret = name_var("NEXO_STATE_SECRET", "nexo-manager-state")?;
         let lease_name = name_var("NEXO_LEASE_NAME", "nexo-manager")?;
@@ -200,19 +231,29 @@ impl Config {
         let pod_namespace = get("POD_NAMESPACE");
         if let Some(ns) = &pod_namespace {
             if !is_dns_label(ns) {
-                return Err(err("POD_NAMESPACE", format!("{ns:?} is not a namespace name")));
+                return Err(err(
+                    "POD_NAMESPACE",
+                    format!("{ns:?} is not a namespace name"),
+                ));
             }
         }
 
         let log_format = match get("NEXO_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
-            Some(v) => return Err(err("NEXO_LOG_FORMAT", format!("{v:?} is neither text nor json"))),
+            Some(v) => {
+                return Err(err(
+                    "NEXO_LOG_FORMAT",
+                    format!("{v:?} is neither text nor json"),
+                ));
+            }
         };
 
         let cp_host_port = host_port(&control_plane_url);
         let https_proxy = get("HTTPS_PROXY").or_else(|| get("https_proxy"));
-        let no_proxy = get("NO_PROXY").or_else(|| get("no_proxy")).unwrap_or_default();
+        let no_proxy = get("NO_PROXY")
+            .or_else(|| get("no_proxy"))
+            .unwrap_or_default();
         let https_proxy = match https_proxy {
             Some(p) if !crate::cp::proxy::excluded(&no_proxy, &cp_host_port.0, cp_host_port.1) => {
                 crate::cp::proxy::validate(&p).map_err(|e| err("HTTPS_PROXY", e))?;
@@ -251,7 +292,11 @@ impl Config {
 
     /// The managed namespaces: `NEXO_NAMESPACES`, else the Manager's own.
     pub fn managed_namespaces(&self, own: &str) -> Vec<String> {
-        if self.namespaces.is_empty() { vec![own.to_owned()] } else { self.namespaces.clone() }
+        if self.namespaces.is_empty() {
+            vec![own.to_owned()]
+        } else {
+            self.namespaces.clone()
+        }
     }
 }
 
@@ -270,7 +315,10 @@ fn parse_cp_url(url: &str, insecure_allow_http: bool) -> Result<String, ConfigEr
         rest
     } else if let Some(rest) = url.strip_prefix("http://") {
         if !insecure_allow_http {
-            return Err(err(VAR, "is a plain http:// URL; the Control Plane is reached over https:// only (NEXO_INSECURE_ALLOW_HTTP=true allows http for development)"));
+            return Err(err(
+                VAR,
+                "is a plain http:// URL; the Control Plane is reached over https:// only (NEXO_INSECURE_ALLOW_HTTP=true allows http for development)",
+            ));
         }
         rest
     } else {
@@ -278,7 +326,10 @@ fn parse_cp_url(url: &str, insecure_allow_http: bool) -> Result<String, ConfigEr
     };
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() || authority.contains('@') || rest.contains(['?', '#', ' ']) {
-        return Err(err(VAR, format!("{url:?} is not a base URL like https://cp.example.com")));
+        return Err(err(
+            VAR,
+            format!("{url:?} is not a base URL like https://cp.example.com"),
+        ));
     }
     Ok(url.trim_end_matches('/').to_owned())
 }
@@ -292,7 +343,10 @@ pub fn host_port(url: &str) -> (String, u16) {
     let authority = rest.split('/').next().unwrap_or("");
     if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6.split_once(']').unwrap_or((v6, ""));
-        let port = after.strip_prefix(':').and_then(|p| p.parse().ok()).unwrap_or(default_port);
+        let port = after
+            .strip_prefix(':')
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(default_port);
         return (host.to_owned(), port);
     }
     match authority.rsplit_once(':') {
@@ -305,7 +359,8 @@ pub fn host_port(url: &str) -> (String, u16) {
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -323,12 +378,18 @@ mod tests {
     const TOKEN: &str = "nexo_ct_env-prod-eu_abcdefghijklmnopqrstuvwxyz0123456789";
 
     fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
     fn base() -> Vec<(&'static str, &'static str)> {
-        vec![("NEXO_CONTROL_PLANE_URL", "https://cp.example.com/"), ("NEXO_PROXY_IMAGE", "registry.example.com/nexo/proxy:1.4.2")]
+        vec![
+            ("NEXO_CONTROL_PLANE_URL", "https://cp.example.com/"),
+            ("NEXO_PROXY_IMAGE", "registry.example.com/nexo/proxy:1.4.2"),
+        ]
     }
 
     #[test]
@@ -337,7 +398,10 @@ mod tests {
         assert_eq!(c.control_plane_url, "https://cp.example.com");
         assert_eq!(c.token_source, TokenSource::File(DEFAULT_TOKEN_FILE.into()));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(15));
-        assert_eq!((c.cp_connect_timeout, c.cp_request_timeout), (Duration::from_secs(10), Duration::from_secs(30)));
+        assert_eq!(
+            (c.cp_connect_timeout, c.cp_request_timeout),
+            (Duration::from_secs(10), Duration::from_secs(30))
+        );
         assert_eq!(c.listen_addr, Some("0.0.0.0:8080".parse().unwrap()));
         assert_eq!(c.state_secret, "nexo-manager-state");
         assert_eq!(c.lease_name, "nexo-manager");
@@ -347,27 +411,112 @@ mod tests {
         assert_eq!(c.managed_namespaces("nexo-system"), vec!["nexo-system"]);
     }
 
+    /// Variables to override, the variable the error must name, and a part of its message.
+    type Case = (
+        Vec<(&'static str, &'static str)>,
+        &'static str,
+        &'static str,
+    );
+
     #[test]
     fn errors_name_the_variable() {
-        let cases: Vec<(Vec<(&str, &str)>, &str, &str)> = vec![
-            (vec![("NEXO_CONTROL_PLANE_URL", "")], "NEXO_CONTROL_PLANE_URL", "is required"),
-            (vec![("NEXO_PROXY_IMAGE", " ")], "NEXO_PROXY_IMAGE", "is required"),
-            (vec![("NEXO_CONTROL_PLANE_URL", "http://cp.example.com")], "NEXO_CONTROL_PLANE_URL", "plain http://"),
-            (vec![("NEXO_CONTROL_PLANE_URL", "ftp://cp")], "NEXO_CONTROL_PLANE_URL", "not an https://"),
-            (vec![("NEXO_HEARTBEAT_INTERVAL", "soon")], "NEXO_HEARTBEAT_INTERVAL", "not a duration"),
-            (vec![("NEXO_HEARTBEAT_INTERVAL", "2h")], "NEXO_HEARTBEAT_INTERVAL", "outside 1s..10m"),
-            (vec![("NEXO_CP_REQUEST_TIMEOUT", "0s")], "NEXO_CP_REQUEST_TIMEOUT", "outside 1s..5m"),
-            (vec![("NEXO_NAMESPACES", "shop,Bad_NS")], "NEXO_NAMESPACES", "Bad_NS"),
-            (vec![("NEXO_LISTEN_ADDR", "everywhere")], "NEXO_LISTEN_ADDR", "not host:port"),
-            (vec![("NEXO_LOG_FORMAT", "xml")], "NEXO_LOG_FORMAT", "neither"),
-            (vec![("NEXO_ALLOW_LEGACY_ADOPTION", "maybe")], "NEXO_ALLOW_LEGACY_ADOPTION", "not true or false"),
-            (vec![("NEXO_STATE_SECRET", "Bad Name")], "NEXO_STATE_SECRET", "not a Kubernetes object name"),
-            (vec![("NEXO_PROXY_IMAGE", "UPPER/case")], "NEXO_PROXY_IMAGE", "image"),
-            (vec![("NEXO_ENVIRONMENT_ID", "X")], "NEXO_ENVIRONMENT_ID", "not an environment id"),
-            (vec![("NEXO_CONNECT_TOKEN", "nexo_ct_env-a_short")], "NEXO_CONNECT_TOKEN", "secret"),
-            (vec![("NEXO_CONNECT_TOKEN", TOKEN), ("NEXO_CONNECT_TOKEN_FILE", "/x")], "NEXO_CONNECT_TOKEN", "only one"),
-            (vec![("NEXO_CONNECT_TOKEN", TOKEN), ("NEXO_ENVIRONMENT_ID", "env-other")], "NEXO_CONNECT_TOKEN", "env-other"),
-            (vec![("HTTPS_PROXY", "ftp://proxy")], "HTTPS_PROXY", "http://"),
+        let cases: Vec<Case> = vec![
+            (
+                vec![("NEXO_CONTROL_PLANE_URL", "")],
+                "NEXO_CONTROL_PLANE_URL",
+                "is required",
+            ),
+            (
+                vec![("NEXO_PROXY_IMAGE", " ")],
+                "NEXO_PROXY_IMAGE",
+                "is required",
+            ),
+            (
+                vec![("NEXO_CONTROL_PLANE_URL", "http://cp.example.com")],
+                "NEXO_CONTROL_PLANE_URL",
+                "plain http://",
+            ),
+            (
+                vec![("NEXO_CONTROL_PLANE_URL", "ftp://cp")],
+                "NEXO_CONTROL_PLANE_URL",
+                "not an https://",
+            ),
+            (
+                vec![("NEXO_HEARTBEAT_INTERVAL", "soon")],
+                "NEXO_HEARTBEAT_INTERVAL",
+                "not a duration",
+            ),
+            (
+                vec![("NEXO_HEARTBEAT_INTERVAL", "2h")],
+                "NEXO_HEARTBEAT_INTERVAL",
+                "outside 1s..10m",
+            ),
+            (
+                vec![("NEXO_CP_REQUEST_TIMEOUT", "0s")],
+                "NEXO_CP_REQUEST_TIMEOUT",
+                "outside 1s..5m",
+            ),
+            (
+                vec![("NEXO_NAMESPACES", "shop,Bad_NS")],
+                "NEXO_NAMESPACES",
+                "Bad_NS",
+            ),
+            (
+                vec![("NEXO_LISTEN_ADDR", "everywhere")],
+                "NEXO_LISTEN_ADDR",
+                "not host:port",
+            ),
+            (
+                vec![("NEXO_LOG_FORMAT", "xml")],
+                "NEXO_LOG_FORMAT",
+                "neither",
+            ),
+            (
+                vec![("NEXO_ALLOW_LEGACY_ADOPTION", "maybe")],
+                "NEXO_ALLOW_LEGACY_ADOPTION",
+                "not true or false",
+            ),
+            (
+                vec![("NEXO_STATE_SECRET", "Bad Name")],
+                "NEXO_STATE_SECRET",
+                "not a Kubernetes object name",
+            ),
+            (
+                vec![("NEXO_PROXY_IMAGE", "UPPER/case")],
+                "NEXO_PROXY_IMAGE",
+                "image",
+            ),
+            (
+                vec![("NEXO_ENVIRONMENT_ID", "X")],
+                "NEXO_ENVIRONMENT_ID",
+                "not an environment id",
+            ),
+            (
+                vec![("NEXO_CONNECT_TOKEN", "nexo_ct_env-a_short")],
+                "NEXO_CONNECT_TOKEN",
+                "secret",
+            ),
+            (
+                vec![
+                    ("NEXO_CONNECT_TOKEN", TOKEN),
+                    ("NEXO_CONNECT_TOKEN_FILE", "/x"),
+                ],
+                "NEXO_CONNECT_TOKEN",
+                "only one",
+            ),
+            (
+                vec![
+                    ("NEXO_CONNECT_TOKEN", TOKEN),
+                    ("NEXO_ENVIRONMENT_ID", "env-other"),
+                ],
+                "NEXO_CONNECT_TOKEN",
+                "env-other",
+            ),
+            (
+                vec![("HTTPS_PROXY", "ftp://proxy")],
+                "HTTPS_PROXY",
+                "http://",
+            ),
         ];
         for (overrides, var, needle) in cases {
             let mut vars = base();
@@ -378,7 +527,11 @@ mod tests {
             let e = parse(&vars).expect_err(var);
             assert_eq!(e.variable, var, "{overrides:?}: {e}");
             assert!(e.to_string().contains(needle), "{overrides:?}: {e}");
-            assert!(!e.to_string().contains("abcdefghijklmnopqrstuvwxyz0123456789"), "secret leaked: {e}");
+            assert!(
+                !e.to_string()
+                    .contains("abcdefghijklmnopqrstuvwxyz0123456789"),
+                "secret leaked: {e}"
+            );
         }
     }
 
@@ -387,7 +540,10 @@ mod tests {
         let mut vars = base();
         vars[0] = ("NEXO_CONTROL_PLANE_URL", "http://127.0.0.1:8443");
         vars.push(("NEXO_INSECURE_ALLOW_HTTP", "true"));
-        assert_eq!(parse(&vars).unwrap().control_plane_url, "http://127.0.0.1:8443");
+        assert_eq!(
+            parse(&vars).unwrap().control_plane_url,
+            "http://127.0.0.1:8443"
+        );
     }
 
     #[test]
@@ -403,22 +559,34 @@ mod tests {
     fn namespaces_listed_and_deduplicated() {
         let mut vars = base();
         vars.push(("NEXO_NAMESPACES", " shop, billing ,shop,"));
-        assert_eq!(parse(&vars).unwrap().managed_namespaces("own"), vec!["shop", "billing"]);
+        assert_eq!(
+            parse(&vars).unwrap().managed_namespaces("own"),
+            vec!["shop", "billing"]
+        );
     }
 
     #[test]
     fn proxy_dropped_when_no_proxy_matches() {
         let mut vars = base();
         vars.push(("HTTPS_PROXY", "http://proxy.corp:3128"));
-        assert_eq!(parse(&vars).unwrap().https_proxy.as_deref(), Some("http://proxy.corp:3128"));
+        assert_eq!(
+            parse(&vars).unwrap().https_proxy.as_deref(),
+            Some("http://proxy.corp:3128")
+        );
         vars.push(("NO_PROXY", "localhost,.example.com"));
         assert_eq!(parse(&vars).unwrap().https_proxy, None);
     }
 
     #[test]
     fn host_port_of_urls() {
-        assert_eq!(host_port("https://CP.example.com"), ("cp.example.com".into(), 443));
-        assert_eq!(host_port("https://127.0.0.1:8443/base"), ("127.0.0.1".into(), 8443));
+        assert_eq!(
+            host_port("https://CP.example.com"),
+            ("cp.example.com".into(), 443)
+        );
+        assert_eq!(
+            host_port("https://127.0.0.1:8443/base"),
+            ("127.0.0.1".into(), 8443)
+        );
         assert_eq!(host_port("https://[::1]:9"), ("::1".into(), 9));
         assert_eq!(host_port("http://h"), ("h".into(), 80));
     }

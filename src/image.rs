@@ -19,14 +19,17 @@ pub fn valid_tag(tag: &str) -> bool {
     !b.is_empty()
         && b.len() <= 128
         && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 /// Whether `digest` is `sha256:` and 64 lowercase hex digits.
 pub fn valid_digest(digest: &str) -> bool {
-    digest
-        .strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
+    digest.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    })
 }
 
 impl ImageRef {
@@ -35,7 +38,9 @@ impl ImageRef {
         let (name, digest) = match s.split_once('@') {
             Some((n, d)) => {
                 if !valid_digest(d) {
-                    return Err(format!("{s:?}: the digest is not sha256:<64 lowercase hex>"));
+                    return Err(format!(
+                        "{s:?}: the digest is not sha256:<64 lowercase hex>"
+                    ));
                 }
                 (n, Some(d.to_owned()))
             }
@@ -52,23 +57,39 @@ impl ImageRef {
         };
         if let Some(t) = &tag {
             if !valid_tag(t) {
-                return Err(format!("{s:?}: the tag is not [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}"));
+                return Err(format!(
+                    "{s:?}: the tag is not [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}"
+                ));
             }
         }
         if !valid_repository(repository) {
-            return Err(format!("{s:?} is not an image reference repo[:tag][@sha256:digest]"));
+            return Err(format!(
+                "{s:?} is not an image reference repo[:tag][@sha256:digest]"
+            ));
         }
-        Ok(ImageRef { repository: repository.to_owned(), tag, digest })
+        Ok(ImageRef {
+            repository: repository.to_owned(),
+            tag,
+            digest,
+        })
     }
 
     /// The same repository with another tag (and no digest).
     pub fn with_tag(&self, tag: &str) -> ImageRef {
-        ImageRef { repository: self.repository.clone(), tag: Some(tag.to_owned()), digest: None }
+        ImageRef {
+            repository: self.repository.clone(),
+            tag: Some(tag.to_owned()),
+            digest: None,
+        }
     }
 
     /// The same repository pinned to a digest (and no tag).
     pub fn with_digest(&self, digest: &str) -> ImageRef {
-        ImageRef { repository: self.repository.clone(), tag: None, digest: Some(digest.to_owned()) }
+        ImageRef {
+            repository: self.repository.clone(),
+            tag: None,
+            digest: Some(digest.to_owned()),
+        }
     }
 }
 
@@ -80,16 +101,22 @@ fn valid_repository(repo: &str) -> bool {
     let mut first = true;
     while let Some(part) = parts.next() {
         // The first part may be a registry host with a port and uppercase-free dots.
-        let is_registry = first && parts.peek().is_some() && (part.contains('.') || part.contains(':') || part == "localhost");
+        let is_registry = first
+            && parts.peek().is_some()
+            && (part.contains('.') || part.contains(':') || part == "localhost");
         first = false;
         let ok = if is_registry {
             let (host, port) = part.split_once(':').unwrap_or((part, "1"));
             !host.is_empty()
-                && host.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-'))
+                && host.bytes().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-')
+                })
                 && port.parse::<u16>().is_ok()
         } else {
             !part.is_empty()
-                && part.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-'))
+                && part.bytes().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+                })
                 && part.as_bytes()[0].is_ascii_alphanumeric()
                 && part.as_bytes()[part.len() - 1].is_ascii_alphanumeric()
         };
@@ -122,18 +149,43 @@ mod tests {
     #[test]
     fn parses_the_usual_forms() {
         let i = ImageRef::parse("registry.example.com:5000/nexo/proxy:1.4.2").unwrap();
-        assert_eq!((i.repository.as_str(), i.tag.as_deref(), i.digest.as_deref()), ("registry.example.com:5000/nexo/proxy", Some("1.4.2"), None));
+        assert_eq!(
+            (i.repository.as_str(), i.tag.as_deref(), i.digest.as_deref()),
+            ("registry.example.com:5000/nexo/proxy", Some("1.4.2"), None)
+        );
         let i = ImageRef::parse(&format!("nexo/proxy@{D}")).unwrap();
         assert_eq!((i.tag, i.digest.as_deref()), (None, Some(D)));
         let i = ImageRef::parse(&format!("proxy:1@{D}")).unwrap();
         assert_eq!(i.to_string(), format!("proxy:1@{D}"));
-        assert_eq!(ImageRef::parse("proxy").unwrap().with_tag("2.0").to_string(), "proxy:2.0");
-        assert_eq!(ImageRef::parse("r.io/p:1").unwrap().with_digest(D).to_string(), format!("r.io/p@{D}"));
+        assert_eq!(
+            ImageRef::parse("proxy")
+                .unwrap()
+                .with_tag("2.0")
+                .to_string(),
+            "proxy:2.0"
+        );
+        assert_eq!(
+            ImageRef::parse("r.io/p:1")
+                .unwrap()
+                .with_digest(D)
+                .to_string(),
+            format!("r.io/p@{D}")
+        );
     }
 
     #[test]
     fn refuses_bad_references() {
-        for bad in ["", "Proxy:1", "proxy:", "proxy:-x", "proxy@sha256:abc", "proxy@md5:00", "/proxy", "a//b", "proxy:1 2"] {
+        for bad in [
+            "",
+            "Proxy:1",
+            "proxy:",
+            "proxy:-x",
+            "proxy@sha256:abc",
+            "proxy@md5:00",
+            "/proxy",
+            "a//b",
+            "proxy:1 2",
+        ] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?}");
         }
         assert!(valid_tag("_a.b-c") && !valid_tag(&"a".repeat(129)) && valid_tag(&"a".repeat(128)));

@@ -4,6 +4,8 @@
 //! Shaping is pure ([`proxy_entry`], [`deployment_entry`], [`Topology`]);
 //! [`collect`] is the thin I/O layer: paged lists, one page in memory.
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 
 use crate::cp::wire::DeploymentEntry;
@@ -45,18 +47,25 @@ pub fn proxy_entry(object: &Value) -> Option<DeploymentEntry> {
 
 /// The heartbeat entry of an owned legacy `apps/v1` Deployment: its image is
 /// that of the container named `proxy`, else of the first container.
-pub fn deployment_entry(object: &Value) -> Option<DeploymentEntry> {
-    let meta = &object["metadata"];
-    let containers = object["spec"]["template"]["spec"]["containers"].as_array();
-    let image = containers.and_then(|cs| {
-        cs.iter().find(|c| c["name"] == "proxy").or_else(|| cs.first()).and_then(|c| c["image"].as_str())
-    });
+pub fn deployment_entry(d: &Deployment) -> Option<DeploymentEntry> {
+    let containers = d
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .map(|p| p.containers.as_slice())
+        .unwrap_or(&[]);
+    let image = containers
+        .iter()
+        .find(|c| c.name == "proxy")
+        .or_else(|| containers.first())
+        .and_then(|c| c.image.clone());
     Some(DeploymentEntry {
-        namespace: meta["namespace"].as_str()?.to_owned(),
-        name: meta["name"].as_str()?.to_owned(),
+        namespace: d.metadata.namespace.clone()?,
+        name: d.metadata.name.clone()?,
         kind: "Deployment".into(),
-        replicas: object["spec"]["replicas"].as_i64().unwrap_or(1),
-        image: image.map(str::to_owned),
+        replicas: d.spec.replicas.map_or(1, i64::from),
+        image,
     })
 }
 
@@ -102,42 +111,69 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Adds one node object.
-    pub fn add_node(&mut self, node: &Value) {
-        let labels = &node["metadata"]["labels"];
-        self.region.add(labels.get(REGION_LABEL).and_then(Value::as_str));
-        self.zone.add(labels.get(ZONE_LABEL).and_then(Value::as_str));
+    /// Adds one node.
+    pub fn add_node(&mut self, node: &Node) {
+        let labels = node.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        self.region.add(label(REGION_LABEL));
+        self.zone.add(label(ZONE_LABEL));
     }
 }
 
 /// One `inventoryErrors` entry: what was being read, and the API's answer.
 fn describe(what: &str, e: &kube::Error) -> String {
+    log::warn!("inventory: cannot {what}: {e}");
     format!("{what}: {e}")
 }
 
 /// Collects the inventory. `want_topology` is false when both region and
 /// zone are configured.
-pub fn collect(client: &Client, namespaces: &[String], environment_id: &str, want_topology: bool) -> Inventory {
+pub fn collect(
+    client: &Client,
+    namespaces: &[String],
+    environment_id: &str,
+    want_topology: bool,
+) -> Inventory {
     let selector = ownership::owned_selector(environment_id);
     let mut inv = Inventory::default();
     for ns in namespaces {
-        let sources: [(&str, String, fn(&Value) -> Option<DeploymentEntry>); 2] = [
-            ("nexoproxies", format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies"), proxy_entry),
-            ("deployments", format!("/apis/apps/v1/namespaces/{ns}/deployments"), deployment_entry),
-        ];
-        for (what, path, shape) in sources {
-            let result = client.list_each(&path, Some(&selector), PAGE, |obj| {
-                // The selector already filters; the guard decides anyway.
-                if ownership::classify(&obj, environment_id) == Ownership::Owned {
-                    if let Some(entry) = shape(&obj) {
-                        inv.deployments.push(entry);
-                    }
-                }
-            });
-            if let Err(e) = result {
-                log::warn!("inventory: cannot list {what} in {ns}: {e}");
-                inv.errors.push(describe(&format!("list {what} in {ns}"), &e));
+        let proxies = format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies");
+        let result = client.list_each(&proxies, Some(&selector), PAGE, |obj| {
+            // The selector already filters; the guard decides anyway.
+            if ownership::classify(&obj, environment_id) == Ownership::Owned {
+                inv.deployments.extend(proxy_entry(&obj));
             }
+        });
+        if let Err(e) = result {
+            inv.errors
+                .push(describe(&format!("list nexoproxies in {ns}"), &e));
+        }
+        let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+        let mut undecodable = 0;
+        let result =
+            client.list_each(
+                &deployments,
+                Some(&selector),
+                PAGE,
+                |obj| match serde_json::from_value::<Deployment>(obj) {
+                    Ok(d)
+                        if ownership::classify_meta(&d.metadata, environment_id)
+                            == Ownership::Owned =>
+                    {
+                        inv.deployments.extend(deployment_entry(&d));
+                    }
+                    Ok(_) => {}
+                    Err(_) => undecodable += 1,
+                },
+            );
+        if let Err(e) = result {
+            inv.errors
+                .push(describe(&format!("list deployments in {ns}"), &e));
+        }
+        if undecodable > 0 {
+            inv.errors.push(format!(
+                "list deployments in {ns}: {undecodable} objects could not be decoded"
+            ));
         }
     }
     // A 410 restart may have visited items twice.
@@ -145,17 +181,24 @@ pub fn collect(client: &Client, namespaces: &[String], environment_id: &str, wan
     inv.deployments.dedup();
     if want_topology {
         let mut topo = Topology::default();
-        match client.list_each("/api/v1/nodes", None, PAGE, |node| topo.add_node(&node)) {
+        let visit = |node: Value| match serde_json::from_value::<Node>(node) {
+            Ok(node) => topo.add_node(&node),
+            // An undecodable node makes the topology unknown, never guessed.
+            Err(_) => {
+                topo = Topology {
+                    region: Shared::Mixed,
+                    zone: Shared::Mixed,
+                }
+            }
+        };
+        match client.list_each("/api/v1/nodes", None, PAGE, visit) {
             Ok(()) => {
                 inv.region = topo.region.get();
                 inv.zone = topo.zone.get();
             }
             // Listing nodes is optional RBAC: without it, region and zone are omitted.
             Err(e) if e.status() == Some(403) => log::debug!("inventory: nodes not readable: {e}"),
-            Err(e) => {
-                log::warn!("inventory: cannot list nodes: {e}");
-                inv.errors.push(describe("list nodes", &e));
-            }
+            Err(e) => inv.errors.push(describe("list nodes", &e)),
         }
     }
     inv
@@ -171,12 +214,25 @@ mod tests {
         let p = json!({"metadata": {"name": "orders", "namespace": "shop"}, "spec": {"replicas": 3, "image": "p:1"}});
         assert_eq!(
             proxy_entry(&p).unwrap(),
-            DeploymentEntry { namespace: "shop".into(), name: "orders".into(), kind: "NexoProxy".into(), replicas: 3, image: Some("p:1".into()) }
+            DeploymentEntry {
+                namespace: "shop".into(),
+                name: "orders".into(),
+                kind: "NexoProxy".into(),
+                replicas: 3,
+                image: Some("p:1".into())
+            }
         );
-        let d = json!({"metadata": {"name": "billing", "namespace": "shop"}, "spec": {"template": {"spec": {"containers": [
-            {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}});
+        let d: Deployment = serde_json::from_value(
+            json!({"metadata": {"name": "billing", "namespace": "shop"}, "spec": {
+            "selector": {}, "template": {"spec": {"containers": [
+            {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}}),
+        )
+        .unwrap();
         let e = deployment_entry(&d).unwrap();
-        assert_eq!((e.kind.as_str(), e.replicas, e.image.as_deref()), ("Deployment", 1, Some("p:0.9")));
+        assert_eq!(
+            (e.kind.as_str(), e.replicas, e.image.as_deref()),
+            ("Deployment", 1, Some("p:0.9"))
+        );
         assert!(proxy_entry(&json!({"metadata": {"name": "x"}})).is_none());
     }
 
@@ -184,14 +240,21 @@ mod tests {
     fn topology_is_never_guessed() {
         let node = |r: Option<&str>, z: Option<&str>| {
             let mut labels = serde_json::Map::new();
-            if let Some(r) = r { labels.insert(REGION_LABEL.into(), r.into()); }
-            if let Some(z) = z { labels.insert(ZONE_LABEL.into(), z.into()); }
-            json!({"metadata": {"labels": labels}})
+            if let Some(r) = r {
+                labels.insert(REGION_LABEL.into(), r.into());
+            }
+            if let Some(z) = z {
+                labels.insert(ZONE_LABEL.into(), z.into());
+            }
+            serde_json::from_value::<Node>(json!({"metadata": {"labels": labels}})).unwrap()
         };
         let mut t = Topology::default();
         t.add_node(&node(Some("eu-west-1"), Some("eu-west-1a")));
         t.add_node(&node(Some("eu-west-1"), Some("eu-west-1b")));
-        assert_eq!((t.region.get(), t.zone.get()), (Some("eu-west-1".into()), None));
+        assert_eq!(
+            (t.region.get(), t.zone.get()),
+            (Some("eu-west-1".into()), None)
+        );
         let mut t = Topology::default();
         t.add_node(&node(Some("eu"), None));
         t.add_node(&node(None, None));
@@ -201,7 +264,13 @@ mod tests {
 
     #[test]
     fn entries_sort_by_namespace_then_name() {
-        let e = |ns: &str, n: &str| DeploymentEntry { namespace: ns.into(), name: n.into(), kind: "NexoProxy".into(), replicas: 1, image: None };
+        let e = |ns: &str, n: &str| DeploymentEntry {
+            namespace: ns.into(),
+            name: n.into(),
+            kind: "NexoProxy".into(),
+            replicas: 1,
+            image: None,
+        };
         let mut v = vec![e("shop", "b"), e("billing", "z"), e("shop", "a")];
         v.sort();
         assert_eq!(v, vec![e("billing", "z"), e("shop", "a"), e("shop", "b")]);

@@ -23,6 +23,7 @@ pub mod inventory;
 pub mod kube;
 pub mod logging;
 pub mod ownership;
+pub mod resolve;
 pub mod secret;
 pub mod state;
 pub mod tls;

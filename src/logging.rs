@@ -7,12 +7,19 @@ use crate::config::LogFormat;
 
 /// Installs the logger. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
-    let mut builder = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     builder.format(move |buf, record| {
         let ts = humantime::format_rfc3339_seconds(SystemTime::now());
         match format {
             LogFormat::Text => {
-                writeln!(buf, "{ts} {:<5} {}: {}", record.level(), record.target(), record.args())
+                writeln!(
+                    buf,
+                    "{ts} {:<5} {}: {}",
+                    record.level(),
+                    record.target(),
+                    record.args()
+                )
             }
             LogFormat::Json => {
                 let line = serde_json::json!({

@@ -60,7 +60,11 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some("--version" | "-V") => {
-            println!("nexo-manager {} (build {})", nexo_manager::VERSION, nexo_manager::BUILD);
+            println!(
+                "nexo-manager {} (build {})",
+                nexo_manager::VERSION,
+                nexo_manager::BUILD
+            );
             return ExitCode::SUCCESS;
         }
         Some(other) => {

@@ -1,6 +1,7 @@
 //! Ownership: the labels every Manager-written object carries, and how an
 //! existing object is classified before the Manager may touch it.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 /// `app.kubernetes.io/managed-by`.
@@ -28,10 +29,22 @@ pub enum Ownership {
     Unrelated,
 }
 
-/// Classifies an object from its `metadata.labels`.
+/// Classifies an object (JSON, as custom resources are read) from its `metadata.labels`.
 pub fn classify(object: &Value, environment_id: &str) -> Ownership {
     let labels = &object["metadata"]["labels"];
-    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    classify_by(|k| labels.get(k).and_then(Value::as_str), environment_id)
+}
+
+/// Classifies a typed object from its metadata.
+pub fn classify_meta(meta: &ObjectMeta, environment_id: &str) -> Ownership {
+    let labels = meta.labels.as_ref();
+    classify_by(
+        |k| labels.and_then(|l| l.get(k)).map(String::as_str),
+        environment_id,
+    )
+}
+
+fn classify_by<'a>(label: impl Fn(&str) -> Option<&'a str>, environment_id: &str) -> Ownership {
     match (label(MANAGED_BY), label(OWNER_ID)) {
         (Some(MANAGER), Some(owner)) if owner == environment_id => Ownership::Owned,
         (_, Some(owner)) => Ownership::OtherEnvironment(owner.to_owned()),
@@ -57,17 +70,60 @@ mod tests {
     #[test]
     fn classification() {
         let env = "env-a";
-        assert_eq!(classify(&with_labels(json!({MANAGED_BY: MANAGER, OWNER_ID: "env-a"})), env), Ownership::Owned);
         assert_eq!(
-            classify(&with_labels(json!({MANAGED_BY: MANAGER, OWNER_ID: "env-b"})), env),
+            classify(
+                &with_labels(json!({MANAGED_BY: MANAGER, OWNER_ID: "env-a"})),
+                env
+            ),
+            Ownership::Owned
+        );
+        assert_eq!(
+            classify(
+                &with_labels(json!({MANAGED_BY: MANAGER, OWNER_ID: "env-b"})),
+                env
+            ),
             Ownership::OtherEnvironment("env-b".into())
         );
         // The owner id alone is not enough: both labels are required.
-        assert_eq!(classify(&with_labels(json!({OWNER_ID: "env-a"})), env), Ownership::OtherEnvironment("env-a".into()));
-        assert_eq!(classify(&with_labels(json!({PART_OF: "nexo"})), env), Ownership::Legacy);
-        assert_eq!(classify(&with_labels(json!({PART_OF: "nexo", MANAGED_BY: MANAGER})), env), Ownership::Legacy);
-        assert_eq!(classify(&with_labels(json!({MANAGED_BY: MANAGER})), env), Ownership::Unrelated);
-        assert_eq!(classify(&json!({"metadata": {"name": "x"}}), env), Ownership::Unrelated);
-        assert_eq!(owned_selector(env), "app.kubernetes.io/managed-by=nexo-manager,nexo.io/owner-id=env-a");
+        assert_eq!(
+            classify(&with_labels(json!({OWNER_ID: "env-a"})), env),
+            Ownership::OtherEnvironment("env-a".into())
+        );
+        assert_eq!(
+            classify(&with_labels(json!({PART_OF: "nexo"})), env),
+            Ownership::Legacy
+        );
+        assert_eq!(
+            classify(
+                &with_labels(json!({PART_OF: "nexo", MANAGED_BY: MANAGER})),
+                env
+            ),
+            Ownership::Legacy
+        );
+        assert_eq!(
+            classify(&with_labels(json!({MANAGED_BY: MANAGER})), env),
+            Ownership::Unrelated
+        );
+        assert_eq!(
+            classify(&json!({"metadata": {"name": "x"}}), env),
+            Ownership::Unrelated
+        );
+        let labels = [
+            (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+            (OWNER_ID.to_owned(), "env-a".to_owned()),
+        ];
+        let meta = ObjectMeta {
+            labels: Some(labels.into()),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(classify_meta(&meta, env), Ownership::Owned);
+        assert_eq!(
+            classify_meta(&ObjectMeta::default(), env),
+            Ownership::Unrelated
+        );
+        assert_eq!(
+            owned_selector(env),
+            "app.kubernetes.io/managed-by=nexo-manager,nexo.io/owner-id=env-a"
+        );
     }
 }

@@ -5,8 +5,10 @@
 //! concurrency: every update carries the `resourceVersion` it was read at,
 //! and a 409 re-reads and re-applies the change a bounded number of times.
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::cp::wire::AckResource;
 use crate::kube::{self, Client};
@@ -89,8 +91,14 @@ impl std::fmt::Display for StateError {
         match self {
             StateError::Kube(e) => write!(f, "state secret: {e}"),
             StateError::Corrupt(why) => write!(f, "state secret is corrupt: {why}"),
-            StateError::NotOurs(name) => write!(f, "secret {name} exists but is not managed by nexo-manager; refusing to use it as state"),
-            StateError::Conflict => write!(f, "state secret kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"),
+            StateError::NotOurs(name) => write!(
+                f,
+                "secret {name} exists but is not managed by nexo-manager; refusing to use it as state"
+            ),
+            StateError::Conflict => write!(
+                f,
+                "state secret kept changing under us ({CONFLICT_RETRIES} conflicts in a row)"
+            ),
         }
     }
 }
@@ -140,30 +148,56 @@ impl Store {
     /// The Secret `name` in `namespace`.
     pub fn new(namespace: &str, name: &str) -> Store {
         let collection = format!("/api/v1/namespaces/{namespace}/secrets");
-        Store { path: format!("{collection}/{name}"), collection, name: name.to_owned(), resource_version: None }
+        Store {
+            path: format!("{collection}/{name}"),
+            collection,
+            name: name.to_owned(),
+            resource_version: None,
+        }
     }
 
     /// Reads the state; an absent Secret is the empty state.
     pub fn load(&mut self, client: &Client) -> Result<State, StateError> {
-        let Some(secret) = client.get_opt::<Value>(&self.path)? else {
-            self.resource_version = None;
-            return Ok(State { version: 1, ..State::default() });
+        let secret = match client.get_opt::<Secret>(&self.path) {
+            Ok(Some(secret)) => secret,
+            Ok(None) => {
+                self.resource_version = None;
+                return Ok(State {
+                    version: 1,
+                    ..State::default()
+                });
+            }
+            Err(kube::Error::Decode { source, .. }) => {
+                return Err(StateError::Corrupt(source.to_string()));
+            }
+            Err(e) => return Err(e.into()),
         };
-        if secret["metadata"]["labels"][ownership::MANAGED_BY] != ownership::MANAGER {
+        let labels = secret.metadata.labels.as_ref();
+        if labels
+            .and_then(|l| l.get(ownership::MANAGED_BY))
+            .map(String::as_str)
+            != Some(ownership::MANAGER)
+        {
             return Err(StateError::NotOurs(self.name.clone()));
         }
-        self.resource_version = secret["metadata"]["resourceVersion"].as_str().map(str::to_owned);
-        let Some(encoded) = secret["data"][KEY].as_str() else {
-            return Ok(State { version: 1, ..State::default() });
+        self.resource_version = secret.metadata.resource_version;
+        let Some(doc) = secret.data.as_ref().and_then(|d| d.get(KEY)) else {
+            return Ok(State {
+                version: 1,
+                ..State::default()
+            });
         };
-        let bytes = crate::kube::config::base64_decode(encoded)
-            .ok_or_else(|| StateError::Corrupt(format!("{KEY} is not base64")))?;
-        serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt(format!("{KEY}: {e}")))
+        serde_json::from_slice(&doc.0).map_err(|e| StateError::Corrupt(format!("{KEY}: {e}")))
     }
 
     /// Applies `change` to the stored state and writes it, re-reading and
     /// re-applying on 409 Conflict. Returns the state as written.
-    pub fn update(&mut self, client: &Client, current: &State, change: impl Fn(&mut State)) -> Result<State, StateError> {
+    pub fn update(
+        &mut self,
+        client: &Client,
+        current: &State,
+        change: impl Fn(&mut State),
+    ) -> Result<State, StateError> {
         let mut state = current.clone();
         change(&mut state);
         for _ in 0..CONFLICT_RETRIES {
@@ -182,46 +216,40 @@ impl Store {
 
     fn write(&mut self, client: &Client, state: &State) -> Result<(), kube::Error> {
         let doc = serde_json::to_vec(state).expect("state always serializes");
-        let mut secret = json!({
-            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": self.name, "labels": {ownership::MANAGED_BY: ownership::MANAGER}},
-            "data": {KEY: base64_encode(&doc)},
-        });
-        let written = match &self.resource_version {
-            None => client.create(&self.collection, &secret)?,
-            Some(rv) => {
-                secret["metadata"]["resourceVersion"] = Value::String(rv.clone());
-                client.replace(&self.path, &secret)?
-            }
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                labels: Some(
+                    [(
+                        ownership::MANAGED_BY.to_owned(),
+                        ownership::MANAGER.to_owned(),
+                    )]
+                    .into(),
+                ),
+                resource_version: self.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".into()),
+            data: Some([(KEY.to_owned(), ByteString(doc))].into()),
+            ..Secret::default()
         };
-        self.resource_version = written["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+        let mut body = serde_json::to_value(&secret).expect("a Secret always serializes");
+        body["apiVersion"] = "v1".into();
+        body["kind"] = "Secret".into();
+        let written = match &self.resource_version {
+            None => client.create(&self.collection, &body)?,
+            Some(_) => client.replace(&self.path, &body)?,
+        };
+        self.resource_version = written["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned);
         Ok(())
     }
-}
-
-/// Standard base64 with padding.
-pub fn base64_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::config::base64_decode;
 
     fn entry(id: usize, delivered: bool) -> LedgerEntry {
         LedgerEntry {
@@ -235,15 +263,6 @@ mod tests {
     }
 
     #[test]
-    fn base64_round_trips() {
-        for s in ["", "f", "fo", "foo", "foob", "fooba", "foobar"] {
-            assert_eq!(base64_decode(&base64_encode(s.as_bytes())).unwrap(), s.as_bytes());
-        }
-        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
-        assert_eq!(base64_encode(b"fo"), "Zm8=");
-    }
-
-    #[test]
     fn ledger_keeps_the_last_256_and_every_undelivered_ack() {
         let mut s = State::default();
         s.record(entry(0, false));
@@ -251,20 +270,30 @@ mod tests {
             s.record(entry(i, true));
         }
         assert_eq!(s.ledger.len(), LEDGER_MIN);
-        assert!(s.find("cmd-0").is_some(), "an undelivered ack is never dropped");
+        assert!(
+            s.find("cmd-0").is_some(),
+            "an undelivered ack is never dropped"
+        );
         assert!(s.find("cmd-399").is_some());
         assert!(s.find("cmd-1").is_none());
         // Re-recording an id replaces it.
         s.record(entry(0, true));
         assert!(s.find("cmd-0").unwrap().delivered);
-        assert_eq!(s.ledger.iter().filter(|e| e.command_id == "cmd-0").count(), 1);
+        assert_eq!(
+            s.ledger.iter().filter(|e| e.command_id == "cmd-0").count(),
+            1
+        );
     }
 
     #[test]
     fn state_document_format() {
         let s = State {
             version: 1,
-            binding: Some(Binding { environment_id: "env-a".into(), manager_id: "m".into(), cluster_uid: "u".into() }),
+            binding: Some(Binding {
+                environment_id: "env-a".into(),
+                manager_id: "m".into(),
+                cluster_uid: "u".into(),
+            }),
             ledger: vec![entry(1, false)],
         };
         let v = serde_json::to_value(&s).unwrap();

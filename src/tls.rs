@@ -5,7 +5,10 @@ use ureq::tls::{Certificate, PemItem};
 /// The built-in public root set (Mozilla's, through `webpki-root-certs`):
 /// the image has no OS trust store.
 pub fn public_roots() -> Vec<Certificate<'static>> {
-    webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().map(|der| Certificate::from_der(der.as_ref())).collect()
+    webpki_root_certs::TLS_SERVER_ROOT_CERTS
+        .iter()
+        .map(|der| Certificate::from_der(der.as_ref()))
+        .collect()
 }
 
 /// The certificates of a PEM bundle; an error when it holds none or is not PEM.
@@ -35,6 +38,9 @@ mod tests {
 
     #[test]
     fn pem_errors() {
-        assert_eq!(certs_from_pem(b"nothing here").unwrap_err(), "holds no PEM certificate");
+        assert_eq!(
+            certs_from_pem(b"nothing here").unwrap_err(),
+            "holds no PEM certificate"
+        );
     }
 }

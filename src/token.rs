@@ -55,7 +55,8 @@ pub fn valid_environment_id(id: &str) -> bool {
     let b = id.as_bytes();
     (3..=63).contains(&b.len())
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 impl ConnectToken {
@@ -74,10 +75,16 @@ impl ConnectToken {
         }
         if let Some(expected) = expected {
             if expected != env {
-                return Err(TokenError::Mismatch { token: env.to_owned(), configured: expected.to_owned() });
+                return Err(TokenError::Mismatch {
+                    token: env.to_owned(),
+                    configured: expected.to_owned(),
+                });
             }
         }
-        Ok(ConnectToken { environment_id: env.to_owned(), whole: Secret::new(raw) })
+        Ok(ConnectToken {
+            environment_id: env.to_owned(),
+            whole: Secret::new(raw),
+        })
     }
 
     /// The environment the token is bound to.
@@ -99,7 +106,11 @@ mod tests {
 
     #[test]
     fn accepts_a_well_formed_token() {
-        let t = ConnectToken::parse(&format!(" nexo_ct_env-prod-eu_{SECRET}\n"), Some("env-prod-eu")).unwrap();
+        let t = ConnectToken::parse(
+            &format!(" nexo_ct_env-prod-eu_{SECRET}\n"),
+            Some("env-prod-eu"),
+        )
+        .unwrap();
         assert_eq!(t.environment_id(), "env-prod-eu");
         assert_eq!(t.secret().expose(), format!("nexo_ct_env-prod-eu_{SECRET}"));
         assert!(!format!("{t:?}").contains(SECRET));
@@ -127,6 +138,9 @@ mod tests {
     #[test]
     fn environment_cross_check() {
         let e = ConnectToken::parse(&format!("nexo_ct_env-a_{SECRET}"), Some("env-b")).unwrap_err();
-        assert_eq!(e.to_string(), "the connect token is for environment env-a, but NEXO_ENVIRONMENT_ID is env-b");
+        assert_eq!(
+            e.to_string(),
+            "the connect token is for environment env-a, but NEXO_ENVIRONMENT_ID is env-b"
+        );
     }
 }

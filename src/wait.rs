@@ -36,7 +36,10 @@ impl Waiter {
         for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
             signal_hook::low_level::pipe::register(signal, write.try_clone()?)?;
         }
-        Ok(Waiter { signals: read, stop: false })
+        Ok(Waiter {
+            signals: read,
+            stop: false,
+        })
     }
 
     /// Whether a stop was requested, without blocking.
@@ -70,8 +73,16 @@ impl Waiter {
                 return Ok(Wake::Timeout);
             }
             let mut fds = [
-                libc::pollfd { fd: self.signals.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: listener.map_or(-1, AsRawFd::as_raw_fd), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.signals.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: listener.map_or(-1, AsRawFd::as_raw_fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             // Round up so a wait never ends a hair early and spins.
             let ms = remaining.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;

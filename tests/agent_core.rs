@@ -15,7 +15,10 @@ fn heartbeat_count(f: &Fixture) -> usize {
     f.sim.heartbeats().len()
 }
 
-fn requests_to<'a>(reqs: &'a [nexo_cpsim::LoggedRequest], suffix: &str) -> Vec<&'a nexo_cpsim::LoggedRequest> {
+fn requests_to<'a>(
+    reqs: &'a [nexo_cpsim::LoggedRequest],
+    suffix: &str,
+) -> Vec<&'a nexo_cpsim::LoggedRequest> {
     reqs.iter().filter(|r| r.path.ends_with(suffix)).collect()
 }
 
@@ -24,14 +27,44 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     let f = Fixture::new("core-inv");
     f.tb.install_crds();
     let other = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-someone-else"});
-    f.create_proxy("orders", f.owned_labels("orders"), 3, "registry.example.com/nexo/proxy:1.4.2");
-    f.create_proxy("alpha", f.owned_labels("alpha"), 1, "registry.example.com/nexo/proxy:1.4.1");
-    f.create_proxy("zeta", f.owned_labels("zeta"), 2, "registry.example.com/nexo/proxy:1.4.2");
+    f.create_proxy(
+        "orders",
+        f.owned_labels("orders"),
+        3,
+        "registry.example.com/nexo/proxy:1.4.2",
+    );
+    f.create_proxy(
+        "alpha",
+        f.owned_labels("alpha"),
+        1,
+        "registry.example.com/nexo/proxy:1.4.1",
+    );
+    f.create_proxy(
+        "zeta",
+        f.owned_labels("zeta"),
+        2,
+        "registry.example.com/nexo/proxy:1.4.2",
+    );
     f.create_proxy("unowned", json!({"team": "db"}), 1, "proxy:1");
     f.create_proxy("foreign", other, 1, "proxy:1");
-    f.create_proxy("legacy-proxy", json!({"app.kubernetes.io/part-of": "nexo"}), 1, "proxy:0.2");
-    f.create_deployment("billing", f.owned_labels("billing"), 1, "registry.example.com/nexo/proxy:1.3.0");
-    f.create_deployment("legacy", json!({"app.kubernetes.io/part-of": "nexo"}), 1, "proxy:0.2");
+    f.create_proxy(
+        "legacy-proxy",
+        json!({"app.kubernetes.io/part-of": "nexo"}),
+        1,
+        "proxy:0.2",
+    );
+    f.create_deployment(
+        "billing",
+        f.owned_labels("billing"),
+        1,
+        "registry.example.com/nexo/proxy:1.3.0",
+    );
+    f.create_deployment(
+        "legacy",
+        json!({"app.kubernetes.io/part-of": "nexo"}),
+        1,
+        "proxy:0.2",
+    );
 
     let mut env = f.env();
     env.insert("NEXO_CLUSTER_NAME".into(), "eu-1".into());
@@ -39,30 +72,61 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     m.wait_until(WAIT, "three heartbeats", || heartbeat_count(&f) >= 3);
     m.signal("TERM");
     let status = m.wait_exit(Duration::from_secs(5));
-    m.check(status.code() == Some(0), "SIGTERM must end the Manager with exit 0");
+    m.check(
+        status.code() == Some(0),
+        "SIGTERM must end the Manager with exit 0",
+    );
 
     let reqs = f.sim.requests();
     let connect = requests_to(&reqs, "/api/v2/manager/connect")[0];
     let body = connect.json.as_ref().unwrap();
-    m.check(connect.header("authorization") == Some(&format!("Bearer {}", f.token)), "connect carries the connect token");
-    m.check(connect.header("user-agent") == Some("nexo-manager/0.3.0"), "User-Agent is nexo-manager/<version>");
-    m.check(connect.header("content-type") == Some("application/json"), "JSON content type");
+    m.check(
+        connect.header("authorization") == Some(&format!("Bearer {}", f.token)),
+        "connect carries the connect token",
+    );
+    m.check(
+        connect.header("user-agent") == Some("nexo-manager/0.3.0"),
+        "User-Agent is nexo-manager/<version>",
+    );
+    m.check(
+        connect.header("content-type") == Some("application/json"),
+        "JSON content type",
+    );
     assert_eq!(body["protocolVersion"], 2);
     assert_eq!(body["manager"]["version"], "0.3.0");
     assert!(body["manager"]["build"].is_string());
-    assert_eq!(body["manager"]["capabilities"], json!(["heartbeat.inventory.v1"]));
-    assert_eq!(body["instance"], json!({"id": format!("uid-{}", f.ns.name), "podName": "nexo-manager-test", "namespace": f.ns.name}));
-    assert_eq!(body["cluster"], json!({"uid": f.cluster_uid(), "kubernetesVersion": "v1.37.2"}));
+    assert_eq!(
+        body["manager"]["capabilities"],
+        json!(["heartbeat.inventory.v1"])
+    );
+    assert_eq!(
+        body["instance"],
+        json!({"id": format!("uid-{}", f.ns.name), "podName": "nexo-manager-test", "namespace": f.ns.name})
+    );
+    assert_eq!(
+        body["cluster"],
+        json!({"uid": f.cluster_uid(), "kubernetesVersion": "v1.37.2"})
+    );
     assert_eq!(f.sim.bound_cluster(&f.env_id), Some(f.cluster_uid()));
 
     let beats = f.sim.heartbeats();
-    let sequences: Vec<u64> = beats.iter().map(|b| b["sequence"].as_u64().unwrap()).collect();
-    assert_eq!(sequences[..3], [1, 2, 3], "sequence starts at 1 and increases by one");
+    let sequences: Vec<u64> = beats
+        .iter()
+        .map(|b| b["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        sequences[..3],
+        [1, 2, 3],
+        "sequence starts at 1 and increases by one"
+    );
     let hb = &beats[0];
     assert_eq!(hb["managerId"], json!(f.sim.manager_id(&f.env_id)));
     assert_eq!(hb["proxyImage"], PROXY_IMAGE);
     assert_eq!(hb["manager"]["protocolVersion"], 2);
-    assert_eq!(hb["manager"]["capabilities"], json!(["heartbeat.inventory.v1"]));
+    assert_eq!(
+        hb["manager"]["capabilities"],
+        json!(["heartbeat.inventory.v1"])
+    );
     let ns = f.ns.name.as_str();
     assert_eq!(
         hb["deployments"],
@@ -76,15 +140,27 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     );
     assert_eq!(hb["managedProxyCount"], 4);
     // The test bed has no nodes: region and zone are omitted, never guessed.
-    assert_eq!(hb["cluster"], json!({"uid": f.cluster_uid(), "name": "eu-1", "kubernetesVersion": "v1.37.2"}));
+    assert_eq!(
+        hb["cluster"],
+        json!({"uid": f.cluster_uid(), "name": "eu-1", "kubernetesVersion": "v1.37.2"})
+    );
     assert_eq!(hb["pendingAcks"], json!([]));
     assert!(hb.get("inventoryErrors").is_none(), "{hb}");
-    let sent_at = humantime::parse_rfc3339(hb["sentAt"].as_str().unwrap()).expect("sentAt is RFC 3339 UTC");
+    let sent_at =
+        humantime::parse_rfc3339(hb["sentAt"].as_str().unwrap()).expect("sentAt is RFC 3339 UTC");
     assert!(SystemTime::now().duration_since(sent_at).unwrap() < Duration::from_secs(120));
 
     // The binding is persisted in the state Secret.
-    let secret: Value = f.tb.admin().get(&format!("/api/v1/namespaces/{ns}/secrets/nexo-manager-state")).unwrap();
-    assert_eq!(secret["metadata"]["labels"]["app.kubernetes.io/managed-by"], "nexo-manager");
+    let secret: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/api/v1/namespaces/{ns}/secrets/nexo-manager-state"
+            ))
+            .unwrap();
+    assert_eq!(
+        secret["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "nexo-manager"
+    );
     let doc = String::from_utf8(b64(secret["data"]["state.json"].as_str().unwrap())).unwrap();
     let state: Value = serde_json::from_str(&doc).unwrap();
     assert_eq!(
@@ -93,11 +169,19 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     );
     // Never a secret in the log.
     let log = m.stderr();
-    assert!(!log.contains(&f.token), "the connect token leaked into the log");
+    assert!(
+        !log.contains(&f.token),
+        "the connect token leaked into the log"
+    );
 }
 
 fn b64(s: &str) -> Vec<u8> {
-    let out = std::process::Command::new("base64").arg("-d").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let out = std::process::Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     use std::io::Write;
     out.stdin.as_ref().unwrap().write_all(s.as_bytes()).unwrap();
     out.wait_with_output().unwrap().stdout
@@ -105,14 +189,28 @@ fn b64(s: &str) -> Vec<u8> {
 
 #[test]
 fn interval_override_from_the_control_plane_is_honoured() {
-    let f = Fixture::with_config("core-interval", SimConfig { heartbeat_interval_seconds: Some(5), ..SimConfig::default() });
+    let f = Fixture::with_config(
+        "core-interval",
+        SimConfig {
+            heartbeat_interval_seconds: Some(5),
+            ..SimConfig::default()
+        },
+    );
     let mut m = f.spawn(&f.env()); // configured 1 s, CP says 5 s
-    m.wait_until(Duration::from_secs(20), "three heartbeats", || heartbeat_count(&f) >= 3);
-    let times: Vec<SystemTime> =
-        requests_to(&f.sim.requests(), "/heartbeat").iter().filter(|r| r.status == 200).map(|r| r.at).collect();
+    m.wait_until(Duration::from_secs(20), "three heartbeats", || {
+        heartbeat_count(&f) >= 3
+    });
+    let times: Vec<SystemTime> = requests_to(&f.sim.requests(), "/heartbeat")
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.at)
+        .collect();
     for pair in times.windows(2) {
         let gap = pair[1].duration_since(pair[0]).unwrap();
-        m.check(gap >= Duration::from_millis(4500), &format!("heartbeats {gap:?} apart, the CP asked for 5 s"));
+        m.check(
+            gap >= Duration::from_millis(4500),
+            &format!("heartbeats {gap:?} apart, the CP asked for 5 s"),
+        );
     }
 }
 
@@ -126,13 +224,22 @@ fn expired_session_reconnects_once_and_resends_the_heartbeat() {
         requests_to(&f.sim.requests(), "/connect").len() >= 2 && heartbeat_count(&f) >= 2
     });
     let reqs = f.sim.requests();
-    let rejected = reqs.iter().position(|r| r.path.ends_with("/heartbeat") && r.status == 401);
-    let Some(rejected) = rejected else { m.fail("no heartbeat got 401") };
+    let rejected = reqs
+        .iter()
+        .position(|r| r.path.ends_with("/heartbeat") && r.status == 401);
+    let Some(rejected) = rejected else {
+        m.fail("no heartbeat got 401")
+    };
     let seq = reqs[rejected].json.as_ref().unwrap()["sequence"].clone();
     let next: Vec<_> = reqs[rejected + 1..].iter().take(2).collect();
-    m.check(next[0].path.ends_with("/connect") && next[0].status == 200, "401 is followed by a connect");
     m.check(
-        next[1].path.ends_with("/heartbeat") && next[1].status == 200 && next[1].json.as_ref().unwrap()["sequence"] == seq,
+        next[0].path.ends_with("/connect") && next[0].status == 200,
+        "401 is followed by a connect",
+    );
+    m.check(
+        next[1].path.ends_with("/heartbeat")
+            && next[1].status == 200
+            && next[1].json.as_ref().unwrap()["sequence"] == seq,
         "then the same heartbeat is resent",
     );
 }
@@ -145,7 +252,10 @@ fn environment_bound_elsewhere_exits_3_with_an_actionable_message() {
     let status = m.wait_exit(WAIT);
     m.check(status.code() == Some(3), "exit 3");
     let log = m.stderr();
-    m.check(log.contains("bound to another Kubernetes cluster"), "the message says what is wrong");
+    m.check(
+        log.contains("bound to another Kubernetes cluster"),
+        "the message says what is wrong",
+    );
     m.check(!log.contains(&f.token), "no token in the output");
 }
 
@@ -153,18 +263,20 @@ fn environment_bound_elsewhere_exits_3_with_an_actionable_message() {
 fn persisted_binding_from_another_cluster_exits_3() {
     let f = Fixture::new("core-copied");
     let doc = json!({"version": 1, "binding": {"environmentId": f.env_id, "managerId": "mgr-x", "clusterUid": "uid-of-elsewhere"}, "ledger": []});
-    let encoded = nexo_manager::state::base64_encode(doc.to_string().as_bytes());
     f.tb.admin()
         .create(
             &format!("/api/v1/namespaces/{}/secrets", f.ns.name),
             &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-manager-state",
-                    "labels": {"app.kubernetes.io/managed-by": "nexo-manager"}}, "data": {"state.json": encoded}}),
+                    "labels": {"app.kubernetes.io/managed-by": "nexo-manager"}}, "stringData": {"state.json": doc.to_string()}}),
         )
         .unwrap();
     let mut m = f.spawn(&f.env());
     let status = m.wait_exit(WAIT);
     m.check(status.code() == Some(3), "exit 3");
-    m.check(m.stderr().contains("copied from another cluster"), "the message names the cause");
+    m.check(
+        m.stderr().contains("copied from another cluster"),
+        "the message names the cause",
+    );
     m.check(f.sim.requests().is_empty(), "nothing is sent to the CP");
 }
 
@@ -172,107 +284,232 @@ fn persisted_binding_from_another_cluster_exits_3() {
 fn bad_configuration_exits_2_with_its_own_message_and_no_secret() {
     let f = Fixture::new("core-config");
     let secret = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
-    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
-        ("malformed token", vec![("NEXO_CONNECT_TOKEN", format!("nexo_ct_{secret}"))], "NEXO_CONNECT_TOKEN: the connect token is malformed"),
-        ("short secret", vec![("NEXO_CONNECT_TOKEN", "nexo_ct_env-abc_short".into())], "at least 32 characters"),
+    // Name, variables to set (empty: unset), and a part of the expected message.
+    type Case = (&'static str, Vec<(&'static str, String)>, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "malformed token",
+            vec![("NEXO_CONNECT_TOKEN", format!("nexo_ct_{secret}"))],
+            "NEXO_CONNECT_TOKEN: the connect token is malformed",
+        ),
+        (
+            "short secret",
+            vec![("NEXO_CONNECT_TOKEN", "nexo_ct_env-abc_short".into())],
+            "at least 32 characters",
+        ),
         (
             "token for another environment",
-            vec![("NEXO_CONNECT_TOKEN", format!("nexo_ct_env-other_{secret}")), ("NEXO_ENVIRONMENT_ID", "env-mine".into())],
+            vec![
+                ("NEXO_CONNECT_TOKEN", format!("nexo_ct_env-other_{secret}")),
+                ("NEXO_ENVIRONMENT_ID", "env-mine".into()),
+            ],
             "the connect token is for environment env-other, but NEXO_ENVIRONMENT_ID is env-mine",
         ),
-        ("malformed token file", vec![("NEXO_CONNECT_TOKEN_FILE", "{bad}".into())], "NEXO_CONNECT_TOKEN_FILE"),
-        ("http without the switch", vec![("NEXO_CONTROL_PLANE_URL", "http://127.0.0.1:1".into())], "plain http://"),
-        ("missing proxy image", vec![("NEXO_PROXY_IMAGE", String::new())], "NEXO_PROXY_IMAGE: is required"),
-        ("missing CP URL", vec![("NEXO_CONTROL_PLANE_URL", String::new())], "NEXO_CONTROL_PLANE_URL: is required"),
-        ("bad interval", vec![("NEXO_HEARTBEAT_INTERVAL", "often".into())], "NEXO_HEARTBEAT_INTERVAL"),
+        (
+            "malformed token file",
+            vec![("NEXO_CONNECT_TOKEN_FILE", "{bad}".into())],
+            "NEXO_CONNECT_TOKEN_FILE",
+        ),
+        (
+            "http without the switch",
+            vec![("NEXO_CONTROL_PLANE_URL", "http://127.0.0.1:1".into())],
+            "plain http://",
+        ),
+        (
+            "missing proxy image",
+            vec![("NEXO_PROXY_IMAGE", String::new())],
+            "NEXO_PROXY_IMAGE: is required",
+        ),
+        (
+            "missing CP URL",
+            vec![("NEXO_CONTROL_PLANE_URL", String::new())],
+            "NEXO_CONTROL_PLANE_URL: is required",
+        ),
+        (
+            "bad interval",
+            vec![("NEXO_HEARTBEAT_INTERVAL", "often".into())],
+            "NEXO_HEARTBEAT_INTERVAL",
+        ),
     ];
     let bad_file = f.dir.join("bad-token");
     std::fs::write(&bad_file, format!("nexo_ct_BAD_{secret}")).unwrap();
     for (name, overrides, needle) in cases {
         let mut env = f.env();
         for (k, v) in overrides {
-            let v = if v == "{bad}" { bad_file.display().to_string() } else { v };
-            if v.is_empty() { env.remove(k); } else { env.insert(k.to_owned(), v); }
-            if k == "NEXO_CONNECT_TOKEN" { env.remove("NEXO_CONNECT_TOKEN_FILE"); }
+            let v = if v == "{bad}" {
+                bad_file.display().to_string()
+            } else {
+                v
+            };
+            if v.is_empty() {
+                env.remove(k);
+            } else {
+                env.insert(k.to_owned(), v);
+            }
+            if k == "NEXO_CONNECT_TOKEN" {
+                env.remove("NEXO_CONNECT_TOKEN_FILE");
+            }
         }
         let mut m = f.spawn(&env);
         let status = m.wait_exit(Duration::from_secs(10));
         let out = format!("{}{}", m.stdout(), m.stderr());
         m.check(status.code() == Some(2), &format!("{name}: exit 2"));
-        m.check(out.contains(needle), &format!("{name}: message contains {needle:?}"));
-        m.check(!out.contains(secret), &format!("{name}: the secret must never be printed"));
+        m.check(
+            out.contains(needle),
+            &format!("{name}: message contains {needle:?}"),
+        );
+        m.check(
+            !out.contains(secret),
+            &format!("{name}: the secret must never be printed"),
+        );
     }
-    assert!(f.sim.requests().is_empty(), "a refused configuration sends nothing");
+    assert!(
+        f.sim.requests().is_empty(),
+        "a refused configuration sends nothing"
+    );
 }
 
 #[test]
 fn cp_errors_and_timeouts_back_off_then_recover() {
     let f = Fixture::new("core-500");
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::Status {
-        status: 500, code: "internal".into(), message: "boom".into(), retry_after: None }).times(3));
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::Delay(Duration::from_secs(4))));
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::Reset));
+    f.sim.inject(
+        Fault::new(
+            Endpoint::Heartbeat,
+            FaultAction::Status {
+                status: 500,
+                code: "internal".into(),
+                message: "boom".into(),
+                retry_after: None,
+            },
+        )
+        .times(3),
+    );
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Delay(Duration::from_secs(4)),
+    ));
+    f.sim
+        .inject(Fault::new(Endpoint::Heartbeat, FaultAction::Reset));
     let mut env = f.env();
     env.insert("NEXO_CP_REQUEST_TIMEOUT".into(), "2s".into());
     let mut m = f.spawn(&env);
-    m.wait_until(Duration::from_secs(60), "a heartbeat accepted after the faults", || heartbeat_count(&f) >= 1);
-    let beats: Vec<_> = requests_to(&f.sim.requests(), "/heartbeat").into_iter().cloned().collect();
+    m.wait_until(
+        Duration::from_secs(60),
+        "a heartbeat accepted after the faults",
+        || heartbeat_count(&f) >= 1,
+    );
+    let beats: Vec<_> = requests_to(&f.sim.requests(), "/heartbeat")
+        .into_iter()
+        .cloned()
+        .collect();
     let statuses: Vec<u16> = beats.iter().map(|r| r.status).collect();
-    m.check(statuses.starts_with(&[500, 500, 500]), &format!("three 500s first: {statuses:?}"));
-    m.check(m.stderr().contains("heartbeat failed"), "failures are logged");
-    m.check(m.stderr().to_lowercase().contains("timeout") || m.stderr().contains("timed out"), "the delayed heartbeat timed out");
+    m.check(
+        statuses.starts_with(&[500, 500, 500]),
+        &format!("three 500s first: {statuses:?}"),
+    );
+    m.check(
+        m.stderr().contains("heartbeat failed"),
+        "failures are logged",
+    );
+    m.check(
+        m.stderr().to_lowercase().contains("timeout") || m.stderr().contains("timed out"),
+        "the delayed heartbeat timed out",
+    );
     let alive = m.running();
     m.check(alive, "the Manager survives every fault");
     // Backoff: the gaps after consecutive failures are bounded by 1 s, 2 s, 4 s (full jitter).
     let t: Vec<SystemTime> = beats.iter().map(|r| r.at).collect();
     for (i, cap) in [(1usize, 1.2f64), (2, 2.2), (3, 4.2)] {
         let gap = t[i].duration_since(t[i - 1]).unwrap().as_secs_f64();
-        m.check(gap <= cap + 0.5, &format!("gap {i} is {gap:.2}s, over the backoff ceiling {cap}s"));
+        m.check(
+            gap <= cap + 0.5,
+            &format!("gap {i} is {gap:.2}s, over the backoff ceiling {cap}s"),
+        );
     }
 }
 
 #[test]
 fn retry_after_is_honoured() {
     let f = Fixture::new("core-429");
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::Status {
-        status: 429, code: "overloaded".into(), message: "slow down".into(), retry_after: Some("3".into()) }));
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Status {
+            status: 429,
+            code: "overloaded".into(),
+            message: "slow down".into(),
+            retry_after: Some("3".into()),
+        },
+    ));
     let mut m = f.spawn(&f.env());
-    m.wait_until(WAIT, "a heartbeat after the 429", || heartbeat_count(&f) >= 1);
-    let beats = requests_to(&f.sim.requests(), "/heartbeat").into_iter().cloned().collect::<Vec<_>>();
+    m.wait_until(WAIT, "a heartbeat after the 429", || {
+        heartbeat_count(&f) >= 1
+    });
+    let beats = requests_to(&f.sim.requests(), "/heartbeat")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
     m.check(beats[0].status == 429, "the first heartbeat got 429");
     let gap = beats[1].at.duration_since(beats[0].at).unwrap();
-    m.check(gap >= Duration::from_millis(2900), &format!("nothing sent sooner than Retry-After: 3 (gap {gap:?})"));
+    m.check(
+        gap >= Duration::from_millis(2900),
+        &format!("nothing sent sooner than Retry-After: 3 (gap {gap:?})"),
+    );
 }
 
 #[test]
 fn oversized_and_malformed_bodies_are_refused_and_nothing_runs() {
     let f = Fixture::new("core-big");
     f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-kept", "class": "deploy", "issuedAt": "2026-12-02T00:00:00Z", "payload": {}}));
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::OversizedBody(9 * 1024 * 1024)));
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::MalformedBody));
-    f.sim.inject(Fault::new(Endpoint::Heartbeat, FaultAction::CommandsNotList));
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::OversizedBody(9 * 1024 * 1024),
+    ));
+    f.sim
+        .inject(Fault::new(Endpoint::Heartbeat, FaultAction::MalformedBody));
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::CommandsNotList,
+    ));
     let mut m = f.spawn(&f.env());
-    m.wait_until(WAIT, "an accepted heartbeat after three bad bodies", || heartbeat_count(&f) >= 1);
-    m.wait_until(WAIT, "the queued command's ack", || !f.sim.acks().is_empty());
+    m.wait_until(WAIT, "an accepted heartbeat after three bad bodies", || {
+        heartbeat_count(&f) >= 1
+    });
+    m.wait_until(WAIT, "the queued command's ack", || {
+        !f.sim.acks().is_empty()
+    });
     let log = m.stderr();
-    m.check(log.contains("over the 8 MiB limit"), "the oversized body is named");
+    m.check(
+        log.contains("over the 8 MiB limit"),
+        "the oversized body is named",
+    );
     m.check(log.contains("malformed"), "the malformed body is named");
     let alive = m.running();
     m.check(alive, "the process stays alive");
-    m.check(f.sim.acks().len() == 1, "only the real command is acknowledged");
+    m.check(
+        f.sim.acks().len() == 1,
+        "only the real command is acknowledged",
+    );
 }
 
 #[test]
 fn unsupported_commands_are_acknowledged_failed_and_bad_ids_skipped() {
     let f = Fixture::new("core-cmd");
-    f.sim.enqueue_command(&f.env_id, json!({"class": "deploy", "payload": {}}));
-    f.sim.enqueue_command(&f.env_id, json!({"id": "bad/id", "class": "deploy"}));
+    f.sim
+        .enqueue_command(&f.env_id, json!({"class": "deploy", "payload": {}}));
+    f.sim
+        .enqueue_command(&f.env_id, json!({"id": "bad/id", "class": "deploy"}));
     f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-1", "class": "rollout", "issuedAt": "2026-12-02T00:00:00Z", "payload": {}}));
-    f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-2", "class": "teleport", "issuedAt": "2026-12-02T00:00:00Z"}));
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": "cmd-2", "class": "teleport", "issuedAt": "2026-12-02T00:00:00Z"}),
+    );
     let mut m = f.spawn(&f.env());
     m.wait_until(WAIT, "two acks", || f.sim.acks().len() >= 2);
     let acks = f.sim.acks();
-    for (ack, (id, class)) in acks.iter().zip([("cmd-1", "rollout"), ("cmd-2", "teleport")]) {
+    for (ack, (id, class)) in acks
+        .iter()
+        .zip([("cmd-1", "rollout"), ("cmd-2", "teleport")])
+    {
         assert_eq!(ack["commandId"], id);
         assert_eq!(ack["result"], "failed");
         assert_eq!(ack["message"], format!("unsupported class: {class}"));
@@ -280,7 +517,10 @@ fn unsupported_commands_are_acknowledged_failed_and_bad_ids_skipped() {
         assert_eq!(ack["attempt"], 1);
     }
     let log = m.stderr();
-    m.check(log.matches("skipping a command without a valid id").count() == 2, "both bad ids are logged and skipped");
+    m.check(
+        log.matches("skipping a command without a valid id").count() == 2,
+        "both bad ids are logged and skipped",
+    );
 }
 
 #[test]
@@ -293,14 +533,30 @@ fn a_rotated_token_file_is_picked_up_without_restart() {
     std::thread::sleep(Duration::from_millis(1500)); // at least one connect with the old token
     std::fs::write(f.token_file(), &new_token).unwrap();
     let before = heartbeat_count(&f);
-    m.wait_until(Duration::from_secs(60), "heartbeats with the new token", || heartbeat_count(&f) > before);
+    m.wait_until(
+        Duration::from_secs(60),
+        "heartbeats with the new token",
+        || heartbeat_count(&f) > before,
+    );
     let reqs = f.sim.requests();
     let connects = requests_to(&reqs, "/connect");
-    m.check(connects.iter().any(|r| r.status == 401), "the old token was refused");
+    m.check(
+        connects.iter().any(|r| r.status == 401),
+        "the old token was refused",
+    );
     let last = connects.last().unwrap();
-    m.check(last.status == 200 && last.header("authorization") == Some(&format!("Bearer {new_token}")), "the new token connected");
-    m.check(m.stderr().contains("connect refused"), "the 401 is logged at error level");
-    m.check(!m.stderr().contains(&new_token) && !m.stderr().contains(&f.token), "no token in the log");
+    m.check(
+        last.status == 200 && last.header("authorization") == Some(&format!("Bearer {new_token}")),
+        "the new token connected",
+    );
+    m.check(
+        m.stderr().contains("connect refused"),
+        "the 401 is logged at error level",
+    );
+    m.check(
+        !m.stderr().contains(&new_token) && !m.stderr().contains(&f.token),
+        "no token in the log",
+    );
 }
 
 #[test]
@@ -316,7 +572,10 @@ fn sigterm_while_idle_exits_0_within_a_second() {
     let status = m.wait_exit(Duration::from_secs(5));
     let took = start.elapsed();
     m.check(status.code() == Some(0), "exit 0");
-    m.check(took < Duration::from_secs(1), &format!("exited in {took:?}"));
+    m.check(
+        took < Duration::from_secs(1),
+        &format!("exited in {took:?}"),
+    );
 }
 
 #[test]
@@ -327,13 +586,23 @@ fn unreadable_namespaces_are_reported_in_inventory_errors() {
     let admin = f.tb.admin();
     let ns = &f.ns.name;
     // A ServiceAccount that may read the inventory of its own namespace only.
-    admin.create(&format!("/api/v1/namespaces/{ns}/serviceaccounts"), &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mgr"}})).unwrap();
-    admin.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"), &json!({
+    admin
+        .create(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mgr"}}),
+        )
+        .unwrap();
+    admin
+        .create(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+            &json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "mgr"},
         "rules": [
             {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list"]},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}]})).unwrap();
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}]}),
+        )
+        .unwrap();
     admin.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"), &json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "mgr"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "mgr"},
@@ -348,18 +617,43 @@ fn unreadable_namespaces_are_reported_in_inventory_errors() {
         "subjects": [{"kind": "ServiceAccount", "name": "mgr", "namespace": ns}]})).unwrap();
     let token = f.tb.token(ns, "mgr");
     let mut env = f.env();
-    env.insert("KUBECONFIG".into(), f.tb.kubeconfig_for_token(&token, "mgr").display().to_string());
+    env.insert(
+        "KUBECONFIG".into(),
+        f.tb.kubeconfig_for_token(&token, "mgr")
+            .display()
+            .to_string(),
+    );
     env.insert("NEXO_NAMESPACES".into(), format!("{ns},kube-public"));
     let mut m = f.spawn(&env);
     m.wait_until(WAIT, "a heartbeat", || heartbeat_count(&f) >= 1);
     let hb = &f.sim.heartbeats()[0];
     assert_eq!(hb["managedProxyCount"], 1, "{hb}");
     assert_eq!(hb["deployments"][0]["name"], "orders");
-    let errors: Vec<&str> = hb["inventoryErrors"].as_array().expect("inventoryErrors").iter().map(|e| e.as_str().unwrap()).collect();
+    let errors: Vec<&str> = hb["inventoryErrors"]
+        .as_array()
+        .expect("inventoryErrors")
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(errors.iter().all(|e| e.contains("kube-public") && e.contains("403")), "{errors:?}");
-    admin.delete(&format!("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{cr}"), "Background").unwrap();
-    admin.delete(&format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{cr}"), "Background").unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("kube-public") && e.contains("403")),
+        "{errors:?}"
+    );
+    admin
+        .delete(
+            &format!("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{cr}"),
+            "Background",
+        )
+        .unwrap();
+    admin
+        .delete(
+            &format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{cr}"),
+            "Background",
+        )
+        .unwrap();
     drop(m);
 }
 
@@ -370,7 +664,9 @@ fn https_proxy_is_used_unless_no_proxy_excludes_the_control_plane() {
     let mut env = f.env();
     env.insert("HTTPS_PROXY".into(), proxy.url());
     let mut m = f.spawn(&env);
-    m.wait_until(WAIT, "heartbeats through the proxy", || heartbeat_count(&f) >= 2);
+    m.wait_until(WAIT, "heartbeats through the proxy", || {
+        heartbeat_count(&f) >= 2
+    });
     drop(m);
     let through = proxy.tunnels();
     assert!(through >= 1, "the CP connection went through HTTPS_PROXY");
@@ -379,10 +675,18 @@ fn https_proxy_is_used_unless_no_proxy_excludes_the_control_plane() {
     let g = Fixture::new("core-noproxy");
     let mut env = g.env();
     env.insert("HTTPS_PROXY".into(), proxy.url());
-    env.insert("NO_PROXY".into(), "localhost, .svc.cluster.local,127.0.0.0/8".into());
+    env.insert(
+        "NO_PROXY".into(),
+        "localhost, .svc.cluster.local,127.0.0.0/8".into(),
+    );
     let mut m = g.spawn(&env);
-    m.wait_until(WAIT, "heartbeats without the proxy", || heartbeat_count(&g) >= 2);
-    m.check(proxy.tunnels() == through, "NO_PROXY kept the CP connection direct");
+    m.wait_until(WAIT, "heartbeats without the proxy", || {
+        heartbeat_count(&g) >= 2
+    });
+    m.check(
+        proxy.tunnels() == through,
+        "NO_PROXY kept the CP connection direct",
+    );
     // The Kubernetes API never goes through the CP proxy either (the test bed is on 127.0.0.1 too,
     // so the count above would have grown for it as well).
 }
@@ -393,5 +697,8 @@ fn the_tls_connection_is_reused_across_heartbeats() {
     let mut m = f.spawn(&f.env());
     m.wait_until(WAIT, "four heartbeats", || heartbeat_count(&f) >= 4);
     let conns = f.sim.connections();
-    m.check(conns == 1, &format!("{conns} TLS connections for connect + 4 heartbeats"));
+    m.check(
+        conns == 1,
+        &format!("{conns} TLS connections for connect + 4 heartbeats"),
+    );
 }

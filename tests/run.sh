@@ -18,7 +18,7 @@ trap 'exit 130' INT TERM
 bash "$testbed" start "$dir" $$
 export NEXO_TESTBED_DIR=$dir
 
-cargo test --locked --all-targets "$@"
+cargo test --locked --workspace --all-targets "$@"
 
 cleanup
 trap - EXIT

@@ -31,13 +31,21 @@ fn configmaps_create_get_list_paged_apply_delete() {
 
     for i in 0..7 {
         let created = client
-            .create(&collection, &configmap(&format!("cm-{i}"), json!({"i": i.to_string()})))
+            .create(
+                &collection,
+                &configmap(&format!("cm-{i}"), json!({"i": i.to_string()})),
+            )
             .expect("create");
         assert_eq!(created["metadata"]["name"], format!("cm-{i}"));
     }
     // Creating the same name again is refused with AlreadyExists.
-    let again = client.create(&collection, &configmap("cm-0", json!({}))).unwrap_err();
-    assert_eq!((again.status(), again.reason()), (Some(409), Some("AlreadyExists")));
+    let again = client
+        .create(&collection, &configmap("cm-0", json!({})))
+        .unwrap_err();
+    assert_eq!(
+        (again.status(), again.reason()),
+        (Some(409), Some("AlreadyExists"))
+    );
 
     let got: Value = client.get(&format!("{collection}/cm-3")).expect("get");
     assert_eq!(got["data"]["i"], "3");
@@ -45,19 +53,29 @@ fn configmaps_create_get_list_paged_apply_delete() {
     // Paging: 7 objects (plus the namespace's kube-root-ca.crt, when the
     // controller manager has made it) with pages of 3.
     let selector = "!nonexistent-label";
-    let (first, token) = client.list_page(&collection, Some(selector), 3, None).expect("first page");
+    let (first, token) = client
+        .list_page(&collection, Some(selector), 3, None)
+        .expect("first page");
     assert_eq!(first.len(), 3);
     let token = token.expect("a continue token on the first page of a longer list");
-    let (second, _) = client.list_page(&collection, Some(selector), 3, Some(&token)).expect("second page");
+    let (second, _) = client
+        .list_page(&collection, Some(selector), 3, Some(&token))
+        .expect("second page");
     assert_eq!(second.len(), 3);
     assert_ne!(first[0]["metadata"]["name"], second[0]["metadata"]["name"]);
     let mut names = Vec::new();
     let mut pages = 0;
     let mut token = None;
     loop {
-        let (items, next) = client.list_page(&collection, None, 3, token.as_deref()).unwrap();
+        let (items, next) = client
+            .list_page(&collection, None, 3, token.as_deref())
+            .unwrap();
         pages += 1;
-        names.extend(items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()));
+        names.extend(
+            items
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()),
+        );
         match next {
             Some(n) => token = Some(n),
             None => break,
@@ -65,9 +83,14 @@ fn configmaps_create_get_list_paged_apply_delete() {
     }
     let ours: Vec<_> = names.iter().filter(|n| n.starts_with("cm-")).collect();
     assert_eq!(ours.len(), 7, "all objects across pages: {names:?}");
-    assert!(pages >= 3, "7+ objects in pages of 3 take 3 pages or more, took {pages}");
+    assert!(
+        pages >= 3,
+        "7+ objects in pages of 3 take 3 pages or more, took {pages}"
+    );
     let mut each = 0;
-    client.list_each(&collection, None, 2, |_| each += 1).unwrap();
+    client
+        .list_each(&collection, None, 2, |_| each += 1)
+        .unwrap();
     assert_eq!(each, names.len());
 
     // Server-side apply as nexo-manager: creates, then is a no-op when repeated.
@@ -76,11 +99,27 @@ fn configmaps_create_get_list_paged_apply_delete() {
     let applied = client.apply(&path, &desired, false, false).expect("apply");
     let rv = applied["metadata"]["resourceVersion"].clone();
     let managers = applied["metadata"]["managedFields"].as_array().unwrap();
-    assert!(managers.iter().any(|m| m["manager"] == "nexo-manager" && m["operation"] == "Apply"));
-    let repeated = client.apply(&path, &desired, false, false).expect("apply again");
-    assert_eq!(repeated["metadata"]["resourceVersion"], rv, "a repeated apply changes nothing");
+    assert!(
+        managers
+            .iter()
+            .any(|m| m["manager"] == "nexo-manager" && m["operation"] == "Apply")
+    );
+    let repeated = client
+        .apply(&path, &desired, false, false)
+        .expect("apply again");
+    assert_eq!(
+        repeated["metadata"]["resourceVersion"], rv,
+        "a repeated apply changes nothing"
+    );
     // A dry run validates without persisting.
-    let dry = client.apply(&path, &configmap("applied", json!({"k": "dry"})), false, true).unwrap();
+    let dry = client
+        .apply(
+            &path,
+            &configmap("applied", json!({"k": "dry"})),
+            false,
+            true,
+        )
+        .unwrap();
     assert_eq!(dry["data"]["k"], "dry");
     let stored: Value = client.get(&path).unwrap();
     assert_eq!(stored["data"]["k"], "v");
@@ -101,29 +140,50 @@ fn nexoproxy_crd_enforces_its_schema() {
     let collection = format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies", ns.name);
     let valid = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": "orders"},
         "spec": {"image": "registry.example.com/nexo/proxy:1.4.2", "mongodb": {"secretRef": {"name": "orders-db"}}}});
-    let created = client.create(&collection, &valid).expect("a valid NexoProxy is accepted");
+    let created = client
+        .create(&collection, &valid)
+        .expect("a valid NexoProxy is accepted");
     // Defaults come from the structural schema.
     assert_eq!(created["spec"]["replicas"], 1);
     assert_eq!(created["spec"]["listenPort"], 27017);
 
     let invalid = [
-        ("replicas-not-a-number", json!({"image": "proxy:1", "replicas": "three", "mongodb": {"secretRef": {"name": "s"}}})),
-        ("negative-replicas", json!({"image": "proxy:1", "replicas": -1, "mongodb": {"secretRef": {"name": "s"}}})),
-        ("missing-image", json!({"mongodb": {"secretRef": {"name": "s"}}})),
+        (
+            "replicas-not-a-number",
+            json!({"image": "proxy:1", "replicas": "three", "mongodb": {"secretRef": {"name": "s"}}}),
+        ),
+        (
+            "negative-replicas",
+            json!({"image": "proxy:1", "replicas": -1, "mongodb": {"secretRef": {"name": "s"}}}),
+        ),
+        (
+            "missing-image",
+            json!({"mongodb": {"secretRef": {"name": "s"}}}),
+        ),
         ("missing-mongodb", json!({"image": "proxy:1"})),
-        ("port-out-of-range", json!({"image": "proxy:1", "listenPort": 70000, "mongodb": {"secretRef": {"name": "s"}}})),
+        (
+            "port-out-of-range",
+            json!({"image": "proxy:1", "listenPort": 70000, "mongodb": {"secretRef": {"name": "s"}}}),
+        ),
     ];
     for (name, spec) in invalid {
         let obj = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name}, "spec": spec});
         let err = client.create(&collection, &obj).expect_err(name);
-        assert_eq!((err.status(), err.reason()), (Some(422), Some("Invalid")), "{name}: {err}");
+        assert_eq!(
+            (err.status(), err.reason()),
+            (Some(422), Some("Invalid")),
+            "{name}: {err}"
+        );
     }
     // Nothing invalid was stored.
     let (items, _) = client.list_page(&collection, None, 50, None).unwrap();
     assert_eq!(items.len(), 1);
 
     // The pipeline CRD's reference kinds are an enum.
-    let pipelines = format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexopipelines", ns.name);
+    let pipelines = format!(
+        "/apis/nexo.io/v1alpha1/namespaces/{}/nexopipelines",
+        ns.name
+    );
     let bad = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoPipeline", "metadata": {"name": "p"},
         "spec": {"references": [{"kind": "Deployment", "name": "x"}]}});
     let err = client.create(&pipelines, &bad).unwrap_err();
@@ -136,20 +196,39 @@ fn garbage_collector_removes_dependents_of_a_deleted_owner() {
     let ns = tb.namespace("smoke-gc");
     let client = tb.admin();
     let collection = format!("/api/v1/namespaces/{}/configmaps", ns.name);
-    let owner = client.create(&collection, &configmap("owner", json!({}))).unwrap();
+    let owner = client
+        .create(&collection, &configmap("owner", json!({})))
+        .unwrap();
     let uid = owner["metadata"]["uid"].as_str().unwrap();
     let mut dependent = configmap("dependent", json!({}));
     dependent["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]);
     client.create(&collection, &dependent).unwrap();
     // An unrelated object stays.
-    client.create(&collection, &configmap("bystander", json!({}))).unwrap();
+    client
+        .create(&collection, &configmap("bystander", json!({})))
+        .unwrap();
 
-    client.delete(&format!("{collection}/owner"), "Background").unwrap();
-    wait_for(Duration::from_secs(60), "the garbage collector to delete the dependent", || {
-        matches!(client.get_opt::<Value>(&format!("{collection}/dependent")), Ok(None)).then_some(())
-    });
-    assert!(client.get_opt::<Value>(&format!("{collection}/bystander")).unwrap().is_some());
+    client
+        .delete(&format!("{collection}/owner"), "Background")
+        .unwrap();
+    wait_for(
+        Duration::from_secs(60),
+        "the garbage collector to delete the dependent",
+        || {
+            matches!(
+                client.get_opt::<Value>(&format!("{collection}/dependent")),
+                Ok(None)
+            )
+            .then_some(())
+        },
+    );
+    assert!(
+        client
+            .get_opt::<Value>(&format!("{collection}/bystander"))
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[test]
@@ -166,9 +245,24 @@ fn service_account_without_rbac_is_forbidden() {
     let token = tb.token(&ns.name, "nobody");
     let client = tb.client_with_token(&token);
     // Authenticated (not 401) but not authorized.
-    let err = client.get::<Value>(&format!("/api/v1/namespaces/{}/configmaps", ns.name)).unwrap_err();
-    assert_eq!((err.status(), err.reason()), (Some(403), Some("Forbidden")), "{err}");
-    assert!(!err.to_string().contains(&token), "the token must not reach error text");
+    let err = client
+        .get::<Value>(&format!("/api/v1/namespaces/{}/configmaps", ns.name))
+        .unwrap_err();
+    assert_eq!(
+        (err.status(), err.reason()),
+        (Some(403), Some("Forbidden")),
+        "{err}"
+    );
+    assert!(
+        !err.to_string().contains(&token),
+        "the token must not reach error text"
+    );
     // The same read as admin works, so the 403 is RBAC and not a broken path.
-    admin.request(Method::GET, &format!("/api/v1/namespaces/{}/configmaps", ns.name), None).unwrap();
+    admin
+        .request(
+            Method::GET,
+            &format!("/api/v1/namespaces/{}/configmaps", ns.name),
+            None,
+        )
+        .unwrap();
 }

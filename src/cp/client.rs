@@ -13,7 +13,9 @@ use serde::de::DeserializeOwned;
 use ureq::http::Request;
 use ureq::tls::{RootCerts, TlsConfig};
 
-use super::wire::{Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse};
+use super::wire::{
+    Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
+};
 use crate::secret::Secret;
 
 /// Largest response body accepted from the CP.
@@ -61,7 +63,11 @@ impl CpError {
     /// `Retry-After` of a 429 or 503.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            CpError::Status { status: 429 | 503, retry_after, .. } => *retry_after,
+            CpError::Status {
+                status: 429 | 503,
+                retry_after,
+                ..
+            } => *retry_after,
             _ => None,
         }
     }
@@ -70,7 +76,12 @@ impl CpError {
 impl fmt::Display for CpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CpError::Status { status, code, message, .. } => {
+            CpError::Status {
+                status,
+                code,
+                message,
+                ..
+            } => {
                 write!(f, "control plane answered http {status}")?;
                 if let Some(code) = code {
                     write!(f, " {code}")?;
@@ -81,7 +92,11 @@ impl fmt::Display for CpError {
                 Ok(())
             }
             CpError::Transport(e) => write!(f, "control plane unreachable: {e}"),
-            CpError::TooLarge => write!(f, "control plane response is over the {} MiB limit", MAX_BODY >> 20),
+            CpError::TooLarge => write!(
+                f,
+                "control plane response is over the {} MiB limit",
+                MAX_BODY >> 20
+            ),
             CpError::Decode(e) => write!(f, "control plane response is malformed: {e}"),
         }
     }
@@ -108,7 +123,9 @@ pub struct CpClient {
 
 impl fmt::Debug for CpClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CpClient").field("base", &self.base).finish()
+        f.debug_struct("CpClient")
+            .field("base", &self.base)
+            .finish()
     }
 }
 
@@ -123,33 +140,54 @@ impl CpClient {
     ) -> Result<CpClient, String> {
         let mut roots = crate::tls::public_roots();
         if let Some(pem) = extra_ca_pem {
-            roots.extend(crate::tls::certs_from_pem(pem).map_err(|why| format!("NEXO_CONTROL_PLANE_CA_FILE {why}"))?);
+            roots.extend(
+                crate::tls::certs_from_pem(pem)
+                    .map_err(|why| format!("NEXO_CONTROL_PLANE_CA_FILE {why}"))?,
+            );
         }
         let proxy = match https_proxy {
-            Some(p) => Some(ureq::Proxy::new(p).map_err(|_| "HTTPS_PROXY is not a valid proxy URL".to_owned())?),
+            Some(p) => Some(
+                ureq::Proxy::new(p)
+                    .map_err(|_| "HTTPS_PROXY is not a valid proxy URL".to_owned())?,
+            ),
             None => None,
         };
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let agent_config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(timeouts.0))
             .timeout_global(Some(timeouts.1))
             .max_redirects(0)
             .proxy(proxy)
             .user_agent(crate::USER_AGENT)
-            .tls_config(TlsConfig::builder().root_certs(RootCerts::Specific(Arc::new(roots))).build())
-            .build()
-            .into();
-        Ok(CpClient { agent, base: base.to_owned() })
+            .tls_config(
+                TlsConfig::builder()
+                    .root_certs(RootCerts::Specific(Arc::new(roots)))
+                    .build(),
+            )
+            .build();
+        let agent = crate::resolve::agent(agent_config);
+        Ok(CpClient {
+            agent,
+            base: base.to_owned(),
+        })
     }
 
     /// `POST /api/v2/manager/connect` with the connect token.
-    pub fn connect(&self, token: &Secret, body: &ConnectRequest) -> Result<ConnectResponse, CpError> {
+    pub fn connect(
+        &self,
+        token: &Secret,
+        body: &ConnectRequest,
+    ) -> Result<ConnectResponse, CpError> {
         let bytes = self.post("/api/v2/manager/connect", token, body)?;
         decode(&bytes)
     }
 
     /// `POST /api/v2/manager/heartbeat` with the session token.
-    pub fn heartbeat(&self, session: &Secret, body: &HeartbeatRequest) -> Result<HeartbeatResponse, CpError> {
+    pub fn heartbeat(
+        &self,
+        session: &Secret,
+        body: &HeartbeatRequest,
+    ) -> Result<HeartbeatResponse, CpError> {
         let bytes = self.post("/api/v2/manager/heartbeat", session, body)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(HeartbeatResponse::default());
@@ -197,8 +235,15 @@ impl CpClient {
         if (200..300).contains(&status) {
             return Ok(bytes);
         }
-        let err = serde_json::from_slice::<ErrorEnvelope>(&bytes).unwrap_or_default().error;
-        Err(CpError::Status { status, code: err.code, message: err.message, retry_after })
+        let err = serde_json::from_slice::<ErrorEnvelope>(&bytes)
+            .unwrap_or_default()
+            .error;
+        Err(CpError::Status {
+            status,
+            code: err.code,
+            message: err.message,
+            retry_after,
+        })
     }
 }
 

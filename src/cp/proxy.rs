@@ -14,29 +14,36 @@ use std::net::IpAddr;
 /// `*.`, matching itself and its subdomains; an IP address; a CIDR block
 /// matching IP literal hosts; any of these with `:port` to match that port only.
 pub fn excluded(no_proxy: &str, host: &str, port: u16) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
     let host_ip: Option<IpAddr> = host.parse().ok();
-    no_proxy.split([',', ' ']).map(str::trim).filter(|e| !e.is_empty()).any(|entry| {
-        if entry == "*" {
-            return true;
-        }
-        let (pattern, entry_port) = split_port(entry);
-        if entry_port.is_some_and(|p| p != port) {
-            return false;
-        }
-        let pattern = pattern.to_ascii_lowercase();
-        if let Some((net, bits)) = pattern.split_once('/') {
-            return match (host_ip, net.parse::<IpAddr>(), bits.parse::<u8>()) {
-                (Some(ip), Ok(net), Ok(bits)) => in_cidr(ip, net, bits),
-                _ => false,
-            };
-        }
-        if let (Some(ip), Ok(p)) = (host_ip, pattern.parse::<IpAddr>()) {
-            return ip == p;
-        }
-        let domain = pattern.trim_start_matches("*.").trim_start_matches('.');
-        !domain.is_empty() && (host == domain || host.ends_with(&format!(".{domain}")))
-    })
+    no_proxy
+        .split([',', ' '])
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .any(|entry| {
+            if entry == "*" {
+                return true;
+            }
+            let (pattern, entry_port) = split_port(entry);
+            if entry_port.is_some_and(|p| p != port) {
+                return false;
+            }
+            let pattern = pattern.to_ascii_lowercase();
+            if let Some((net, bits)) = pattern.split_once('/') {
+                return match (host_ip, net.parse::<IpAddr>(), bits.parse::<u8>()) {
+                    (Some(ip), Ok(net), Ok(bits)) => in_cidr(ip, net, bits),
+                    _ => false,
+                };
+            }
+            if let (Some(ip), Ok(p)) = (host_ip, pattern.parse::<IpAddr>()) {
+                return ip == p;
+            }
+            let domain = pattern.trim_start_matches("*.").trim_start_matches('.');
+            !domain.is_empty() && (host == domain || host.ends_with(&format!(".{domain}")))
+        })
 }
 
 fn split_port(entry: &str) -> (&str, Option<u16>) {
@@ -59,11 +66,19 @@ fn split_port(entry: &str) -> (&str, Option<u16>) {
 fn in_cidr(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) if bits <= 32 => {
-            let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
             u32::from(a) & mask == u32::from(n) & mask
         }
         (IpAddr::V6(a), IpAddr::V6(n)) if bits <= 128 => {
-            let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
             u128::from(a) & mask == u128::from(n) & mask
         }
         _ => false,
@@ -81,7 +96,9 @@ pub fn validate(proxy: &str) -> Result<(), String> {
     if host.is_empty() {
         return Err("the proxy URL has no host".into());
     }
-    ureq::Proxy::new(proxy).map(|_| ()).map_err(|_| "the proxy URL is not valid".into())
+    ureq::Proxy::new(proxy)
+        .map(|_| ())
+        .map_err(|_| "the proxy URL is not valid".into())
 }
 
 #[cfg(test)]

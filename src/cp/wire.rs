@@ -224,7 +224,10 @@ pub struct ErrorBody {
 
 /// Whether `id` is a valid command id: 1 to 128 of `[A-Za-z0-9._-]`.
 pub fn valid_command_id(id: &str) -> bool {
-    (1..=128).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 #[cfg(test)]
@@ -236,16 +239,21 @@ mod tests {
     fn heartbeat_response_fields_are_optional_and_unknown_ignored() {
         let r: HeartbeatResponse = serde_json::from_value(json!({})).unwrap();
         assert_eq!(r, HeartbeatResponse::default());
-        let r: HeartbeatResponse =
-            serde_json::from_value(json!({"heartbeatIntervalSeconds": 30, "commands": [{"id": "a"}], "future": 1})).unwrap();
+        let r: HeartbeatResponse = serde_json::from_value(
+            json!({"heartbeatIntervalSeconds": 30, "commands": [{"id": "a"}], "future": 1}),
+        )
+        .unwrap();
         assert_eq!(r.heartbeat_interval_seconds, Some(30));
         assert_eq!(r.commands.unwrap().len(), 1);
-        assert!(serde_json::from_value::<HeartbeatResponse>(json!({"commands": {"id": "a"}})).is_err());
+        assert!(
+            serde_json::from_value::<HeartbeatResponse>(json!({"commands": {"id": "a"}})).is_err()
+        );
     }
 
     #[test]
     fn connect_response_requires_its_fields() {
-        let ok = json!({"environmentId": "env-a", "managerId": "m", "sessionToken": "s", "extra": true});
+        let ok =
+            json!({"environmentId": "env-a", "managerId": "m", "sessionToken": "s", "extra": true});
         assert!(serde_json::from_value::<ConnectResponse>(ok).is_ok());
         let missing = json!({"environmentId": "env-a", "managerId": "m"});
         assert!(serde_json::from_value::<ConnectResponse>(missing).is_err());
@@ -253,8 +261,15 @@ mod tests {
 
     #[test]
     fn optional_cluster_fields_are_omitted() {
-        let c = ClusterInfo { uid: "u".into(), kubernetes_version: "v1.37.2".into(), ..Default::default() };
-        assert_eq!(serde_json::to_value(&c).unwrap(), json!({"uid": "u", "kubernetesVersion": "v1.37.2"}));
+        let c = ClusterInfo {
+            uid: "u".into(),
+            kubernetes_version: "v1.37.2".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            json!({"uid": "u", "kubernetesVersion": "v1.37.2"})
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use ureq::http::Request;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 use super::config::{Auth, KubeConfig};
-use crate::backoff::{Backoff, Jitter};
 use super::error::{Error, Status};
+use crate::backoff::{Backoff, Jitter};
 
 /// Largest response body read from the API server (one page of a list).
 pub const MAX_BODY: u64 = 32 * 1024 * 1024;
@@ -48,16 +48,27 @@ pub const RETRY_CAP: Duration = Duration::from_secs(10);
 /// is harmless (GET, PUT with its resourceVersion, server-side-apply PATCH,
 /// DELETE), not POST. Nothing else is retried here; 409 conflicts are the
 /// read-modify-write caller's to retry.
-pub fn retry_delay(method: &Method, err: &Error, attempt: u32, backoff: &mut Backoff) -> Option<Duration> {
+pub fn retry_delay(
+    method: &Method,
+    err: &Error,
+    attempt: u32,
+    backoff: &mut Backoff,
+) -> Option<Duration> {
     if attempt > RETRIES {
         return None;
     }
     let idempotent = method != Method::POST;
     match err {
-        Error::Api { status: 429, retry_after, .. } => {
-            Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP)))
-        }
-        Error::Api { status, retry_after, .. } if *status >= 500 && idempotent => {
+        Error::Api {
+            status: 429,
+            retry_after,
+            ..
+        } => Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP))),
+        Error::Api {
+            status,
+            retry_after,
+            ..
+        } if *status >= 500 && idempotent => {
             Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP)))
         }
         Error::Transport(_) if idempotent => Some(backoff.next_delay()),
@@ -77,7 +88,10 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("server", &self.server).field("auth", &self.auth).finish()
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .field("auth", &self.auth)
+            .finish()
     }
 }
 
@@ -103,7 +117,7 @@ impl Client {
                 .map_err(|_| Error::Config("client key is not a PEM private key".into()))?;
             tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
         }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let agent_config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .timeout_global(Some(CALL_TIMEOUT))
@@ -111,9 +125,13 @@ impl Client {
             .max_redirects(0)
             .user_agent(crate::USER_AGENT)
             .tls_config(tls.build())
-            .build()
-            .into();
-        Ok(Client { agent, server: config.server, auth: config.auth })
+            .build();
+        let agent = crate::resolve::agent(agent_config);
+        Ok(Client {
+            agent,
+            server: config.server,
+            auth: config.auth,
+        })
     }
 
     /// The server's base URL.
@@ -127,7 +145,12 @@ impl Client {
     /// A 401 with a file token re-reads the token and retries once. A
     /// transient failure is retried up to [`RETRIES`] times as
     /// [`retry_delay`] decides (honouring `Retry-After` on 429).
-    pub fn request(&self, method: Method, path: &str, body: Option<Body<'_>>) -> Result<Value, Error> {
+    pub fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<Value, Error> {
         let mut backoff = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy());
         let mut attempt = 0;
         let mut reloaded = false;
@@ -160,15 +183,23 @@ impl Client {
             .uri(format!("{}{}", self.server, path))
             .header("Accept", "application/json");
         if let Auth::Bearer(source) = &self.auth {
-            req = req.header("Authorization", format!("Bearer {}", source.token().expose()));
+            req = req.header(
+                "Authorization",
+                format!("Bearer {}", source.token().expose()),
+            );
         }
         let result = match body {
             Some(b) => {
-                let req = req.header("Content-Type", b.content_type).body(b.bytes.to_vec());
-                self.agent.run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
+                let req = req
+                    .header("Content-Type", b.content_type)
+                    .body(b.bytes.to_vec());
+                self.agent
+                    .run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
             }
             None => {
-                let req = req.body(()).map_err(|e| Error::Config(format!("bad request: {e}")))?;
+                let req = req
+                    .body(())
+                    .map_err(|e| Error::Config(format!("bad request: {e}")))?;
                 self.agent.run(req)
             }
         };
@@ -180,7 +211,11 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let bytes = resp.body_mut().with_config().limit(MAX_BODY).read_to_vec()?;
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()?;
         if !(200..300).contains(&status) {
             // Not every error body is a Status (a proxy's page, an empty 503).
             let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
@@ -189,18 +224,28 @@ impl Client {
                     .filter(|m| !m.trim().is_empty()),
                 details: None,
             });
-            return Err(Error::Api { status, body, retry_after });
+            return Err(Error::Api {
+                status,
+                body,
+                retry_after,
+            });
         }
         if bytes.is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode { what: "response body", source })
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            what: "response body",
+            source,
+        })
     }
 
     /// GET, decoded into `T`.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
         let v = self.request(Method::GET, path, None)?;
-        serde_json::from_value(v).map_err(|source| Error::Decode { what: "object", source })
+        serde_json::from_value(v).map_err(|source| Error::Decode {
+            what: "object",
+            source,
+        })
     }
 
     /// GET that maps 404 to `None`.
@@ -215,18 +260,38 @@ impl Client {
     /// POST a new object to a collection path.
     pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
         let bytes = serde_json::to_vec(object).expect("a Value always serializes");
-        self.request(Method::POST, collection, Some(Body { content_type: "application/json", bytes: &bytes }))
+        self.request(
+            Method::POST,
+            collection,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
     }
 
     /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
     pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
         let bytes = serde_json::to_vec(object).expect("a Value always serializes");
-        self.request(Method::PUT, path, Some(Body { content_type: "application/json", bytes: &bytes }))
+        self.request(
+            Method::PUT,
+            path,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
     }
 
     /// Server-side apply of `object` at its object path, as [`FIELD_MANAGER`].
     /// `dry_run` asks the server to validate and admit without persisting.
-    pub fn apply(&self, path: &str, object: &Value, force: bool, dry_run: bool) -> Result<Value, Error> {
+    pub fn apply(
+        &self,
+        path: &str,
+        object: &Value,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<Value, Error> {
         let mut query = Query::new().param("fieldManager", FIELD_MANAGER);
         if force {
             query = query.param("force", "true");
@@ -238,7 +303,10 @@ impl Client {
         self.request(
             Method::PATCH,
             &format!("{path}{}", query.finish()),
-            Some(Body { content_type: APPLY_PATCH, bytes: &bytes }),
+            Some(Body {
+                content_type: APPLY_PATCH,
+                bytes: &bytes,
+            }),
         )
     }
 
@@ -246,7 +314,14 @@ impl Client {
     pub fn delete(&self, path: &str, propagation: &str) -> Result<Value, Error> {
         let body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
         let bytes = serde_json::to_vec(&body).expect("a Value always serializes");
-        self.request(Method::DELETE, path, Some(Body { content_type: "application/json", bytes: &bytes }))
+        self.request(
+            Method::DELETE,
+            path,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
     }
 
     /// One page of a list: the items and the `continue` token of the next page.
@@ -280,7 +355,11 @@ impl Client {
         limit: u32,
         visit: impl FnMut(Value),
     ) -> Result<(), Error> {
-        page_through(|token| self.list_page(collection, label_selector, limit, token), visit).inspect_err(|e| {
+        page_through(
+            |token| self.list_page(collection, label_selector, limit, token),
+            visit,
+        )
+        .inspect_err(|e| {
             if e.status() == Some(410) {
                 log::warn!("list of {collection} expired twice; giving up on this pass");
             }
@@ -377,25 +456,51 @@ mod tests {
     use serde_json::json;
 
     fn api(status: u16, retry_after: Option<u64>) -> Error {
-        Error::Api { status, body: Status::default(), retry_after: retry_after.map(Duration::from_secs) }
+        Error::Api {
+            status,
+            body: Status::default(),
+            retry_after: retry_after.map(Duration::from_secs),
+        }
     }
 
     #[test]
     fn retry_policy() {
         let mut b = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
-        assert_eq!(retry_delay(&Method::POST, &api(429, Some(2)), 1, &mut b), Some(Duration::from_secs(2)));
-        assert_eq!(retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b), Some(RETRY_CAP), "Retry-After is capped");
-        assert!(retry_delay(&Method::GET, &api(503, None), 1, &mut b).is_some_and(|d| d <= RETRY_BASE));
+        assert_eq!(
+            retry_delay(&Method::POST, &api(429, Some(2)), 1, &mut b),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b),
+            Some(RETRY_CAP),
+            "Retry-After is capped"
+        );
+        assert!(
+            retry_delay(&Method::GET, &api(503, None), 1, &mut b).is_some_and(|d| d <= RETRY_BASE)
+        );
         assert!(retry_delay(&Method::PATCH, &api(500, None), 2, &mut b).is_some());
-        assert_eq!(retry_delay(&Method::POST, &api(500, None), 1, &mut b), None, "a create is not repeated blindly");
+        assert_eq!(
+            retry_delay(&Method::POST, &api(500, None), 1, &mut b),
+            None,
+            "a create is not repeated blindly"
+        );
         assert_eq!(retry_delay(&Method::PUT, &api(409, None), 1, &mut b), None);
         assert_eq!(retry_delay(&Method::GET, &api(403, None), 1, &mut b), None);
-        assert_eq!(retry_delay(&Method::GET, &api(503, None), RETRIES + 1, &mut b), None, "bounded");
+        assert_eq!(
+            retry_delay(&Method::GET, &api(503, None), RETRIES + 1, &mut b),
+            None,
+            "bounded"
+        );
     }
 
     #[test]
     fn paging_follows_tokens_and_restarts_once_on_410() {
-        let page = |items: &[i64], next: Option<&str>| Ok((items.iter().map(|i| json!(i)).collect(), next.map(str::to_owned)));
+        let page = |items: &[i64], next: Option<&str>| {
+            Ok((
+                items.iter().map(|i| json!(i)).collect(),
+                next.map(str::to_owned),
+            ))
+        };
         // Pages 1, 2 (410 the first time), then a full restart.
         let mut calls = Vec::new();
         let mut gone_once = false;
@@ -419,14 +524,26 @@ mod tests {
         assert_eq!(calls, [None, Some("t1".into()), None, Some("t1".into())]);
         assert_eq!(seen, [1, 2, 1, 2, 3]);
         // A second 410 is an error.
-        let r = page_through(|t| if t.is_none() { page(&[1], Some("t")) } else { Err(api(410, None)) }, |_| {});
+        let r = page_through(
+            |t| {
+                if t.is_none() {
+                    page(&[1], Some("t"))
+                } else {
+                    Err(api(410, None))
+                }
+            },
+            |_| {},
+        );
         assert_eq!(r.unwrap_err().status(), Some(410));
     }
 
     #[test]
     fn query_encodes_selectors_and_tokens() {
         let q = Query::new()
-            .param("labelSelector", "app.kubernetes.io/managed-by=nexo-manager,a!=b")
+            .param(
+                "labelSelector",
+                "app.kubernetes.io/managed-by=nexo-manager,a!=b",
+            )
             .param("continue", "eyJ2Ijoi+/=")
             .finish();
         assert_eq!(

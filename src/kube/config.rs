@@ -61,13 +61,19 @@ pub struct TokenSource {
 impl TokenSource {
     /// A token that never changes.
     pub fn fixed(token: Secret) -> Self {
-        TokenSource { file: None, current: RefCell::new((token, Instant::now())) }
+        TokenSource {
+            file: None,
+            current: RefCell::new((token, Instant::now())),
+        }
     }
 
     /// A token read from `path` now and re-read later.
     pub fn file(path: &Path) -> Result<Self, Error> {
         let token = read_token(path)?;
-        Ok(TokenSource { file: Some(path.to_owned()), current: RefCell::new((token, Instant::now())) })
+        Ok(TokenSource {
+            file: Some(path.to_owned()),
+            current: RefCell::new((token, Instant::now())),
+        })
     }
 
     /// The token to send now.
@@ -111,7 +117,10 @@ fn read_token(path: &Path) -> Result<Secret, Error> {
         .map_err(|e| Error::Config(format!("cannot read token file {}: {e}", path.display())))?;
     let token = raw.trim();
     if token.is_empty() {
-        return Err(Error::Config(format!("token file {} is empty", path.display())));
+        return Err(Error::Config(format!(
+            "token file {} is empty",
+            path.display()
+        )));
     }
     Ok(Secret::new(token))
 }
@@ -123,8 +132,9 @@ impl KubeConfig {
         if host.is_empty() {
             return Err(Error::Config("KUBERNETES_SERVICE_HOST is empty".into()));
         }
-        port.parse::<u16>()
-            .map_err(|_| Error::Config(format!("KUBERNETES_SERVICE_PORT {port:?} is not a port")))?;
+        port.parse::<u16>().map_err(|_| {
+            Error::Config(format!("KUBERNETES_SERVICE_PORT {port:?} is not a port"))
+        })?;
         // An IPv6 literal is bracketed in a URL.
         let server = if host.contains(':') && !host.starts_with('[') {
             format!("https://[{host}]:{port}")
@@ -139,14 +149,20 @@ impl KubeConfig {
             .ok()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty());
-        Ok(KubeConfig { server, ca_pem: Some(ca_pem), auth, namespace })
+        Ok(KubeConfig {
+            server,
+            ca_pem: Some(ca_pem),
+            auth,
+            namespace,
+        })
     }
 
     /// Reads a kubeconfig file (JSON), using its current context. Relative
     /// file paths inside it are taken relative to the file's folder.
     pub fn from_kubeconfig(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("cannot read kubeconfig {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!("cannot read kubeconfig {}: {e}", path.display()))
+        })?;
         let file: KubeconfigFile = serde_json::from_str(&text).map_err(|e| {
             Error::Config(format!(
                 "kubeconfig {} is not JSON ({e}); convert it with `kubectl config view --flatten -o json`",
@@ -221,7 +237,12 @@ impl KubeconfigFile {
             .contexts
             .iter()
             .find(|c| c.name == self.current_context)
-            .ok_or_else(|| format!("current-context {:?} is not among its contexts", self.current_context))?;
+            .ok_or_else(|| {
+                format!(
+                    "current-context {:?} is not among its contexts",
+                    self.current_context
+                )
+            })?;
         let cluster = self
             .clusters
             .iter()
@@ -229,7 +250,10 @@ impl KubeconfigFile {
             .ok_or_else(|| format!("cluster {:?} not found", context.value.cluster))?;
         let user = match &context.value.user {
             Some(name) => Some(
-                self.users.iter().find(|u| &u.name == name).ok_or_else(|| format!("user {name:?} not found"))?,
+                self.users
+                    .iter()
+                    .find(|u| &u.name == name)
+                    .ok_or_else(|| format!("user {name:?} not found"))?,
             ),
             None => None,
         };
@@ -237,7 +261,11 @@ impl KubeconfigFile {
         if !server.starts_with("https://") {
             return Err(format!("server {server:?} is not an https:// URL"));
         }
-        let ca_pem = pem_from(base, &cluster.value.certificate_authority, &cluster.value.certificate_authority_data)?;
+        let ca_pem = pem_from(
+            base,
+            &cluster.value.certificate_authority,
+            &cluster.value.certificate_authority_data,
+        )?;
         let auth = match user.map(|u| &u.value) {
             None => Auth::None,
             Some(u) => {
@@ -251,26 +279,43 @@ impl KubeconfigFile {
                     match (cert, key) {
                         (Some(cert_pem), Some(key)) => Auth::ClientCert {
                             cert_pem,
-                            key_pem: Secret::new(String::from_utf8(key).map_err(|_| "client key is not PEM text")?),
+                            key_pem: Secret::new(
+                                String::from_utf8(key).map_err(|_| "client key is not PEM text")?,
+                            ),
                         },
                         (None, None) => Auth::None,
-                        _ => return Err("a client certificate needs both certificate and key".into()),
+                        _ => {
+                            return Err("a client certificate needs both certificate and key".into());
+                        }
                     }
                 }
             }
         };
-        Ok(KubeConfig { server, ca_pem, auth, namespace: context.value.namespace.clone() })
+        Ok(KubeConfig {
+            server,
+            ca_pem,
+            auth,
+            namespace: context.value.namespace.clone(),
+        })
     }
 }
 
-fn pem_from(base: &Path, file: &Option<PathBuf>, data: &Option<String>) -> Result<Option<Vec<u8>>, String> {
+fn pem_from(
+    base: &Path,
+    file: &Option<PathBuf>,
+    data: &Option<String>,
+) -> Result<Option<Vec<u8>>, String> {
     if let Some(data) = data {
-        return base64_decode(data).map(Some).ok_or_else(|| "a *-data field is not valid base64".to_owned());
+        return base64_decode(data)
+            .map(Some)
+            .ok_or_else(|| "a *-data field is not valid base64".to_owned());
     }
     match file {
         Some(f) => {
             let path = base.join(f);
-            std::fs::read(&path).map(Some).map_err(|e| format!("cannot read {}: {e}", path.display()))
+            std::fs::read(&path)
+                .map(Some)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
         }
         None => Ok(None),
     }
@@ -357,9 +402,14 @@ mod tests {
         assert_eq!(cfg.ca_pem.as_deref(), Some(&b"CA"[..]));
         assert_eq!(cfg.namespace.as_deref(), Some("ns1"));
         assert!(matches!(&cfg.auth, Auth::Bearer(t) if t.token().expose() == "abc"));
-        assert!(!format!("{cfg:?}").contains("abc"), "the token must not reach Debug output");
+        assert!(
+            !format!("{cfg:?}").contains("abc"),
+            "the token must not reach Debug output"
+        );
         std::fs::write(dir.join("config"), "apiVersion: v1\n").unwrap();
-        let err = KubeConfig::from_kubeconfig(&dir.join("config")).unwrap_err().to_string();
+        let err = KubeConfig::from_kubeconfig(&dir.join("config"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("is not JSON"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

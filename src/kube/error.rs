@@ -141,14 +141,21 @@ mod tests {
             },
             retry_after: None,
         };
-        assert_eq!(e.to_string(), "kubernetes api: http 409 Conflict: the object has been modified");
+        assert_eq!(
+            e.to_string(),
+            "kubernetes api: http 409 Conflict: the object has been modified"
+        );
         assert_eq!(e.reason(), Some("Conflict"));
         assert!(!e.is_transient());
     }
 
     #[test]
     fn transient_statuses() {
-        let api = |status| Error::Api { status, body: Status::default(), retry_after: None };
+        let api = |status| Error::Api {
+            status,
+            body: Status::default(),
+            retry_after: None,
+        };
         assert!(api(429).is_transient());
         assert!(api(503).is_transient());
         assert!(!api(403).is_transient());

@@ -44,13 +44,24 @@ impl Fixture {
         let tb = testbed();
         let ns = tb.namespace(prefix);
         let sim = Arc::new(Simulator::start(config));
-        let env_id = format!("env-{}-{}", std::process::id(), ENV_COUNTER.fetch_add(1, Ordering::Relaxed));
+        let env_id = format!(
+            "env-{}-{}",
+            std::process::id(),
+            ENV_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
         let token = sim.add_environment(&env_id);
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fixture-{}", ns.name));
         std::fs::create_dir_all(&dir).unwrap();
         sim.write_ca(&dir.join("cp-ca.pem"));
         std::fs::write(dir.join("connect-token"), &token).unwrap();
-        Fixture { tb, ns, sim, env_id, token, dir }
+        Fixture {
+            tb,
+            ns,
+            sim,
+            env_id,
+            token,
+            dir,
+        }
     }
 
     /// The path of the connect-token file.
@@ -66,8 +77,14 @@ impl Fixture {
             env.insert(k.to_owned(), v);
         };
         set("NEXO_CONTROL_PLANE_URL", self.sim.url());
-        set("NEXO_CONTROL_PLANE_CA_FILE", self.dir.join("cp-ca.pem").display().to_string());
-        set("NEXO_CONNECT_TOKEN_FILE", self.token_file().display().to_string());
+        set(
+            "NEXO_CONTROL_PLANE_CA_FILE",
+            self.dir.join("cp-ca.pem").display().to_string(),
+        );
+        set(
+            "NEXO_CONNECT_TOKEN_FILE",
+            self.token_file().display().to_string(),
+        );
         set("NEXO_PROXY_IMAGE", PROXY_IMAGE.to_owned());
         set("NEXO_NAMESPACES", self.ns.name.clone());
         set("POD_NAMESPACE", self.ns.name.clone());
@@ -87,7 +104,11 @@ impl Fixture {
 
     /// The uid of the test bed's `kube-system` namespace.
     pub fn cluster_uid(&self) -> String {
-        let ns: Value = self.tb.admin().get("/api/v1/namespaces/kube-system").unwrap();
+        let ns: Value = self
+            .tb
+            .admin()
+            .get("/api/v1/namespaces/kube-system")
+            .unwrap();
         ns["metadata"]["uid"].as_str().unwrap().to_owned()
     }
 
@@ -103,12 +124,24 @@ impl Fixture {
             "spec": {"image": image, "replicas": replicas, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}});
         self.tb
             .admin()
-            .create(&format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies", self.ns.name), &obj)
+            .create(
+                &format!(
+                    "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
+                    self.ns.name
+                ),
+                &obj,
+            )
             .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"))
     }
 
     /// Creates an apps/v1 Deployment in the test namespace.
-    pub fn create_deployment(&self, name: &str, labels: Value, replicas: i64, image: &str) -> Value {
+    pub fn create_deployment(
+        &self,
+        name: &str,
+        labels: Value,
+        replicas: i64,
+        image: &str,
+    ) -> Value {
         let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "labels": labels},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
@@ -116,7 +149,10 @@ impl Fixture {
                                   "spec": {"containers": [{"name": "proxy", "image": image}]}}}});
         self.tb
             .admin()
-            .create(&format!("/apis/apps/v1/namespaces/{}/deployments", self.ns.name), &obj)
+            .create(
+                &format!("/apis/apps/v1/namespaces/{}/deployments", self.ns.name),
+                &obj,
+            )
             .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"))
     }
 }

@@ -45,7 +45,14 @@ impl Manager {
             .stderr(File::create(&stderr).unwrap())
             .spawn()
             .expect("spawn nexo-manager");
-        Manager { child: Some(child), status: None, env: env.clone(), stdout, stderr, sim_log: None }
+        Manager {
+            child: Some(child),
+            status: None,
+            env: env.clone(),
+            stdout,
+            stderr,
+            sim_log: None,
+        }
     }
 
     /// Attaches the simulator whose log goes into failure reports.
@@ -97,7 +104,11 @@ impl Manager {
 
     /// Sends a signal (`TERM`, `INT`, `KILL`).
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
         assert!(ok.success(), "kill -{name} failed");
     }
 
@@ -121,7 +132,11 @@ impl Manager {
                 format!("  {k}={}", if secret { "<redacted>" } else { v })
             })
             .collect();
-        let sim = self.sim_log.as_ref().map(|f| f()).unwrap_or_else(|| "(no simulator)".into());
+        let sim = self
+            .sim_log
+            .as_ref()
+            .map(|f| f())
+            .unwrap_or_else(|| "(no simulator)".into());
         format!(
             "command: {}\nenvironment:\n{}\nexit status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- simulator request log ---\n{}",
             binary().display(),

@@ -58,7 +58,8 @@ fn start_or_attach() -> Result<Testbed, String> {
         let dir = PathBuf::from(dir);
         return read_env(&dir).map_err(|e| format!("NEXO_TESTBED_DIR={}: {e}", dir.display()));
     }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testbed-{}", std::process::id()));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testbed-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new("bash")
         .arg(script())
@@ -80,7 +81,8 @@ fn start_or_attach() -> Result<Testbed, String> {
 }
 
 fn read_env(dir: &Path) -> Result<Testbed, String> {
-    let text = std::fs::read_to_string(dir.join("env")).map_err(|e| format!("cannot read env: {e}"))?;
+    let text =
+        std::fs::read_to_string(dir.join("env")).map_err(|e| format!("cannot read env: {e}"))?;
     let get = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
@@ -112,7 +114,10 @@ impl Testbed {
         );
         let client = self.admin();
         client
-            .create("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+            .create(
+                "/api/v1/namespaces",
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            )
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
         Namespace { name, client }
     }
@@ -127,12 +132,18 @@ impl Testbed {
                         "spec": {"expirationSeconds": 3600}}),
             )
             .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
-        v["status"]["token"].as_str().expect("TokenRequest status.token").to_owned()
+        v["status"]["token"]
+            .as_str()
+            .expect("TokenRequest status.token")
+            .to_owned()
     }
 
     /// Writes a JSON kubeconfig that authenticates with `token`, returns its path.
     pub fn kubeconfig_for_token(&self, token: &str, name: &str) -> PathBuf {
-        let path = self.dir.join(format!("kubeconfig-{name}-{}.json", COUNTER.fetch_add(1, Ordering::Relaxed)));
+        let path = self.dir.join(format!(
+            "kubeconfig-{name}-{}.json",
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
         let kc = json!({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "testbed", "cluster": {"server": self.server,
@@ -159,7 +170,10 @@ impl Testbed {
             .request(
                 kube::client::Method::PATCH,
                 &format!("{object_path}?fieldManager=nexo-tests&force=true"),
-                Some(kube::client::Body { content_type: kube::client::APPLY_PATCH, bytes: &text }),
+                Some(kube::client::Body {
+                    content_type: kube::client::APPLY_PATCH,
+                    bytes: &text,
+                }),
             )
             .unwrap_or_else(|e| panic!("apply {file}: {e}"))
     }
@@ -171,14 +185,18 @@ impl Testbed {
             let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
             self.apply_file(&path, &format!("manifests/crds/{name}.yaml"));
             let client = self.admin();
-            wait_for(Duration::from_secs(30), &format!("CRD {name} established"), || {
-                let crd: Value = client.get(&path).ok()?;
-                let conditions = crd["status"]["conditions"].as_array()?;
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "Established" && c["status"] == "True")
-                    .then_some(())
-            });
+            wait_for(
+                Duration::from_secs(30),
+                &format!("CRD {name} established"),
+                || {
+                    let crd: Value = client.get(&path).ok()?;
+                    let conditions = crd["status"]["conditions"].as_array()?;
+                    conditions
+                        .iter()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                        .then_some(())
+                },
+            );
         }
     }
 }
@@ -192,7 +210,9 @@ pub struct Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
-        let _ = self.client.delete(&format!("/api/v1/namespaces/{}", self.name), "Background");
+        let _ = self
+            .client
+            .delete(&format!("/api/v1/namespaces/{}", self.name), "Background");
     }
 }
 

@@ -49,7 +49,9 @@ fn tunnel(client: TcpStream, count: &AtomicUsize) {
         return;
     }
     let mut parts = line.split(' ');
-    let (Some("CONNECT"), Some(target)) = (parts.next(), parts.next()) else { return };
+    let (Some("CONNECT"), Some(target)) = (parts.next(), parts.next()) else {
+        return;
+    };
     let target = target.to_owned();
     loop {
         let mut h = String::new();

@@ -24,12 +24,16 @@ pub struct Request {
 impl Request {
     /// The first header of that (lowercase) name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Whether the client asked to close the connection after this request.
     pub fn wants_close(&self) -> bool {
-        self.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"))
+        self.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
     }
 }
 
@@ -45,7 +49,10 @@ fn read_line(r: &mut impl BufRead, budget: &mut usize) -> io::Result<String> {
     }
     *budget -= n;
     if n == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
     }
     while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         line.pop();
@@ -62,7 +69,8 @@ pub fn read_request(r: &mut impl BufRead) -> io::Result<Option<Request>> {
     let mut budget = MAX_HEAD;
     let request_line = read_line(r, &mut budget)?;
     let mut parts = request_line.split(' ');
-    let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
         return Err(bad("malformed request line"));
     };
     if !version.starts_with("HTTP/1.") {
@@ -74,11 +82,21 @@ pub fn read_request(r: &mut impl BufRead) -> io::Result<Option<Request>> {
         if line.is_empty() {
             break;
         }
-        let (k, v) = line.split_once(':').ok_or_else(|| bad("malformed header"))?;
+        let (k, v) = line
+            .split_once(':')
+            .ok_or_else(|| bad("malformed header"))?;
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
     }
-    let mut req = Request { method: method.to_owned(), path: path.to_owned(), headers, body: Vec::new() };
-    if req.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+    let mut req = Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        headers,
+        body: Vec::new(),
+    };
+    if req
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
         req.body = read_chunked(r)?;
     } else if let Some(len) = req.header("content-length") {
         let len: usize = len.parse().map_err(|_| bad("bad content-length"))?;
@@ -134,12 +152,22 @@ pub struct Response {
 impl Response {
     /// A JSON response.
     pub fn json(status: u16, body: &serde_json::Value) -> Response {
-        Response { status, headers: Vec::new(), body: body.to_string().into_bytes(), content_type: "application/json" }
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.to_string().into_bytes(),
+            content_type: "application/json",
+        }
     }
 
     /// A plain-text response.
     pub fn text(status: u16, body: impl Into<String>) -> Response {
-        Response { status, headers: Vec::new(), body: body.into().into_bytes(), content_type: "text/plain; charset=utf-8" }
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.into().into_bytes(),
+            content_type: "text/plain; charset=utf-8",
+        }
     }
 
     /// Adds a header.
@@ -150,7 +178,13 @@ impl Response {
 }
 
 /// The head of a response with a `Content-Length` of `len`.
-pub fn head(status: u16, content_type: &str, len: usize, headers: &[(String, String)], close: bool) -> String {
+pub fn head(
+    status: u16,
+    content_type: &str,
+    len: usize,
+    headers: &[(String, String)],
+    close: bool,
+) -> String {
     let mut h = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: {}\r\n",
         reason(status),
@@ -164,8 +198,21 @@ pub fn head(status: u16, content_type: &str, len: usize, headers: &[(String, Str
 }
 
 /// Writes a whole response.
-pub fn write_response(w: &mut (impl Write + ?Sized), resp: &Response, close: bool) -> io::Result<()> {
-    w.write_all(head(resp.status, resp.content_type, resp.body.len(), &resp.headers, close).as_bytes())?;
+pub fn write_response(
+    w: &mut (impl Write + ?Sized),
+    resp: &Response,
+    close: bool,
+) -> io::Result<()> {
+    w.write_all(
+        head(
+            resp.status,
+            resp.content_type,
+            resp.body.len(),
+            &resp.headers,
+            close,
+        )
+        .as_bytes(),
+    )?;
     w.write_all(&resp.body)?;
     w.flush()
 }
@@ -198,7 +245,10 @@ mod tests {
         let raw = b"POST /a HTTP/1.1\r\nContent-Length: 2\r\nX-Y: z\r\n\r\n{}GET /b HTTP/1.1\r\nConnection: close\r\n\r\n";
         let mut r = BufReader::new(&raw[..]);
         let a = read_request(&mut r).unwrap().unwrap();
-        assert_eq!((a.method.as_str(), a.path.as_str(), a.body.as_slice()), ("POST", "/a", &b"{}"[..]));
+        assert_eq!(
+            (a.method.as_str(), a.path.as_str(), a.body.as_slice()),
+            ("POST", "/a", &b"{}"[..])
+        );
         assert_eq!(a.header("x-y"), Some("z"));
         let b = read_request(&mut r).unwrap().unwrap();
         assert_eq!(b.path, "/b");
@@ -209,13 +259,18 @@ mod tests {
     #[test]
     fn parses_chunked_bodies() {
         let raw = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
-        let req = read_request(&mut BufReader::new(&raw[..])).unwrap().unwrap();
+        let req = read_request(&mut BufReader::new(&raw[..]))
+            .unwrap()
+            .unwrap();
         assert_eq!(req.body, b"abcde");
     }
 
     #[test]
     fn refuses_oversized_bodies_and_heads() {
-        let raw = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_BODY + 1);
+        let raw = format!(
+            "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY + 1
+        );
         assert!(read_request(&mut BufReader::new(raw.as_bytes())).is_err());
         let raw = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
         assert!(read_request(&mut BufReader::new(raw.as_bytes())).is_err());
@@ -225,9 +280,18 @@ mod tests {
     #[test]
     fn writes_a_response() {
         let mut out = Vec::new();
-        write_response(&mut out, &Response::json(200, &serde_json::json!({"a": 1})).header("Retry-After", "3"), false).unwrap();
+        write_response(
+            &mut out,
+            &Response::json(200, &serde_json::json!({"a": 1})).header("Retry-After", "3"),
+            false,
+        )
+        .unwrap();
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 200 OK\r\n"));
-        assert!(s.contains("Content-Length: 7\r\n") && s.contains("Retry-After: 3\r\n") && s.ends_with("\r\n\r\n{\"a\":1}"));
+        assert!(
+            s.contains("Content-Length: 7\r\n")
+                && s.contains("Retry-After: 3\r\n")
+                && s.ends_with("\r\n\r\n{\"a\":1}")
+        );
     }
 }

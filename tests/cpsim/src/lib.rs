@@ -47,7 +47,12 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { tls: true, heartbeat_interval_seconds: None, session_ttl: Duration::from_secs(3600), admin: false }
+        SimConfig {
+            tls: true,
+            heartbeat_interval_seconds: None,
+            session_ttl: Duration::from_secs(3600),
+            admin: false,
+        }
     }
 }
 
@@ -78,7 +83,11 @@ pub struct Fault {
 impl Fault {
     /// A fault for one request.
     pub fn new(endpoint: Endpoint, action: FaultAction) -> Fault {
-        Fault { endpoint, times: 1, action }
+        Fault {
+            endpoint,
+            times: 1,
+            action,
+        }
     }
 
     /// The same fault for `n` requests.
@@ -146,7 +155,10 @@ impl LoggedRequest {
     /// The first header of that name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -186,7 +198,10 @@ impl Simulator {
         let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone()).unwrap_or_default();
         let scheme = if config.tls { "https" } else { "http" };
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.heartbeat_interval_seconds, config.session_ttl)),
+            state: Mutex::new(State::new(
+                config.heartbeat_interval_seconds,
+                config.session_ttl,
+            )),
             faults: Mutex::new(VecDeque::new()),
             log: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
@@ -195,21 +210,30 @@ impl Simulator {
         });
         let server = shared.clone();
         let tls_config = tls.map(|t| t.config);
-        std::thread::Builder::new().name("cpsim-accept".into()).spawn(move || {
-            for stream in listener.incoming() {
-                if server.stop.load(Ordering::SeqCst) {
-                    return;
+        std::thread::Builder::new()
+            .name("cpsim-accept".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if server.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let n = server.connections.fetch_add(1, Ordering::SeqCst) + 1;
+                    let shared = server.clone();
+                    let tls_config = tls_config.clone();
+                    let _ = std::thread::Builder::new()
+                        .name(format!("cpsim-conn-{n}"))
+                        .spawn(move || {
+                            serve_connection(&shared, stream, n, tls_config);
+                        });
                 }
-                let Ok(stream) = stream else { continue };
-                let n = server.connections.fetch_add(1, Ordering::SeqCst) + 1;
-                let shared = server.clone();
-                let tls_config = tls_config.clone();
-                let _ = std::thread::Builder::new().name(format!("cpsim-conn-{n}")).spawn(move || {
-                    serve_connection(&shared, stream, n, tls_config);
-                });
-            }
-        })?;
-        Ok(Simulator { shared, addr, url: format!("{scheme}://{addr}"), ca_pem })
+            })?;
+        Ok(Simulator {
+            shared,
+            addr,
+            url: format!("{scheme}://{addr}"),
+            ca_pem,
+        })
     }
 
     /// The base URL, without a trailing slash.
@@ -229,7 +253,8 @@ impl Simulator {
 
     /// Writes [`Simulator::ca_pem`] to `path`.
     pub fn write_ca(&self, path: &Path) {
-        std::fs::write(path, &self.ca_pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        std::fs::write(path, &self.ca_pem)
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
     /// Registers an environment and returns its connect token.
@@ -255,12 +280,19 @@ impl Simulator {
 
     /// Binds `env` to `cluster_uid` ahead of any connect.
     pub fn bind(&self, env: &str, cluster_uid: &str) {
-        lock(&self.shared.state).envs.get_mut(env).expect("known environment").bound = Some(cluster_uid.to_owned());
+        lock(&self.shared.state)
+            .envs
+            .get_mut(env)
+            .expect("known environment")
+            .bound = Some(cluster_uid.to_owned());
     }
 
     /// The cluster uid `env` is bound to.
     pub fn bound_cluster(&self, env: &str) -> Option<String> {
-        lock(&self.shared.state).envs.get(env).and_then(|e| e.bound.clone())
+        lock(&self.shared.state)
+            .envs
+            .get(env)
+            .and_then(|e| e.bound.clone())
     }
 
     /// The manager id the CP gives `env`'s Manager.
@@ -270,7 +302,12 @@ impl Simulator {
 
     /// Queues a command for the next heartbeat of `env`.
     pub fn enqueue_command(&self, env: &str, command: Value) {
-        lock(&self.shared.state).envs.get_mut(env).expect("known environment").queue.push_back(command);
+        lock(&self.shared.state)
+            .envs
+            .get_mut(env)
+            .expect("known environment")
+            .queue
+            .push_back(command);
     }
 
     /// Sets or clears the interval the CP asks for.
@@ -323,7 +360,10 @@ impl Simulator {
         let deadline = Instant::now() + timeout;
         while !pred(self) {
             if Instant::now() > deadline {
-                panic!("timed out after {timeout:?} waiting for {what}\n{}", self.log_dump());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\n{}",
+                    self.log_dump()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -349,7 +389,14 @@ fn redact(headers: &[(String, String)]) -> String {
         .iter()
         .filter(|(k, _)| k == "authorization")
         .map(|(_, v)| {
-            let tail: String = v.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail: String = v
+                .chars()
+                .rev()
+                .take(4)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             format!(" auth=Bearer <redacted:{tail}>")
         })
         .collect()
@@ -381,7 +428,12 @@ fn log_dump(log: &[LoggedRequest]) -> String {
 trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
 
-fn serve_connection(shared: &Shared, tcp: TcpStream, n: u64, tls: Option<Arc<rustls::ServerConfig>>) {
+fn serve_connection(
+    shared: &Shared,
+    tcp: TcpStream,
+    n: u64,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(120)));
     let _ = tcp.set_write_timeout(Some(Duration::from_secs(30)));
     let _ = tcp.set_nodelay(true);
@@ -399,7 +451,11 @@ fn serve_connection(shared: &Shared, tcp: TcpStream, n: u64, tls: Option<Arc<rus
             Ok(None) => return,
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::InvalidData {
-                    let _ = http::write_response(reader.get_mut(), &protocol::error(400, "invalid_request", &e.to_string()), true);
+                    let _ = http::write_response(
+                        reader.get_mut(),
+                        &protocol::error(400, "invalid_request", &e.to_string()),
+                        true,
+                    );
                 }
                 return;
             }
@@ -428,7 +484,9 @@ fn endpoint_of(path: &str) -> Option<(Endpoint, Option<String>)> {
         "/api/v2/manager/connect" => Some((Endpoint::Connect, None)),
         "/api/v2/manager/heartbeat" => Some((Endpoint::Heartbeat, None)),
         _ => {
-            let id = path.strip_prefix("/api/v2/manager/commands/")?.strip_suffix("/ack")?;
+            let id = path
+                .strip_prefix("/api/v2/manager/commands/")?
+                .strip_suffix("/ack")?;
             Some((Endpoint::Ack, Some(id.to_owned())))
         }
     }
@@ -436,7 +494,9 @@ fn endpoint_of(path: &str) -> Option<(Endpoint, Option<String>)> {
 
 fn take_fault(shared: &Shared, endpoint: Endpoint) -> Option<FaultAction> {
     let mut faults = lock(&shared.faults);
-    let i = faults.iter().position(|f| f.endpoint == endpoint || f.endpoint == Endpoint::Any)?;
+    let i = faults
+        .iter()
+        .position(|f| f.endpoint == endpoint || f.endpoint == Endpoint::Any)?;
     let action = faults[i].action.clone();
     faults[i].times -= 1;
     if faults[i].times == 0 {
@@ -484,7 +544,12 @@ fn answer(shared: &Shared, req: &http::Request, w: &mut dyn Stream, close: bool)
             };
             return (200, write().is_ok());
         }
-        Some(FaultAction::Status { status, code, message, retry_after }) => {
+        Some(FaultAction::Status {
+            status,
+            code,
+            message,
+            retry_after,
+        }) => {
             let mut resp = protocol::error(status, &code, &message);
             if let Some(ra) = retry_after {
                 resp = resp.header("Retry-After", &ra);
@@ -499,20 +564,33 @@ fn answer(shared: &Shared, req: &http::Request, w: &mut dyn Stream, close: bool)
     let resp = resp.unwrap_or_else(|| {
         let body: Value = match serde_json::from_slice(&req.body) {
             Ok(v) => v,
-            Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
+            Err(e) => {
+                return protocol::error(
+                    400,
+                    "invalid_request",
+                    &format!("the body is not JSON: {e}"),
+                );
+            }
         };
         let mut state = lock(&shared.state);
         match endpoint {
             Endpoint::Connect => state.connect(&req.headers, &body),
             Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
-            Endpoint::Ack | Endpoint::Any => state.ack(id.as_deref().unwrap_or(""), &req.headers, &body),
+            Endpoint::Ack | Endpoint::Any => {
+                state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
+            }
         }
     });
     (resp.status, http::write_response(w, &resp, close).is_ok())
 }
 
 fn raw(status: u16, body: &str) -> Response {
-    Response { status, headers: Vec::new(), body: body.as_bytes().to_vec(), content_type: "application/json" }
+    Response {
+        status,
+        headers: Vec::new(),
+        body: body.as_bytes().to_vec(),
+        content_type: "application/json",
+    }
 }
 
 fn admin(shared: &Shared, req: &http::Request) -> Response {
@@ -526,11 +604,20 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
             Response::text(204, "")
         }
         ("POST", "/_sim/commands") => {
-            let env = query.split('&').find_map(|kv| kv.strip_prefix("env=")).unwrap_or("");
+            let env = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("env="))
+                .unwrap_or("");
             let commands = match serde_json::from_slice::<Value>(&req.body) {
                 Ok(Value::Array(list)) => list,
                 Ok(one) => vec![one],
-                Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
+                Err(e) => {
+                    return protocol::error(
+                        400,
+                        "invalid_request",
+                        &format!("the body is not JSON: {e}"),
+                    );
+                }
             };
             let mut state = lock(&shared.state);
             let Some(e) = state.envs.get_mut(env) else {
@@ -549,7 +636,12 @@ mod tests {
     use std::io::BufRead;
 
     /// A minimal keep-alive HTTP client over a plain or TLS stream.
-    fn post(stream: &mut (impl Read + Write), path: &str, token: &str, body: &Value) -> (u16, Value) {
+    fn post(
+        stream: &mut (impl Read + Write),
+        path: &str,
+        token: &str,
+        body: &Value,
+    ) -> (u16, Value) {
         let body = body.to_string();
         write!(stream, "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
         stream.flush().unwrap();
@@ -581,14 +673,31 @@ mod tests {
 
     #[test]
     fn plain_http_round_trip_with_faults_over_one_connection() {
-        let sim = Simulator::start(SimConfig { tls: false, ..SimConfig::default() });
+        let sim = Simulator::start(SimConfig {
+            tls: false,
+            ..SimConfig::default()
+        });
         let token = sim.add_environment("env-a");
         let mut s = TcpStream::connect(sim.addr()).unwrap();
-        sim.inject(Fault::new(Endpoint::Connect, FaultAction::Status {
-            status: 503, code: "busy".into(), message: "later".into(), retry_after: Some("2".into()) }));
+        sim.inject(Fault::new(
+            Endpoint::Connect,
+            FaultAction::Status {
+                status: 503,
+                code: "busy".into(),
+                message: "later".into(),
+                retry_after: Some("2".into()),
+            },
+        ));
         let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
-        assert_eq!((status, body["error"]["code"].as_str()), (503, Some("busy")));
-        assert_eq!(sim.bound_cluster("env-a"), None, "a faulted connect has no effect");
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (503, Some("busy"))
+        );
+        assert_eq!(
+            sim.bound_cluster("env-a"),
+            None,
+            "a faulted connect has no effect"
+        );
         let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
         assert_eq!(status, 200, "the fault is consumed once");
         assert_eq!(body["managerId"], sim.manager_id("env-a"));
@@ -598,7 +707,10 @@ mod tests {
         assert_eq!(log.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 200]);
         assert_eq!(log[1].json.as_ref().unwrap()["cluster"]["uid"], "c1");
         let dump = sim.log_dump();
-        assert!(!dump.contains(&token) && dump.contains("<redacted:"), "{dump}");
+        assert!(
+            !dump.contains(&token) && dump.contains("<redacted:"),
+            "{dump}"
+        );
         let (status, _) = post(&mut s, "/nope", &token, &json!({}));
         assert_eq!(status, 404);
     }
@@ -613,12 +725,16 @@ mod tests {
             let b64: String = der.lines().filter(|l| !l.starts_with("-----")).collect();
             decode_b64(&b64)
         };
-        roots.add(rustls::pki_types::CertificateDer::from(der)).unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(der))
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
         let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(sim.addr()).unwrap());
@@ -651,7 +767,10 @@ mod tests {
 
     #[test]
     fn reset_closes_without_an_answer_and_is_logged() {
-        let sim = Simulator::start(SimConfig { tls: false, ..SimConfig::default() });
+        let sim = Simulator::start(SimConfig {
+            tls: false,
+            ..SimConfig::default()
+        });
         let token = sim.add_environment("env-r");
         sim.inject(Fault::new(Endpoint::Any, FaultAction::Reset));
         let mut s = TcpStream::connect(sim.addr()).unwrap();
@@ -659,7 +778,11 @@ mod tests {
         write!(s, "POST /api/v2/manager/connect HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
         let mut buf = Vec::new();
         assert_eq!(s.read_to_end(&mut buf).unwrap_or(0), 0, "no answer");
-        sim.wait_until(Duration::from_secs(5), "the reset request in the log", |s| s.requests().len() == 1);
+        sim.wait_until(
+            Duration::from_secs(5),
+            "the reset request in the log",
+            |s| s.requests().len() == 1,
+        );
         assert_eq!(sim.requests()[0].status, 0);
     }
 }

@@ -29,7 +29,10 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    let mut config = SimConfig { admin: true, ..SimConfig::default() };
+    let mut config = SimConfig {
+        admin: true,
+        ..SimConfig::default()
+    };
     let mut addr: SocketAddr = "127.0.0.1:0".parse().expect("literal");
     let mut envs: Vec<(String, Option<String>)> = Vec::new();
     let mut ca_out: Option<PathBuf> = None;
@@ -37,7 +40,11 @@ fn run() -> Result<(), String> {
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
-            "--addr" => addr = value()?.parse().map_err(|_| "--addr is not host:port".to_owned())?,
+            "--addr" => {
+                addr = value()?
+                    .parse()
+                    .map_err(|_| "--addr is not host:port".to_owned())?
+            }
             "--env" => {
                 let v = value()?;
                 match v.split_once('=') {
@@ -48,17 +55,23 @@ fn run() -> Result<(), String> {
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
             "--plain-http" => config.tls = false,
             "--heartbeat-interval" => {
-                config.heartbeat_interval_seconds =
-                    Some(value()?.parse().map_err(|_| "--heartbeat-interval is not a number".to_owned())?)
+                config.heartbeat_interval_seconds = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--heartbeat-interval is not a number".to_owned())?,
+                )
             }
             "--help" | "-h" => {
-                println!("nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS]");
+                println!(
+                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS]"
+                );
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let sim = Simulator::start_on(config, addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let sim =
+        Simulator::start_on(config, addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "url={}", sim.url());
     for (id, token) in envs {

@@ -70,13 +70,29 @@ pub fn error(status: u16, code: &str, message: &str) -> Response {
 }
 
 fn bearer(headers: &[(String, String)]) -> Option<&str> {
-    headers.iter().find(|(k, _)| k == "authorization").and_then(|(_, v)| v.strip_prefix("Bearer "))
+    headers
+        .iter()
+        .find(|(k, _)| k == "authorization")
+        .and_then(|(_, v)| v.strip_prefix("Bearer "))
 }
 
 /// Checks that `body[field]` exists and satisfies `ok`.
-fn require(body: &Value, field: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Result<(), Response> {
+fn require(
+    body: &Value,
+    field: &str,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<(), Response> {
     let v = field.split('.').fold(body, |v, k| &v[k]);
-    if ok(v) { Ok(()) } else { Err(error(400, "invalid_request", &format!("{field} must be {what}"))) }
+    if ok(v) {
+        Ok(())
+    } else {
+        Err(error(
+            400,
+            "invalid_request",
+            &format!("{field} must be {what}"),
+        ))
+    }
 }
 
 fn is_str(v: &Value) -> bool {
@@ -90,7 +106,10 @@ fn is_uint(v: &Value) -> bool {
 impl State {
     /// An empty CP.
     pub fn new(interval: Option<u64>, ttl: Duration) -> State {
-        let seed = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
+        let seed = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7);
         State {
             envs: BTreeMap::new(),
             sessions: HashMap::new(),
@@ -131,18 +150,32 @@ impl State {
 
     /// The environment of a session token that is still valid.
     fn session_env(&self, headers: &[(String, String)]) -> Result<String, Response> {
-        let token = bearer(headers).ok_or_else(|| error(401, "session_expired", "no bearer token"))?;
+        let token =
+            bearer(headers).ok_or_else(|| error(401, "session_expired", "no bearer token"))?;
         match self.sessions.get(token) {
             Some(s) if s.expires > SystemTime::now() => Ok(s.env.clone()),
-            _ => Err(error(401, "session_expired", "the session is unknown or expired; connect again")),
+            _ => Err(error(
+                401,
+                "session_expired",
+                "the session is unknown or expired; connect again",
+            )),
         }
     }
 
     /// `POST /api/v2/manager/connect`.
     pub fn connect(&mut self, headers: &[(String, String)], body: &Value) -> Response {
         let token = bearer(headers).unwrap_or("");
-        let Some(env_id) = self.envs.iter().find(|(_, e)| e.token == token).map(|(id, _)| id.clone()) else {
-            return error(401, "token_invalid", "the connect token is unknown, expired or revoked");
+        let Some(env_id) = self
+            .envs
+            .iter()
+            .find(|(_, e)| e.token == token)
+            .map(|(id, _)| id.clone())
+        else {
+            return error(
+                401,
+                "token_invalid",
+                "the connect token is unknown, expired or revoked",
+            );
         };
         let checks = [
             require(body, "protocolVersion", "a number", Value::is_number),
@@ -154,27 +187,46 @@ impl State {
             require(body, "instance.id", "a string", is_str),
             require(body, "instance.podName", "a string", is_str),
             require(body, "instance.namespace", "a string", is_str),
-            require(body, "cluster.uid", "a non-empty string", |v| v.as_str().is_some_and(|s| !s.is_empty())),
+            require(body, "cluster.uid", "a non-empty string", |v| {
+                v.as_str().is_some_and(|s| !s.is_empty())
+            }),
             require(body, "cluster.kubernetesVersion", "a string", is_str),
         ];
         if let Some(Err(resp)) = checks.into_iter().find(Result::is_err) {
             return resp;
         }
         if body["protocolVersion"] != 2 {
-            return error(403, "protocol_unsupported", "only protocol version 2 is supported");
+            return error(
+                403,
+                "protocol_unsupported",
+                "only protocol version 2 is supported",
+            );
         }
-        let uid = body["cluster"]["uid"].as_str().unwrap_or_default().to_owned();
+        let uid = body["cluster"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let env = self.envs.get_mut(&env_id).expect("found above");
         match &env.bound {
             Some(bound) if *bound != uid => {
-                return error(403, "environment_bound_elsewhere", "this environment is bound to another cluster");
+                return error(
+                    403,
+                    "environment_bound_elsewhere",
+                    "this environment is bound to another cluster",
+                );
             }
             Some(_) => {}
             None => env.bound = Some(uid),
         }
         let session = self.random_alnum(32);
         let expires = SystemTime::now() + self.ttl;
-        self.sessions.insert(session.clone(), Session { env: env_id.clone(), expires });
+        self.sessions.insert(
+            session.clone(),
+            Session {
+                env: env_id.clone(),
+                expires,
+            },
+        );
         let mut resp = json!({
             "environmentId": env_id,
             "managerId": manager_id(&env_id),
@@ -194,8 +246,12 @@ impl State {
             Err(resp) => return resp,
         };
         let checks = [
-            require(body, "managerId", "this session's manager id", |v| v.as_str() == Some(&manager_id(&env_id))),
-            require(body, "sequence", "an integer >= 1", |v| v.as_u64().is_some_and(|n| n >= 1)),
+            require(body, "managerId", "this session's manager id", |v| {
+                v.as_str() == Some(&manager_id(&env_id))
+            }),
+            require(body, "sequence", "an integer >= 1", |v| {
+                v.as_u64().is_some_and(|n| n >= 1)
+            }),
             require(body, "sentAt", "a string", is_str),
             require(body, "manager", "an object", Value::is_object),
             require(body, "proxyImage", "a string", is_str),
@@ -207,12 +263,15 @@ impl State {
         if let Some(Err(resp)) = checks.into_iter().find(Result::is_err) {
             return resp;
         }
-        let env = self.envs.get_mut(&env_id).expect("sessions point at environments");
+        let env = self
+            .envs
+            .get_mut(&env_id)
+            .expect("sessions point at environments");
         for ack in body["pendingAcks"].as_array().into_iter().flatten() {
-            if let Some(id) = ack["commandId"].as_str() {
-                if env.acked.insert(id.to_owned()) {
-                    self.acks.push(ack.clone());
-                }
+            if let Some(id) = ack["commandId"].as_str()
+                && env.acked.insert(id.to_owned())
+            {
+                self.acks.push(ack.clone());
             }
         }
         let commands: Vec<Value> = env.queue.drain(..).collect();
@@ -236,23 +295,42 @@ impl State {
             Err(resp) => return resp,
         };
         let checks = [
-            require(body, "managerId", "this session's manager id", |v| v.as_str() == Some(&manager_id(&env_id))),
-            require(body, "commandId", "the id in the path", |v| v.as_str() == Some(id)),
-            require(body, "result", "applied or failed", |v| v == "applied" || v == "failed"),
+            require(body, "managerId", "this session's manager id", |v| {
+                v.as_str() == Some(&manager_id(&env_id))
+            }),
+            require(body, "commandId", "the id in the path", |v| {
+                v.as_str() == Some(id)
+            }),
+            require(body, "result", "applied or failed", |v| {
+                v == "applied" || v == "failed"
+            }),
             require(body, "message", "a string", is_str),
             require(body, "completedAt", "a string", is_str),
-            require(body, "attempt", "an integer >= 1", |v| v.as_u64().is_some_and(|n| n >= 1)),
+            require(body, "attempt", "an integer >= 1", |v| {
+                v.as_u64().is_some_and(|n| n >= 1)
+            }),
             require(body, "resources", "a list", |v| v.is_null() || v.is_array()),
         ];
         if let Some(Err(resp)) = checks.into_iter().find(Result::is_err) {
             return resp;
         }
-        let env = self.envs.get_mut(&env_id).expect("sessions point at environments");
+        let env = self
+            .envs
+            .get_mut(&env_id)
+            .expect("sessions point at environments");
         if !env.delivered.contains(id) {
-            return error(404, "unknown_command", "no such command was delivered to this environment");
+            return error(
+                404,
+                "unknown_command",
+                "no such command was delivered to this environment",
+            );
         }
         if !env.acked.insert(id.to_owned()) {
-            return error(409, "already_acknowledged", "this command was acknowledged before");
+            return error(
+                409,
+                "already_acknowledged",
+                "this command was acknowledged before",
+            );
         }
         self.acks.push(body.clone());
         Response::json(200, &json!({}))
@@ -292,20 +370,35 @@ mod tests {
 
     fn code(resp: &Response) -> (u16, String) {
         let v: Value = serde_json::from_slice(&resp.body).unwrap();
-        (resp.status, v["error"]["code"].as_str().unwrap_or("").to_owned())
+        (
+            resp.status,
+            v["error"]["code"].as_str().unwrap_or("").to_owned(),
+        )
     }
 
     #[test]
     fn connect_binds_and_refuses_other_clusters_and_tokens() {
         let (mut s, _) = connected();
         assert_eq!(s.envs["env-a"].bound.as_deref(), Some(UID));
-        assert_eq!(code(&s.connect(&auth("tok-a"), &connect_body("cluster-2"))), (403, "environment_bound_elsewhere".into()));
-        assert_eq!(code(&s.connect(&auth("nope"), &connect_body(UID))), (401, "token_invalid".into()));
+        assert_eq!(
+            code(&s.connect(&auth("tok-a"), &connect_body("cluster-2"))),
+            (403, "environment_bound_elsewhere".into())
+        );
+        assert_eq!(
+            code(&s.connect(&auth("nope"), &connect_body(UID))),
+            (401, "token_invalid".into())
+        );
         let mut v1 = connect_body(UID);
         v1["protocolVersion"] = json!(1);
-        assert_eq!(code(&s.connect(&auth("tok-a"), &v1)), (403, "protocol_unsupported".into()));
+        assert_eq!(
+            code(&s.connect(&auth("tok-a"), &v1)),
+            (403, "protocol_unsupported".into())
+        );
         let mut missing = connect_body(UID);
-        missing["instance"].as_object_mut().unwrap().remove("podName");
+        missing["instance"]
+            .as_object_mut()
+            .unwrap()
+            .remove("podName");
         let resp = s.connect(&auth("tok-a"), &missing);
         assert_eq!(code(&resp), (400, "invalid_request".into()));
         assert!(String::from_utf8_lossy(&resp.body).contains("instance.podName"));
@@ -314,18 +407,36 @@ mod tests {
     #[test]
     fn heartbeat_drains_commands_once_and_acks_are_exactly_once() {
         let (mut s, session) = connected();
-        s.envs.get_mut("env-a").unwrap().queue.push_back(json!({"id": "c1", "class": "deploy"}));
-        let first: Value = serde_json::from_slice(&s.heartbeat(&auth(&session), &heartbeat_body(json!([]))).body).unwrap();
+        s.envs
+            .get_mut("env-a")
+            .unwrap()
+            .queue
+            .push_back(json!({"id": "c1", "class": "deploy"}));
+        let first: Value = serde_json::from_slice(
+            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])))
+                .body,
+        )
+        .unwrap();
         assert_eq!(first["commands"].as_array().unwrap().len(), 1);
-        let second: Value = serde_json::from_slice(&s.heartbeat(&auth(&session), &heartbeat_body(json!([]))).body).unwrap();
+        let second: Value = serde_json::from_slice(
+            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])))
+                .body,
+        )
+        .unwrap();
         assert_eq!(second["commands"], json!([]));
         let ack = json!({"managerId": manager_id("env-a"), "commandId": "c1", "result": "applied", "message": "",
                          "completedAt": "t", "attempt": 1, "resources": []});
         assert_eq!(s.ack("c1", &auth(&session), &ack).status, 200);
-        assert_eq!(code(&s.ack("c1", &auth(&session), &ack)), (409, "already_acknowledged".into()));
+        assert_eq!(
+            code(&s.ack("c1", &auth(&session), &ack)),
+            (409, "already_acknowledged".into())
+        );
         let mut unknown = ack.clone();
         unknown["commandId"] = json!("c9");
-        assert_eq!(code(&s.ack("c9", &auth(&session), &unknown)), (404, "unknown_command".into()));
+        assert_eq!(
+            code(&s.ack("c9", &auth(&session), &unknown)),
+            (404, "unknown_command".into())
+        );
         assert_eq!(s.acks.len(), 1);
     }
 
@@ -333,13 +444,23 @@ mod tests {
     fn pending_acks_count_as_acks_and_sessions_expire() {
         let (mut s, session) = connected();
         let pending = json!([{"commandId": "c2", "result": "failed"}, {"commandId": "c2", "result": "failed"}]);
-        assert_eq!(s.heartbeat(&auth(&session), &heartbeat_body(pending)).status, 200);
+        assert_eq!(
+            s.heartbeat(&auth(&session), &heartbeat_body(pending))
+                .status,
+            200
+        );
         assert_eq!(s.acks.len(), 1, "a duplicate pending ack is recorded once");
         let mut bad = heartbeat_body(json!([]));
         bad["sequence"] = json!(0);
-        assert_eq!(code(&s.heartbeat(&auth(&session), &bad)), (400, "invalid_request".into()));
+        assert_eq!(
+            code(&s.heartbeat(&auth(&session), &bad)),
+            (400, "invalid_request".into())
+        );
         s.sessions.clear();
-        assert_eq!(code(&s.heartbeat(&auth(&session), &heartbeat_body(json!([])))), (401, "session_expired".into()));
+        assert_eq!(
+            code(&s.heartbeat(&auth(&session), &heartbeat_body(json!([])))),
+            (401, "session_expired".into())
+        );
     }
 
     #[test]

@@ -18,17 +18,27 @@ pub fn generate() -> Tls {
     let ca_key = KeyPair::generate().expect("generate CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "nexo-cpsim test CA");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "nexo-cpsim test CA");
     let ca_cert = ca_params.self_signed(&ca_key).expect("self-sign CA");
     let issuer = Issuer::new(ca_params, ca_key);
 
     let leaf_key = KeyPair::generate().expect("generate server key");
     let mut leaf_params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).expect("server params");
-    leaf_params.distinguished_name.push(DnType::CommonName, "nexo-cpsim");
-    let leaf = leaf_params.signed_by(&leaf_key, &issuer).expect("sign server certificate");
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .expect("server params");
+    leaf_params
+        .distinguished_name
+        .push(DnType::CommonName, "nexo-cpsim");
+    let leaf = leaf_params
+        .signed_by(&leaf_key, &issuer)
+        .expect("sign server certificate");
 
-    let chain = vec![CertificateDer::from(leaf.der().to_vec()), CertificateDer::from(ca_cert.der().to_vec())];
+    let chain = vec![
+        CertificateDer::from(leaf.der().to_vec()),
+        CertificateDer::from(ca_cert.der().to_vec()),
+    ];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -37,5 +47,8 @@ pub fn generate() -> Tls {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .expect("server certificate");
-    Tls { ca_pem: ca_cert.pem(), config: Arc::new(config) }
+    Tls {
+        ca_pem: ca_cert.pem(),
+        config: Arc::new(config),
+    }
 }

@@ -1,0 +1,104 @@
+//! The wait costs nothing: one thread, and between heartbeats a single
+//! `poll(2)` that ends by its timeout, seen with `strace`.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::fixture::Fixture;
+
+#[test]
+fn one_thread_and_one_poll_per_heartbeat_interval() {
+    let f = Fixture::new("idle");
+    let strace = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status();
+    assert!(
+        strace.is_ok_and(|s| s.success()),
+        "strace is required for this test (apt-get install strace)"
+    );
+    let trace = f.dir.join("strace.txt");
+    let mut env = f.env();
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "2s".into());
+    env.insert("RUST_LOG".into(), "info".into());
+    let mut cmd = Command::new("strace");
+    cmd.args([
+        "-f",
+        "-qq",
+        "-e",
+        "trace=poll,ppoll,clone,clone3,fork,vfork,nanosleep,clock_nanosleep,epoll_wait,select",
+        "-o",
+    ])
+    .arg(&trace)
+    .arg(support::manager::binary())
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .envs(&env)
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(f.dir.join("manager.log")).unwrap());
+    let mut child = cmd.spawn().expect("spawn strace");
+    f.sim
+        .wait_until(Duration::from_secs(30), "five heartbeats", |s| {
+            s.heartbeats().len() >= 5
+        });
+    // Stop the Manager itself (strace's child); strace ends with it.
+    let pgrep = Command::new("pgrep")
+        .arg("-P")
+        .arg(child.id().to_string())
+        .output()
+        .unwrap();
+    let manager_pid = String::from_utf8_lossy(&pgrep.stdout).trim().to_owned();
+    assert!(
+        !manager_pid.is_empty(),
+        "cannot find the Manager under strace"
+    );
+    let _ = Command::new("kill").arg("-TERM").arg(&manager_pid).status();
+    let status = child.wait().unwrap();
+    let exited_cleanly = status.success();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let log = std::fs::read_to_string(f.dir.join("manager.log")).unwrap_or_default();
+    let report = format!(
+        "exit {status:?}\nstrace:\n{text}\nmanager log:\n{log}\nsimulator:\n{}",
+        f.sim.log_dump()
+    );
+    assert!(
+        exited_cleanly,
+        "SIGTERM must end the Manager with exit 0\n{report}"
+    );
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("+++") && !l.contains("---"))
+        .collect();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("clone") || l.contains("fork")),
+        "the Manager started a thread or process\n{report}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("sleep") || l.contains("epoll") || l.contains("select(")),
+        "only poll waits\n{report}"
+    );
+    // The wait's poll watches two descriptors (the signal pipe and the probe
+    // listener slot); a poll on one descriptor is a connect's timeout.
+    let waits: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("poll(") && l.contains("], 2, "))
+        .collect();
+    let timeouts = waits.iter().filter(|l| l.contains("= 0 (Timeout)")).count();
+    let beats = f.sim.heartbeats().len();
+    // One poll ends by timeout per interval: one before each heartbeat after the first.
+    assert!(
+        timeouts + 1 >= beats && timeouts <= beats,
+        "{timeouts} polls timed out for {beats} heartbeats\n{report}"
+    );
+    let other_polls = waits.len() - timeouts;
+    assert!(
+        other_polls <= 1,
+        "{other_polls} polls woke early (only SIGTERM may wake one)\n{report}"
+    );
+}
