@@ -7,10 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::version::Info;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::backoff::Backoff;
+use crate::acks;
+use crate::backoff::{Backoff, Jitter};
+use crate::commands::execute::{self, Outcome};
+use crate::commands::{self, Refusal};
 use crate::config::{Config, TokenSource};
+use crate::cp::AckOutcome;
 use crate::cp::wire::{
     self, Ack, ClusterInfo, ClusterRef, ConnectRequest, HeartbeatManager, HeartbeatRequest,
     InstanceInfo, ManagerInfo,
@@ -19,12 +23,23 @@ use crate::cp::{CpClient, CpError};
 use crate::inventory;
 use crate::kube::{self, Client, KubeConfig};
 use crate::secret::Secret;
-use crate::state::{Binding, State, StateError, Store};
+use crate::state::{Binding, LedgerEntry, State, StateError, Store};
 use crate::token::ConnectToken;
 use crate::wait::{Waiter, Wake};
 
 /// The capabilities this build advertises: only what is implemented and tested.
-pub const CAPABILITIES: &[&str] = &["heartbeat.inventory.v1"];
+pub const CAPABILITIES: &[&str] = &[
+    "heartbeat.inventory.v1",
+    "command.deploy.crd",
+    "command.deploy.legacy",
+    "command.rollout",
+    "command.upgrade",
+    "command.uninstall",
+    "ack.retry.v1",
+    "ownership.guard.v1",
+    "ownership.migration-gate.v1",
+    "promotion-contract.v1",
+];
 
 /// Bounds of the CP's interval override.
 pub const INTERVAL_MIN: Duration = Duration::from_secs(5);
@@ -328,6 +343,7 @@ impl Agent {
             }
         }
         let body = self.heartbeat_body();
+        let body_acks = body.pending_acks.clone();
         let result = match self.send_heartbeat(&body) {
             Err(e) if e.status() == Some(401) => {
                 log::info!(
@@ -353,6 +369,14 @@ impl Agent {
         match result {
             Ok(resp) => {
                 self.backoff.reset();
+                let carried: Vec<String> = body_acks.iter().map(|a| a.command_id.clone()).collect();
+                if !carried.is_empty() {
+                    log::info!(
+                        "{} pending acks delivered with the heartbeat",
+                        carried.len()
+                    );
+                    self.delivered(&carried);
+                }
                 if let Some(secs) = resp.heartbeat_interval_seconds {
                     self.set_interval(secs);
                 }
@@ -517,6 +541,21 @@ impl Agent {
         }
     }
 
+    /// The acks whose delivery exhausted their attempts.
+    fn pending_acks(&self) -> Vec<Ack> {
+        let manager_id = self
+            .session
+            .as_ref()
+            .map(|s| s.manager_id.as_str())
+            .unwrap_or_default();
+        self.state
+            .ledger
+            .iter()
+            .filter(|e| !e.delivered)
+            .map(|e| acks::ack(e, manager_id, e.attempts.max(1)))
+            .collect()
+    }
+
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
         let want_topology = self.cfg.cluster_region.is_none() || self.cfg.cluster_zone.is_none();
         let inv = inventory::collect(
@@ -550,41 +589,150 @@ impl Agent {
                 zone: self.cfg.cluster_zone.clone().or(inv.zone),
                 kubernetes_version: self.cluster.kubernetes_version.clone(),
             },
-            pending_acks: Vec::new(),
+            pending_acks: self.pending_acks(),
             inventory_errors: inv.errors,
         }
     }
 
-    /// Until the command classes are implemented, every command is refused
-    /// with `unsupported class`.
-    fn handle_command(&mut self, command: &Value) {
-        let Some(id) = command
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| wire::valid_command_id(id))
-        else {
-            log::error!(
-                "skipping a command without a valid id: {}",
-                truncate(&command.to_string(), 200)
+    /// Validates, executes (once: a recorded id is only acknowledged again),
+    /// records and acknowledges one command.
+    fn handle_command(&mut self, raw: &RawValue) {
+        let parsed = commands::parse(raw.get(), CAPABILITIES, &self.namespaces);
+        let id = match &parsed {
+            Ok(cmd) => cmd.id.clone(),
+            Err(Refusal::Failed { id, .. }) => id.clone(),
+            Err(Refusal::NoId(why)) => {
+                log::error!(
+                    "skipping a command without a valid id ({why}): {}",
+                    truncate(raw.get(), 200)
+                );
+                return;
+            }
+        };
+        if let Some(entry) = self.state.find(&id).cloned() {
+            log::info!(
+                "command {id} already finished ({}); acknowledging its recorded result again",
+                entry.result
             );
+            self.deliver(entry);
             return;
+        }
+        let outcome = match parsed {
+            Ok(cmd) => {
+                log::info!("command {id}: executing");
+                let ctx = execute::Context {
+                    kube: &self.kube,
+                    environment_id: self.token.environment_id(),
+                    allow_legacy_adoption: self.cfg.allow_legacy_adoption,
+                    proxy_image: &self.cfg.proxy_image,
+                    namespaces: &self.namespaces,
+                    own_namespace: &self.instance.namespace,
+                    self_deployment: &self.cfg.self_deployment,
+                };
+                execute::run(&ctx, &cmd)
+            }
+            Err(Refusal::Failed { message, .. }) => Outcome::failed(message, Vec::new()),
+            Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
-        let class = command.get("class").and_then(Value::as_str).unwrap_or("");
-        let message = format!("unsupported class: {}", truncate(class, 64));
-        log::warn!("command {id}: {message}");
-        let session = self.session.as_ref().expect("connected");
-        let ack = Ack {
-            manager_id: session.manager_id.clone(),
-            command_id: id.to_owned(),
-            result: "failed".into(),
-            message,
+        let result = if outcome.applied { "applied" } else { "failed" };
+        if outcome.applied {
+            log::info!("command {id}: {result}: {}", outcome.message);
+        } else {
+            log::warn!("command {id}: {result}: {}", outcome.message);
+        }
+        let entry = LedgerEntry {
+            command_id: id.clone(),
+            result: result.into(),
+            message: outcome.message,
+            resources: outcome.resources,
             completed_at: now_rfc3339(),
-            attempt: 1,
-            resources: Vec::new(),
+            delivered: false,
+            attempts: 0,
         };
-        match self.cp.ack(&session.token, &ack) {
-            Ok(outcome) => log::info!("command {id}: ack delivered ({outcome:?})"),
-            Err(e) => log::error!("command {id}: ack not delivered: {e}"),
+        // Recorded before the ack: a crash from here on neither re-executes
+        // the command nor loses its ack.
+        let record = entry.clone();
+        match self
+            .store
+            .update(&self.kube, &self.state, move |s| s.record(record.clone()))
+        {
+            Ok(state) => self.state = state,
+            Err(e) => {
+                log::error!("command {id}: cannot record the result in the state secret: {e}");
+                self.state.record(entry.clone());
+            }
+        }
+        self.deliver(entry);
+    }
+
+    /// Delivers one ack: up to [`acks::ATTEMPTS`] attempts with backoff, then
+    /// it waits in `pendingAcks` of the following heartbeats.
+    fn deliver(&mut self, entry: LedgerEntry) {
+        let id = entry.command_id.clone();
+        let mut jitter = Jitter::from_entropy();
+        let mut reconnected = false;
+        let mut attempt = entry.attempts;
+        for n in 1..=acks::ATTEMPTS {
+            attempt = entry.attempts + n;
+            let Some(session) = self.session.as_ref() else {
+                break;
+            };
+            let ack = acks::ack(&entry, &session.manager_id, attempt);
+            match self.cp.ack(&session.token, &ack) {
+                Ok(AckOutcome::Forgotten) => {
+                    log::warn!(
+                        "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
+                    );
+                    return self.delivered(&[id]);
+                }
+                Ok(outcome) => {
+                    log::info!("command {id}: ack delivered on attempt {attempt} ({outcome:?})");
+                    return self.delivered(&[id]);
+                }
+                Err(e) if e.status() == Some(401) && !reconnected => {
+                    reconnected = true;
+                    log::info!(
+                        "command {id}: session expired while acknowledging; connecting again"
+                    );
+                    self.session = None;
+                    if !matches!(self.connect(), Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.status(), Some(400 | 422)) => {
+                    log::error!("command {id}: ack refused as malformed ({e}); not resending it");
+                    return self.delivered(&[id]);
+                }
+                Err(e) if n < acks::ATTEMPTS => {
+                    let delay = acks::delay(n, &mut jitter);
+                    log::warn!(
+                        "command {id}: ack attempt {attempt} failed: {e}; retrying in {delay:?}"
+                    );
+                    std::thread::sleep(delay);
+                }
+                Err(e) => log::warn!("command {id}: ack attempt {attempt} failed: {e}"),
+            }
+        }
+        log::warn!(
+            "command {id}: ack not delivered after {attempt} attempts; it goes with the next heartbeats"
+        );
+        let changed = id.clone();
+        self.state.set_attempts(&changed, attempt);
+        self.persist(move |s| s.set_attempts(&changed, attempt));
+    }
+
+    /// Marks acks delivered and persists that.
+    fn delivered(&mut self, ids: &[String]) {
+        self.state.mark_delivered(ids);
+        let ids = ids.to_vec();
+        self.persist(move |s| s.mark_delivered(&ids));
+    }
+
+    /// Persists a change to the state; a failure is logged, the change stays in memory.
+    fn persist(&mut self, change: impl Fn(&mut State)) {
+        match self.store.update(&self.kube, &self.state, change) {
+            Ok(state) => self.state = state,
+            Err(e) => log::error!("cannot update the state secret: {e}"),
         }
     }
 }

@@ -14,8 +14,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acks;
 pub mod agent;
 pub mod backoff;
+pub mod commands;
 pub mod config;
 pub mod cp;
 pub mod image;

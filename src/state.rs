@@ -52,6 +52,9 @@ pub struct LedgerEntry {
     pub completed_at: String,
     /// Whether its ack was delivered.
     pub delivered: bool,
+    /// Delivery attempts made so far.
+    #[serde(default)]
+    pub attempts: u32,
 }
 
 /// The state document.
@@ -127,6 +130,24 @@ impl State {
                 true
             }
         });
+    }
+
+    /// Marks the acks of these commands delivered.
+    pub fn mark_delivered(&mut self, ids: &[String]) {
+        for e in self
+            .ledger
+            .iter_mut()
+            .filter(|e| ids.contains(&e.command_id))
+        {
+            e.delivered = true;
+        }
+    }
+
+    /// Records how many delivery attempts a command's ack has had.
+    pub fn set_attempts(&mut self, id: &str, attempts: u32) {
+        if let Some(e) = self.ledger.iter_mut().find(|e| e.command_id == id) {
+            e.attempts = attempts;
+        }
     }
 
     /// The entry of a command id.
@@ -259,6 +280,7 @@ mod tests {
             resources: vec![],
             completed_at: "2026-12-02T00:00:00Z".into(),
             delivered,
+            attempts: 1,
         }
     }
 

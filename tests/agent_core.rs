@@ -97,7 +97,7 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     assert!(body["manager"]["build"].is_string());
     assert_eq!(
         body["manager"]["capabilities"],
-        json!(["heartbeat.inventory.v1"])
+        json!(nexo_manager::agent::CAPABILITIES)
     );
     assert_eq!(
         body["instance"],
@@ -125,7 +125,7 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     assert_eq!(hb["manager"]["protocolVersion"], 2);
     assert_eq!(
         hb["manager"]["capabilities"],
-        json!(["heartbeat.inventory.v1"])
+        json!(nexo_manager::agent::CAPABILITIES)
     );
     let ns = f.ns.name.as_str();
     assert_eq!(
@@ -459,6 +459,7 @@ fn retry_after_is_honoured() {
 #[test]
 fn oversized_and_malformed_bodies_are_refused_and_nothing_runs() {
     let f = Fixture::new("core-big");
+    // A refused command: nothing in the cluster depends on it.
     f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-kept", "class": "deploy", "issuedAt": "2026-12-02T00:00:00Z", "payload": {}}));
     f.sim.inject(Fault::new(
         Endpoint::Heartbeat,
@@ -498,7 +499,7 @@ fn unsupported_commands_are_acknowledged_failed_and_bad_ids_skipped() {
         .enqueue_command(&f.env_id, json!({"class": "deploy", "payload": {}}));
     f.sim
         .enqueue_command(&f.env_id, json!({"id": "bad/id", "class": "deploy"}));
-    f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-1", "class": "rollout", "issuedAt": "2026-12-02T00:00:00Z", "payload": {}}));
+    f.sim.enqueue_command(&f.env_id, json!({"id": "cmd-1", "class": "migrate", "issuedAt": "2026-12-02T00:00:00Z", "payload": {}}));
     f.sim.enqueue_command(
         &f.env_id,
         json!({"id": "cmd-2", "class": "teleport", "issuedAt": "2026-12-02T00:00:00Z"}),
@@ -508,7 +509,7 @@ fn unsupported_commands_are_acknowledged_failed_and_bad_ids_skipped() {
     let acks = f.sim.acks();
     for (ack, (id, class)) in acks
         .iter()
-        .zip([("cmd-1", "rollout"), ("cmd-2", "teleport")])
+        .zip([("cmd-1", "migrate"), ("cmd-2", "teleport")])
     {
         assert_eq!(ack["commandId"], id);
         assert_eq!(ack["result"], "failed");

@@ -4,7 +4,7 @@
 //! decode. Optional request fields are omitted when absent, never sent as null.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The protocol version this Manager speaks.
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -152,15 +152,16 @@ pub struct HeartbeatRequest {
 
 /// `POST /api/v2/manager/heartbeat` 200 body; every field optional. A
 /// `commands` that is not a list fails to decode: a failed heartbeat.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatResponse {
     /// Interval override, seconds (clamped to 5..=600 by the caller).
     #[serde(default)]
     pub heartbeat_interval_seconds: Option<u64>,
-    /// Commands, each decoded on its own so one bad command does not spoil the batch.
+    /// Commands, kept as raw JSON text and decoded one by one, so that one
+    /// bad command (too deep, a lone surrogate) cannot spoil the batch.
     #[serde(default)]
-    pub commands: Option<Vec<Value>>,
+    pub commands: Option<Vec<Box<RawValue>>>,
 }
 
 /// One resource in an ack.
@@ -237,17 +238,20 @@ mod tests {
 
     #[test]
     fn heartbeat_response_fields_are_optional_and_unknown_ignored() {
-        let r: HeartbeatResponse = serde_json::from_value(json!({})).unwrap();
-        assert_eq!(r, HeartbeatResponse::default());
-        let r: HeartbeatResponse = serde_json::from_value(
-            json!({"heartbeatIntervalSeconds": 30, "commands": [{"id": "a"}], "future": 1}),
-        )
-        .unwrap();
-        assert_eq!(r.heartbeat_interval_seconds, Some(30));
-        assert_eq!(r.commands.unwrap().len(), 1);
-        assert!(
-            serde_json::from_value::<HeartbeatResponse>(json!({"commands": {"id": "a"}})).is_err()
+        let r: HeartbeatResponse = serde_json::from_str("{}").unwrap();
+        assert!(r.heartbeat_interval_seconds.is_none() && r.commands.is_none());
+        let deep = format!("{}{}", "[".repeat(500), "]".repeat(500));
+        let body = format!(
+            r#"{{"heartbeatIntervalSeconds": 30, "commands": [{{"id": "a", "payload": {deep}}}, {{"id": "b\ud800"}}], "future": 1}}"#
         );
+        let r: HeartbeatResponse = serde_json::from_str(&body).unwrap();
+        assert_eq!(r.heartbeat_interval_seconds, Some(30));
+        assert_eq!(
+            r.commands.unwrap().len(),
+            2,
+            "bad commands do not spoil the batch"
+        );
+        assert!(serde_json::from_str::<HeartbeatResponse>(r#"{"commands": {"id": "a"}}"#).is_err());
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub fn retry_delay(
     }
 }
 
+/// Content type of a strategic merge patch (built-in kinds only).
+pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nexo-manager";
 
@@ -305,6 +308,25 @@ impl Client {
             &format!("{path}{}", query.finish()),
             Some(Body {
                 content_type: APPLY_PATCH,
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// PATCH with `content_type` (merge or strategic merge), as [`FIELD_MANAGER`].
+    pub fn patch(
+        &self,
+        path: &str,
+        content_type: &'static str,
+        patch: &Value,
+    ) -> Result<Value, Error> {
+        let bytes = serde_json::to_vec(patch).expect("a Value always serializes");
+        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        self.request(
+            Method::PATCH,
+            &format!("{path}{query}"),
+            Some(Body {
+                content_type,
                 bytes: &bytes,
             }),
         )

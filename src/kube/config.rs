@@ -285,7 +285,9 @@ impl KubeconfigFile {
                         },
                         (None, None) => Auth::None,
                         _ => {
-                            return Err("a client certificate needs both certificate and key".into());
+                            return Err(
+                                "a client certificate needs both certificate and key".into()
+                            );
                         }
                     }
                 }

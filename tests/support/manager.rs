@@ -122,6 +122,12 @@ impl Manager {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// A reader of the log that does not borrow the process (for `wait_until`).
+    pub fn log_reader(&self) -> impl Fn() -> String + use<> {
+        let path = self.stderr.clone();
+        move || std::fs::read_to_string(&path).unwrap_or_default()
+    }
+
     /// Everything a reader of a failed test needs.
     pub fn report(&self) -> String {
         let env: Vec<String> = self

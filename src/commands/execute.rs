@@ -1,0 +1,413 @@
+//! The thin executor: reads what the planners need, runs the dry runs, then
+//! the writes. Every decision is the planners'.
+
+use serde_json::{Value, json};
+
+use super::plan::{self, ObjectRef, Refused, Removal};
+use super::{Action, Command, Deploy, Rollout, Target, Upgrade};
+use crate::cp::wire::AckResource;
+use crate::image::ImageRef;
+use crate::kube::client::{MERGE_PATCH, STRATEGIC_MERGE_PATCH};
+use crate::kube::{self, Client};
+use crate::ownership;
+
+/// Read-modify-write attempts on 409 Conflict.
+pub const CONFLICT_RETRIES: usize = 3;
+
+/// What the executor needs to know.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// The Kubernetes client.
+    pub kube: &'a Client,
+    /// This environment.
+    pub environment_id: &'a str,
+    /// The cluster half of the migration gate.
+    pub allow_legacy_adoption: bool,
+    /// The configured Proxy image.
+    pub proxy_image: &'a ImageRef,
+    /// The managed namespaces.
+    pub namespaces: &'a [String],
+    /// The Manager's own namespace.
+    pub own_namespace: &'a str,
+    /// The Manager's own Deployment.
+    pub self_deployment: &'a str,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Applied or failed.
+    pub applied: bool,
+    /// The ack message.
+    pub message: String,
+    /// The ack resources.
+    pub resources: Vec<AckResource>,
+}
+
+impl Outcome {
+    /// A failure.
+    pub fn failed(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
+        Outcome {
+            applied: false,
+            message: message.into(),
+            resources,
+        }
+    }
+
+    fn applied(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
+        Outcome {
+            applied: true,
+            message: message.into(),
+            resources,
+        }
+    }
+}
+
+impl From<Refused> for Outcome {
+    fn from(r: Refused) -> Outcome {
+        Outcome::failed(r.message, r.resources)
+    }
+}
+
+fn api_error(what: &str, r: &ObjectRef, e: &kube::Error) -> String {
+    let detail = match e {
+        kube::Error::Api {
+            status: 409, body, ..
+        } if body.reason.as_deref() == Some("Conflict") => {
+            format!(
+                "conflict with another field manager, not taken over: {}",
+                body.message.as_deref().unwrap_or("")
+            )
+        }
+        other => other.to_string(),
+    };
+    format!("{what} {} {}/{}: {detail}", r.kind, r.namespace, r.name)
+}
+
+/// Runs a validated command.
+pub fn run(ctx: &Context<'_>, cmd: &Command) -> Outcome {
+    match &cmd.action {
+        Action::Deploy(d) => deploy(ctx, d),
+        Action::Rollout(r) => rollout(ctx, r),
+        Action::Upgrade(u) => upgrade(ctx, u),
+        Action::Uninstall(t) => uninstall(ctx, t),
+    }
+}
+
+fn summary(resources: &[AckResource]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for r in resources {
+        match counts.iter_mut().find(|(a, _)| *a == r.action) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&r.action, 1)),
+        }
+    }
+    let parts: Vec<String> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
+    parts.join(", ")
+}
+
+fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
+    let mut existing = Vec::with_capacity(d.manifests.len());
+    for m in &d.manifests {
+        let r = ObjectRef::of(m);
+        match ctx.kube.get_opt::<Value>(&r.path()) {
+            Ok(o) => existing.push(o),
+            Err(e) => return Outcome::failed(api_error("cannot read", &r, &e), vec![]),
+        }
+    }
+    let writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption) {
+        Ok(w) => w,
+        Err(refused) => return refused.into(),
+    };
+    // The uid of an existing NexoProxy lets the dry run carry the owner reference.
+    let mut proxy_uid = existing
+        .iter()
+        .flatten()
+        .find(|o| o["kind"] == "NexoProxy")
+        .and_then(|o| o["metadata"]["uid"].as_str())
+        .map(str::to_owned);
+    for w in &writes {
+        let mut object = w.object.clone();
+        if w.owned_by_proxy
+            && let Some(uid) = &proxy_uid
+        {
+            object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
+        }
+        if let Err(e) = ctx.kube.apply(&w.reference.path(), &object, w.adopt, true) {
+            return Outcome::failed(
+                format!(
+                    "dry run refused, nothing applied: {}",
+                    api_error("", &w.reference, &e).trim_start()
+                ),
+                vec![w.reference.ack("refused")],
+            );
+        }
+    }
+    let mut resources = Vec::with_capacity(writes.len());
+    for w in &writes {
+        let mut object = w.object.clone();
+        if w.owned_by_proxy {
+            let Some(uid) = &proxy_uid else {
+                return Outcome::failed("the NexoProxy has no uid after apply", resources);
+            };
+            object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
+        }
+        match ctx.kube.apply(&w.reference.path(), &object, w.adopt, false) {
+            Ok(applied) => {
+                if w.reference.kind == "NexoProxy" {
+                    proxy_uid = applied["metadata"]["uid"].as_str().map(str::to_owned);
+                }
+                let version = applied["metadata"]["resourceVersion"].as_str();
+                let action = match (&w.existing_version, w.adopt) {
+                    (None, _) => "created",
+                    (Some(_), true) => "configured",
+                    (Some(v), false) if Some(v.as_str()) == version => "unchanged",
+                    (Some(_), false) => "configured",
+                };
+                resources.push(w.reference.ack(action));
+            }
+            Err(e) => {
+                let done = resources.len();
+                resources.push(w.reference.ack("refused"));
+                return Outcome::failed(
+                    format!(
+                        "{} after {done} of {} objects were applied",
+                        api_error("cannot apply", &w.reference, &e),
+                        writes.len()
+                    ),
+                    resources,
+                );
+            }
+        }
+    }
+    Outcome::applied(
+        format!(
+            "applied {} objects ({})",
+            resources.len(),
+            summary(&resources)
+        ),
+        resources,
+    )
+}
+
+fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
+    let selector = ownership::owned_selector(ctx.environment_id);
+    let mut targets = Vec::new();
+    for ns in ctx.namespaces {
+        ctx.kube
+            .list_each(
+                &format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies"),
+                Some(&selector),
+                500,
+                |o| {
+                    if let Some(name) = o["metadata"]["name"].as_str() {
+                        targets.push(Target {
+                            name: name.to_owned(),
+                            namespace: ns.clone(),
+                        });
+                    }
+                },
+            )
+            .map_err(|e| format!("cannot list NexoProxies in {ns}: {e}"))?;
+    }
+    Ok(targets)
+}
+
+fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
+    let targets = match &r.targets {
+        Some(t) => t.clone(),
+        None => match owned_proxies(ctx) {
+            Ok(t) => t,
+            Err(e) => return Outcome::failed(e, vec![]),
+        },
+    };
+    let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
+    let mut observed = Vec::with_capacity(targets.len());
+    for t in targets {
+        match ctx.kube.get_opt::<Value>(&ObjectRef::proxy(&t).path()) {
+            Ok(o) => observed.push((t, o)),
+            Err(e) => {
+                return Outcome::failed(api_error("cannot read", &ObjectRef::proxy(&t), &e), vec![]);
+            }
+        }
+    }
+    let changes = match plan::rollout(&observed, &image, ctx.environment_id) {
+        Ok(c) => c,
+        Err(refused) => return refused.into(),
+    };
+    let mut resources = Vec::new();
+    for c in changes {
+        if !c.changed {
+            resources.push(c.reference.ack("unchanged"));
+            continue;
+        }
+        match set_image(ctx, &c.reference, &c.version, &image) {
+            Ok(()) => resources.push(c.reference.ack("configured")),
+            Err(msg) => {
+                resources.push(c.reference.ack("refused"));
+                return Outcome::failed(msg, resources);
+            }
+        }
+    }
+    Outcome::applied(
+        format!(
+            "rolled out {image} to {} NexoProxies ({})",
+            resources.len(),
+            summary(&resources)
+        ),
+        resources,
+    )
+}
+
+/// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
+/// re-checks ownership and tries again, a bounded number of times.
+fn set_image(ctx: &Context<'_>, r: &ObjectRef, version: &str, image: &str) -> Result<(), String> {
+    let mut version = version.to_owned();
+    for _ in 0..CONFLICT_RETRIES {
+        let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
+        match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.status() == Some(409) => {
+                let fresh: Value = ctx
+                    .kube
+                    .get(&r.path())
+                    .map_err(|e| api_error("cannot re-read", r, &e))?;
+                if let Some(why) = plan::refusal_reason(&fresh, ctx.environment_id, false) {
+                    return Err(format!("{} {}/{} {why}", r.kind, r.namespace, r.name));
+                }
+                version = fresh["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            Err(e) => return Err(api_error("cannot set the image of", r, &e)),
+        }
+    }
+    Err(format!(
+        "{} {}/{} kept changing ({CONFLICT_RETRIES} conflicts)",
+        r.kind, r.namespace, r.name
+    ))
+}
+
+fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
+    let r = ObjectRef::new(
+        "apps/v1",
+        "Deployment",
+        ctx.own_namespace,
+        ctx.self_deployment,
+    );
+    let deployment: Value = match ctx.kube.get(&r.path()) {
+        Ok(d) => d,
+        Err(e) => {
+            return Outcome::failed(api_error("cannot read the Manager's own", &r, &e), vec![]);
+        }
+    };
+    let (container, current) = match plan::upgrade_container(&deployment) {
+        Ok(c) => c,
+        Err(why) => return Outcome::failed(why, vec![r.ack("refused")]),
+    };
+    let image = u.manager_image.to_string();
+    if current.as_deref() == Some(image.as_str()) {
+        return Outcome::applied(
+            format!("the Manager already runs {image}"),
+            vec![r.ack("unchanged")],
+        );
+    }
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}});
+    match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
+        Ok(_) => Outcome::applied(
+            format!(
+                "bundle {}: the Manager's Deployment now runs {image}",
+                u.bundle_version
+            ),
+            vec![r.ack("configured")],
+        ),
+        Err(e) => Outcome::failed(api_error("cannot patch", &r, &e), vec![r.ack("refused")]),
+    }
+}
+
+fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
+    let proxy_ref = ObjectRef::proxy(t);
+    let deployment_ref = ObjectRef::new("apps/v1", "Deployment", &t.namespace, &t.name);
+    let read = |r: &ObjectRef| {
+        ctx.kube
+            .get_opt::<Value>(&r.path())
+            .map_err(|e| api_error("cannot read", r, &e))
+    };
+    let proxy = match read(&proxy_ref) {
+        Ok(p) => p,
+        Err(m) => return Outcome::failed(m, vec![]),
+    };
+    let deployment = if proxy.is_some() {
+        None
+    } else {
+        match read(&deployment_ref) {
+            Ok(d) => d,
+            Err(m) => return Outcome::failed(m, vec![]),
+        }
+    };
+    let mut labelled = Vec::new();
+    if deployment.is_some() {
+        let selector = format!(
+            "{},{}={}",
+            ownership::owned_selector(ctx.environment_id),
+            ownership::DEPLOYMENT,
+            t.name
+        );
+        for kind in ["Service", "ConfigMap", "Secret"] {
+            let r = ObjectRef::new("v1", kind, &t.namespace, "");
+            let listed = ctx
+                .kube
+                .list_each(&r.collection(), Some(&selector), 500, |o| {
+                    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                    labelled.push((ObjectRef::new("v1", kind, &t.namespace, name), o));
+                });
+            if let Err(e) = listed {
+                return Outcome::failed(
+                    format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name),
+                    vec![],
+                );
+            }
+        }
+    }
+    let removal = match plan::uninstall(
+        t,
+        proxy.as_ref(),
+        deployment.as_ref(),
+        &labelled,
+        ctx.environment_id,
+    ) {
+        Ok(r) => r,
+        Err(refused) => return refused.into(),
+    };
+    let refs = match removal {
+        Removal::Absent => {
+            return Outcome::applied(
+                format!("{}/{} is not installed", t.namespace, t.name),
+                vec![proxy_ref.ack("absent")],
+            );
+        }
+        Removal::Proxy(r) => vec![r],
+        Removal::Legacy(refs) => refs,
+    };
+    let mut resources = Vec::new();
+    for r in refs {
+        match ctx.kube.delete(&r.path(), "Background") {
+            Ok(_) => resources.push(r.ack("deleted")),
+            Err(e) if e.is_not_found() => resources.push(r.ack("absent")),
+            Err(e) => {
+                resources.push(r.ack("refused"));
+                return Outcome::failed(api_error("cannot delete", &r, &e), resources);
+            }
+        }
+    }
+    Outcome::applied(
+        format!(
+            "uninstalled {}/{} ({})",
+            t.namespace,
+            t.name,
+            summary(&resources)
+        ),
+        resources,
+    )
+}

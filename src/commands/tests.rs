@@ -1,0 +1,170 @@
+//! Validation of commands, as plain values: the bad-input corpus.
+
+use super::*;
+use crate::agent::CAPABILITIES;
+use serde_json::json;
+
+const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn managed() -> Vec<String> {
+    vec!["shop".into()]
+}
+
+fn proxy(name: &str) -> Value {
+    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+           "spec": {"image": "proxy:1", "mongodb": {"secretRef": {"name": "db"}}}})
+}
+
+fn good_deploy() -> Value {
+    json!({"id": "cmd-1", "class": "deploy", "issuedAt": "2026-12-02T00:00:00Z", "requires": ["command.deploy.crd"],
+           "payload": {"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd",
+                       "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-config"}, "data": {}}]}})
+}
+
+fn parse_value(v: &Value) -> Result<Command, Refusal> {
+    parse(&v.to_string(), CAPABILITIES, &managed())
+}
+
+/// Every entry: a command and the start of the message its failed ack carries.
+pub fn corpus() -> Vec<(String, &'static str)> {
+    let with_payload = |class: &str, payload: Value| {
+        json!({"id": "bad", "class": class, "payload": payload}).to_string()
+    };
+    let deploy = |f: &dyn Fn(&mut Value)| {
+        let mut c = good_deploy();
+        c["id"] = json!("bad");
+        f(&mut c["payload"]);
+        c.to_string()
+    };
+    let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+    vec![
+        (json!({"id": "bad", "class": "teleport", "payload": {}}).to_string(), "unsupported class: teleport"),
+        (json!({"id": "bad", "class": 7, "payload": {}}).to_string(), "unsupported class: 7"),
+        (json!({"id": "bad", "payload": {}}).to_string(), "unsupported class: (missing)"),
+        (json!({"id": "bad", "class": "rollout", "requires": ["command.teleport"], "payload": {}}).to_string(), "unsupported capability: command.teleport"),
+        (json!({"id": "bad", "class": "rollout", "requires": "command.rollout", "payload": {}}).to_string(), "invalid payload: requires is not a list"),
+        (json!({"id": "bad", "class": "rollout"}).to_string(), "invalid payload: payload is missing"),
+        (json!({"id": "bad", "class": "rollout", "payload": [1]}).to_string(), "invalid payload: payload is not an object"),
+        (format!(r#"{{"id": "bad", "class": "deploy", "payload": {deep}}}"#), "invalid payload: recursion limit exceeded"),
+        (r#"{"id": "bad", "class": "deploy", "payload": {"format": "\ud800"}}"#.to_string(), "invalid payload:"),
+        (with_payload("deploy", json!({"format": "crd", "manifests": []})), "invalid payload: deployment is missing"),
+        (with_payload("deploy", json!({"deployment": {"name": "orders"}, "format": "crd"})), "invalid payload: deployment.namespace is missing"),
+        (with_payload("deploy", json!({"deployment": {"name": "Orders!", "namespace": "shop"}})), "invalid payload: deployment.name \"Orders!\" is not a valid name"),
+        (with_payload("deploy", json!({"deployment": {"name": "orders", "namespace": "kube-system"}, "format": "crd"})), "invalid payload: namespace kube-system is not managed"),
+        (deploy(&|p| p["format"] = json!("helm")), "invalid payload: format \"helm\" is neither crd nor legacy"),
+        (deploy(&|p| p["manifests"] = json!({})), "invalid payload: manifests is missing or not a list"),
+        (deploy(&|p| p["manifests"] = json!([])), "invalid payload: manifests is empty"),
+        (deploy(&|p| p["manifests"] = json!(vec![proxy("orders"); 65])), "invalid payload: 65 manifests, more than 64"),
+        (deploy(&|p| p["manifests"][1]["data"] = json!({"big": "x".repeat(300 * 1024)})), "invalid payload: manifests[1]: "),
+        (deploy(&|p| p["manifests"][1] = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}})), "invalid payload: manifests[1]: Namespace is cluster-scoped"),
+        (deploy(&|p| p["manifests"][1] = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"}})), "invalid payload: manifests[1]: ClusterRole is cluster-scoped"),
+        (deploy(&|p| p["manifests"][1] = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}})), "invalid payload: manifests[1]: apps/v1 Deployment is not allowed in format crd"),
+        (deploy(&|p| p["manifests"][1]["metadata"]["namespace"] = json!("billing")), "invalid payload: manifests[1]: namespace \"billing\" differs"),
+        (deploy(&|p| p["manifests"][1]["metadata"] = json!("x")), "invalid payload: manifests[1]: metadata is missing or not an object"),
+        (deploy(&|p| p["manifests"][1]["metadata"]["name"] = json!(12)), "invalid payload: manifests[1]: metadata.name is not a string"),
+        (deploy(&|p| p["manifests"][1]["kind"] = json!(null)), "invalid payload: manifests[1]: kind is missing"),
+        (deploy(&|p| p["manifests"][1] = proxy("other")), "invalid payload: more than one NexoProxy"),
+        (deploy(&|p| p["manifests"][0]["metadata"]["name"] = json!("billing")), "invalid payload: the NexoProxy is named billing, not orders"),
+        (deploy(&|p| { p["manifests"].as_array_mut().unwrap().remove(0); }), "invalid payload: no NexoProxy among the manifests"),
+        (deploy(&|p| p["manifests"][1] = p["manifests"][0].clone()), "invalid payload: manifests[1]: NexoProxy orders appears twice"),
+        (deploy(&|p| p["manifests"][1]["metadata"]["ownerReferences"] = json!([])), "invalid payload: manifests[1]: metadata.ownerReferences is set by the Manager"),
+        (deploy(&|p| p["manifests"][1]["metadata"]["labels"] = json!(["a"])), "invalid payload: manifests[1]: metadata.labels is not an object"),
+        (deploy(&|p| p["migration"] = json!({"adoptLegacy": "yes"})), "invalid payload: migration.adoptLegacy is not a boolean"),
+        (with_payload("rollout", json!({"imageTag": "bad tag"})), "invalid payload: imageTag \"bad tag\" is neither a tag nor sha256"),
+        (with_payload("rollout", json!({"imageTag": 14})), "invalid payload: imageTag is not a string"),
+        (with_payload("rollout", json!({"targets": []})), "invalid payload: targets is empty"),
+        (with_payload("rollout", json!({"targets": [{"name": "a", "namespace": "elsewhere"}]})), "invalid payload: namespace elsewhere is not managed"),
+        (with_payload("upgrade", json!({"bundleVersion": "0.3.0", "managerImage": "registry.example.com/nexo/manager:0.3.0"})), "invalid payload: managerImage \"registry.example.com/nexo/manager:0.3.0\" is not pinned by digest"),
+        (with_payload("upgrade", json!({"bundleVersion": "0.3.0", "managerImage": "registry.example.com/nexo/manager@sha256:abc"})), "invalid payload: managerImage: "),
+        (with_payload("upgrade", json!({"managerImage": format!("m@{D}")})), "invalid payload: bundleVersion is missing"),
+        (with_payload("uninstall", json!({"deployment": "orders"})), "invalid payload: deployment is missing or not an object"),
+    ]
+}
+
+#[test]
+fn the_good_deploy_validates_and_is_namespaced() {
+    let cmd = parse_value(&good_deploy()).unwrap();
+    let Action::Deploy(d) = cmd.action else {
+        panic!("not a deploy")
+    };
+    assert_eq!(
+        d.deployment,
+        Target {
+            name: "orders".into(),
+            namespace: "shop".into()
+        }
+    );
+    assert!(
+        d.manifests
+            .iter()
+            .all(|m| m["metadata"]["namespace"] == "shop")
+    );
+    assert!(!d.adopt_legacy);
+}
+
+#[test]
+fn every_bad_command_gets_its_own_message() {
+    let corpus = corpus();
+    assert!(corpus.len() >= 25);
+    for (raw, want) in corpus {
+        match parse(&raw, CAPABILITIES, &managed()) {
+            Err(Refusal::Failed { id, message }) => {
+                assert_eq!(id, "bad");
+                assert!(
+                    message.starts_with(want),
+                    "{}:\n got {message:?}\nwant {want:?}",
+                    clip(&raw, 200)
+                );
+                assert!(message.len() < 600, "messages stay short: {message}");
+            }
+            other => panic!("{}: {other:?}", clip(&raw, 200)),
+        }
+    }
+}
+
+#[test]
+fn commands_without_a_usable_id_are_skipped() {
+    for raw in [
+        r#"{"class": "deploy"}"#,
+        r#"{"id": 5}"#,
+        r#"{"id": "a/b"}"#,
+        r#"{"id": "\ud800"}"#,
+        "[1]",
+        "nonsense",
+    ] {
+        assert!(
+            matches!(parse(raw, CAPABILITIES, &managed()), Err(Refusal::NoId(_))),
+            "{raw}"
+        );
+    }
+}
+
+#[test]
+fn the_other_classes_validate() {
+    let rollout = json!({"id": "r", "class": "rollout", "payload": {"imageTag": D}});
+    assert_eq!(
+        parse_value(&rollout).unwrap().action,
+        Action::Rollout(Rollout {
+            image_tag: Some(D.into()),
+            targets: None
+        })
+    );
+    let upgrade = json!({"id": "u", "class": "upgrade", "payload": {"bundleVersion": "0.3.0", "managerImage": format!("r.io/m@{D}")}});
+    assert!(matches!(
+        parse_value(&upgrade).unwrap().action,
+        Action::Upgrade(_)
+    ));
+    let uninstall = json!({"id": "x", "class": "uninstall", "payload": {"deployment": {"name": "orders", "namespace": "shop"}}});
+    assert!(matches!(
+        parse_value(&uninstall).unwrap().action,
+        Action::Uninstall(_)
+    ));
+    let legacy = json!({"id": "l", "class": "deploy", "payload": {"deployment": {"name": "orders", "namespace": "shop"}, "format": "legacy",
+        "migration": {"adoptLegacy": true},
+        "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "orders", "namespace": "shop"}},
+                      {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "orders"}}]}});
+    let Action::Deploy(d) = parse_value(&legacy).unwrap().action else {
+        panic!()
+    };
+    assert!(d.adopt_legacy && d.format == Format::Legacy);
+}

@@ -1,0 +1,859 @@
+//! Commands end to end: the real binary, the CP simulator and the real test
+//! bed. Every test reads the cluster back.
+
+mod support;
+
+use std::time::Duration;
+
+use nexo_cpsim::{Endpoint, Fault, FaultAction};
+use nexo_manager::kube::Client;
+use serde_json::{Value, json};
+use support::fixture::Fixture;
+use support::manager::Manager;
+
+const WAIT: Duration = Duration::from_secs(60);
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn proxy(name: &str) -> Value {
+    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+           "spec": {"image": "registry.example.com/nexo/proxy:1.4.2", "replicas": 2, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"listen": "27017"}})
+}
+
+fn secret(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"uri": "mongodb://db:27017"}})
+}
+
+fn command(id: &str, class: &str, payload: Value) -> Value {
+    json!({"id": id, "class": class, "issuedAt": "2026-12-02T00:00:00Z", "requires": [], "payload": payload})
+}
+
+fn crd_deploy(f: &Fixture, id: &str, name: &str) -> Value {
+    command(
+        id,
+        "deploy",
+        json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd",
+        "manifests": [proxy(name), configmap(&format!("{name}-config")), secret(&format!("{name}-db"))]}),
+    )
+}
+
+fn legacy_deployment(name: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0"}]}}}})
+}
+
+fn get(c: &Client, path: &str) -> Option<Value> {
+    c.get_opt::<Value>(path).unwrap()
+}
+
+fn ns_path(f: &Fixture, kind: &str, name: &str) -> String {
+    let ns = &f.ns.name;
+    match kind {
+        "NexoProxy" => format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies/{name}"),
+        "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}"),
+        "ConfigMap" => format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
+        "Secret" => format!("/api/v1/namespaces/{ns}/secrets/{name}"),
+        "Service" => format!("/api/v1/namespaces/{ns}/services/{name}"),
+        other => panic!("{other}"),
+    }
+}
+
+fn ack_of(f: &Fixture, id: &str) -> Option<Value> {
+    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
+}
+
+fn wait_ack(f: &Fixture, m: &mut Manager, id: &str) -> Value {
+    m.wait_until(WAIT, &format!("the ack of {id}"), || {
+        ack_of(f, id).is_some()
+    });
+    ack_of(f, id).unwrap()
+}
+
+fn actions(ack: &Value) -> Vec<(String, String)> {
+    ack["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                format!(
+                    "{}/{}",
+                    r["kind"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                ),
+                r["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn start(prefix: &str) -> (Fixture, Manager) {
+    let f = Fixture::new(prefix);
+    f.tb.install_crds();
+    let m = f.spawn(&f.env());
+    (f, m)
+}
+
+#[test]
+fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
+    let (f, mut m) = start("cmd-crd");
+    let c = f.tb.admin();
+    let started = std::time::Instant::now();
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "deploy-1", "orders"));
+    let ack = wait_ack(&f, &mut m, "deploy-1");
+    eprintln!(
+        "deploy of 3 objects acknowledged in {:?} (including the heartbeat wait)",
+        started.elapsed()
+    );
+    m.check(
+        ack["result"] == "applied",
+        &format!("deploy applied: {ack}"),
+    );
+    let mut got = actions(&ack);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("ConfigMap/orders-config".into(), "created".into()),
+            ("NexoProxy/orders".into(), "created".into()),
+            ("Secret/orders-db".into(), "created".into())
+        ]
+    );
+
+    let p = get(&c, &ns_path(&f, "NexoProxy", "orders")).expect("the NexoProxy exists");
+    assert_eq!(p["metadata"]["labels"]["nexo.io/owner-id"], json!(f.env_id));
+    assert_eq!(
+        p["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "nexo-manager"
+    );
+    assert_eq!(p["metadata"]["labels"]["nexo.io/deployment"], "orders");
+    let managers: Vec<&str> = p["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["nexo-manager"]);
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    for (kind, name) in [("ConfigMap", "orders-config"), ("Secret", "orders-db")] {
+        let o = get(&c, &ns_path(&f, kind, name)).unwrap();
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"], uid,
+            "{kind} is owned by the NexoProxy"
+        );
+        assert_eq!(o["metadata"]["labels"]["nexo.io/owner-id"], json!(f.env_id));
+    }
+
+    // Repeating the deploy changes nothing.
+    let rv = p["metadata"]["resourceVersion"].clone();
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "deploy-2", "orders"));
+    let ack = wait_ack(&f, &mut m, "deploy-2");
+    assert!(actions(&ack).iter().all(|(_, a)| a == "unchanged"), "{ack}");
+    assert_eq!(
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"],
+        rv
+    );
+
+    // Rollout to a new tag, then the inventory shows it.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command("rollout-1", "rollout", json!({"imageTag": "1.4.3"})),
+    );
+    let ack = wait_ack(&f, &mut m, "rollout-1");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    assert_eq!(
+        actions(&ack),
+        [("NexoProxy/orders".into(), "configured".into())]
+    );
+    let p = get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap();
+    assert_eq!(p["spec"]["image"], "registry.example.com/nexo/proxy:1.4.3");
+    assert_eq!(p["spec"]["replicas"], 2, "rollout touches the image only");
+    let seen = f.sim.heartbeats().len();
+    m.wait_until(WAIT, "a heartbeat reporting the new image", || {
+        f.sim.heartbeats().len() > seen + 1
+    });
+    let hb = f.sim.heartbeats().pop().unwrap();
+    assert_eq!(
+        hb["deployments"][0]["image"],
+        "registry.example.com/nexo/proxy:1.4.3"
+    );
+
+    // Uninstall: the NexoProxy goes; the garbage collector removes its runtime objects.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "uninstall-1",
+            "uninstall",
+            json!({"deployment": {"name": "orders", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "uninstall-1");
+    assert_eq!(
+        (ack["result"].as_str(), actions(&ack)),
+        (
+            Some("applied"),
+            vec![("NexoProxy/orders".into(), "deleted".into())]
+        )
+    );
+    support::wait_for(WAIT, "garbage collection of the runtime objects", || {
+        (get(&c, &ns_path(&f, "NexoProxy", "orders")).is_none()
+            && get(&c, &ns_path(&f, "ConfigMap", "orders-config")).is_none()
+            && get(&c, &ns_path(&f, "Secret", "orders-db")).is_none())
+        .then_some(())
+    });
+    // Uninstall is idempotent.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "uninstall-2",
+            "uninstall",
+            json!({"deployment": {"name": "orders", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "uninstall-2");
+    assert_eq!(
+        (ack["result"].as_str(), actions(&ack)),
+        (
+            Some("applied"),
+            vec![("NexoProxy/orders".into(), "absent".into())]
+        )
+    );
+}
+
+#[test]
+fn legacy_deploy_and_uninstall_by_label() {
+    let (f, mut m) = start("cmd-legacy");
+    let c = f.tb.admin();
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"},
+                     "spec": {"selector": {"app": "billing"}, "ports": [{"port": 27017}]}});
+    f.sim.enqueue_command(&f.env_id, command("legacy-1", "deploy", json!({"deployment": {"name": "billing", "namespace": f.ns.name},
+        "format": "legacy", "manifests": [legacy_deployment("billing"), svc, configmap("billing-config")]})));
+    let ack = wait_ack(&f, &mut m, "legacy-1");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    let d = get(&c, &ns_path(&f, "Deployment", "billing")).unwrap();
+    assert_eq!(d["metadata"]["labels"]["nexo.io/owner-id"], json!(f.env_id));
+    assert!(
+        d["metadata"].get("ownerReferences").is_none(),
+        "legacy objects get no owner reference"
+    );
+    // An unrelated ConfigMap in the namespace, not labelled: untouched by the uninstall.
+    c.create(
+        &format!("/api/v1/namespaces/{}/configmaps", f.ns.name),
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bystander"}}),
+    )
+    .unwrap();
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "legacy-2",
+            "uninstall",
+            json!({"deployment": {"name": "billing", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "legacy-2");
+    let mut got = actions(&ack);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("ConfigMap/billing-config".into(), "deleted".into()),
+            ("Deployment/billing".into(), "deleted".into()),
+            ("Service/billing".into(), "deleted".into())
+        ],
+        "{ack}"
+    );
+    assert!(get(&c, &ns_path(&f, "Service", "billing")).is_none());
+    assert!(get(&c, &ns_path(&f, "ConfigMap", "bystander")).is_some());
+}
+
+#[test]
+fn upgrade_patches_the_managers_own_deployment_only_with_a_digest() {
+    let (f, mut m) = start("cmd-upgrade");
+    let c = f.tb.admin();
+    let mut own = legacy_deployment("nexo-manager");
+    own["spec"]["template"]["spec"]["containers"] = json!([{"name": "manager", "image": "registry.example.com/nexo/manager:0.2.0"}, {"name": "sidecar", "image": "s:1"}]);
+    c.create(
+        &format!("/apis/apps/v1/namespaces/{}/deployments", f.ns.name),
+        &own,
+    )
+    .unwrap();
+    // The deployment controller writes status; the spec's generation tells a change.
+    let generation = |c: &Client| {
+        get(c, &ns_path(&f, "Deployment", "nexo-manager")).unwrap()["metadata"]["generation"]
+            .clone()
+    };
+    let before = generation(&c);
+    f.sim.enqueue_command(&f.env_id, command("up-tag", "upgrade", json!({"bundleVersion": "0.3.0", "managerImage": "registry.example.com/nexo/manager:0.3.0"})));
+    let ack = wait_ack(&f, &mut m, "up-tag");
+    assert_eq!(ack["result"], "failed");
+    assert!(
+        ack["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid payload: managerImage"),
+        "{ack}"
+    );
+    assert_eq!(generation(&c), before, "a refused upgrade changes nothing");
+    let image = format!("registry.example.com/nexo/manager@{DIGEST}");
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "up-1",
+            "upgrade",
+            json!({"bundleVersion": "0.3.0", "managerImage": image}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "up-1");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    let d = get(&c, &ns_path(&f, "Deployment", "nexo-manager")).unwrap();
+    let cs = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(cs[0]["image"], json!(image));
+    assert_eq!(cs[1]["image"], "s:1", "the other container is untouched");
+}
+
+#[test]
+fn refusals_change_nothing() {
+    let (f, mut m) = start("cmd-refuse");
+    let c = f.tb.admin();
+    let ns = f.ns.name.clone();
+    let other_env =
+        json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-other"});
+    let legacy = json!({"app.kubernetes.io/part-of": "nexo"});
+    let mk = |name: &str, labels: Value| {
+        c.create(&format!("/api/v1/namespaces/{ns}/configmaps"), &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
+    };
+    mk("foreign-config", other_env.clone());
+    mk("legacy-config", legacy.clone());
+    mk("unrelated-config", json!({"team": "db"}));
+    f.create_proxy("theirs", other_env, 1, "proxy:1");
+    let snapshot = || -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for (kind, path) in [
+            ("configmaps", format!("/api/v1/namespaces/{ns}/configmaps")),
+            (
+                "nexoproxies",
+                format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies"),
+            ),
+        ] {
+            c.list_each(&path, None, 100, |o| {
+                out.push((
+                    format!("{kind}/{}", o["metadata"]["name"].as_str().unwrap()),
+                    o["metadata"]["resourceVersion"].clone(),
+                ))
+            })
+            .unwrap();
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    };
+    let before = snapshot();
+    let deploy_over = |id: &str, cm: &str, adopt: bool| {
+        command(
+            id,
+            "deploy",
+            json!({"deployment": {"name": "orders", "namespace": ns}, "format": "crd", "migration": {"adoptLegacy": adopt},
+            "manifests": [proxy("orders"), configmap(cm)]}),
+        )
+    };
+    let mut bad_schema = proxy("orders");
+    bad_schema["spec"]["replicas"] = json!(-3);
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            deploy_over("r-foreign", "foreign-config", true),
+            "belongs to environment env-other",
+        ),
+        (
+            deploy_over("r-legacy-cluster-closed", "legacy-config", true),
+            "legacy",
+        ),
+        (
+            deploy_over("r-legacy-command-closed", "legacy-config", false),
+            "legacy",
+        ),
+        (
+            deploy_over("r-unrelated", "unrelated-config", true),
+            "not managed by nexo-manager",
+        ),
+        (
+            command(
+                "r-cluster-scoped",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": ns}, "format": "crd",
+            "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "evil"}}]}),
+            ),
+            "invalid payload: manifests[1]: Namespace is cluster-scoped",
+        ),
+        (
+            command(
+                "r-kind",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": ns}, "format": "crd",
+            "manifests": [proxy("orders"), legacy_deployment("x")]}),
+            ),
+            "invalid payload: manifests[1]: apps/v1 Deployment is not allowed",
+        ),
+        (
+            command(
+                "r-wrong-ns",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": ns}, "format": "crd",
+            "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}]}),
+            ),
+            "differs from deployment.namespace",
+        ),
+        (
+            command(
+                "r-unmanaged-ns",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": "default"}, "format": "crd", "manifests": [proxy("orders")]}),
+            ),
+            "invalid payload: namespace default is not managed",
+        ),
+        (
+            command(
+                "r-dry-run",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": ns}, "format": "crd",
+            "manifests": [configmap("fine-config"), bad_schema, secret("fine-secret")]}),
+            ),
+            "dry run refused, nothing applied",
+        ),
+        (
+            command(
+                "r-rollout-theirs",
+                "rollout",
+                json!({"imageTag": "9.9", "targets": [{"name": "theirs", "namespace": ns}]}),
+            ),
+            "belongs to environment env-other",
+        ),
+        (
+            command(
+                "r-rollout-absent",
+                "rollout",
+                json!({"imageTag": "9.9", "targets": [{"name": "nothing", "namespace": ns}]}),
+            ),
+            "does not exist",
+        ),
+        (
+            command(
+                "r-uninstall-theirs",
+                "uninstall",
+                json!({"deployment": {"name": "theirs", "namespace": ns}}),
+            ),
+            "belongs to environment env-other",
+        ),
+    ];
+    for (cmd, _) in &cases {
+        f.sim.enqueue_command(&f.env_id, cmd.clone());
+    }
+    for (cmd, needle) in &cases {
+        let id = cmd["id"].as_str().unwrap();
+        let ack = wait_ack(&f, &mut m, id);
+        m.check(ack["result"] == "failed", &format!("{id} must fail: {ack}"));
+        m.check(
+            ack["message"].as_str().unwrap().contains(needle),
+            &format!("{id}: message should contain {needle:?}: {ack}"),
+        );
+    }
+    assert_eq!(snapshot(), before, "no refusal changed anything");
+    assert!(
+        get(&c, &ns_path(&f, "ConfigMap", "fine-config")).is_none(),
+        "the dry run failure applied nothing"
+    );
+}
+
+#[test]
+fn the_migration_gate_adopts_a_legacy_object_when_both_halves_are_open() {
+    let f = Fixture::new("cmd-gate");
+    f.tb.install_crds();
+    let c = f.tb.admin();
+    c.create(&format!("/api/v1/namespaces/{}/configmaps", f.ns.name), &json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "orders-config", "labels": {"app.kubernetes.io/part-of": "nexo"}}, "data": {"listen": "1"}})).unwrap();
+    let mut env = f.env();
+    env.insert("NEXO_ALLOW_LEGACY_ADOPTION".into(), "true".into());
+    let mut m = f.spawn(&env);
+    f.sim.enqueue_command(&f.env_id, command("adopt-1", "deploy", json!({"deployment": {"name": "orders", "namespace": f.ns.name},
+        "format": "crd", "migration": {"adoptLegacy": true}, "manifests": [proxy("orders"), configmap("orders-config")]})));
+    let ack = wait_ack(&f, &mut m, "adopt-1");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    assert!(
+        actions(&ack).contains(&("ConfigMap/orders-config".into(), "configured".into())),
+        "{ack}"
+    );
+    let cm = get(&c, &ns_path(&f, "ConfigMap", "orders-config")).unwrap();
+    assert_eq!(
+        cm["metadata"]["labels"]["nexo.io/owner-id"],
+        json!(f.env_id)
+    );
+    assert_eq!(cm["data"]["listen"], "27017");
+}
+
+#[test]
+fn a_bad_input_corpus_in_one_batch_with_one_good_command() {
+    let (f, mut m) = start("cmd-corpus");
+    let ns = f.ns.name.clone();
+    let mut bad: Vec<Value> = vec![
+        json!({"id": "b01", "class": "explode", "payload": {}}),
+        json!({"id": "b02", "class": ["deploy"], "payload": {}}),
+        json!({"id": "b03", "class": "deploy"}),
+        json!({"id": "b04", "class": "deploy", "payload": "yes"}),
+        json!({"id": "b05", "class": "deploy", "payload": {"deployment": {"name": 5, "namespace": ns}}}),
+        json!({"id": "b06", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": "all"}}),
+        json!({"id": "b07", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [42]}}),
+        json!({"id": "b08", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": vec![proxy("x"); 65]}}),
+        json!({"id": "b09", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [proxy("x"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"b": "x".repeat(300 * 1024)}}]}}),
+        json!({"id": "b10", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [proxy("x"), {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "root"}}]}}),
+        json!({"id": "b11", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "legacy", "manifests": [proxy("x")]}}),
+        json!({"id": "b12", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "yaml", "manifests": [proxy("x")]}}),
+        json!({"id": "b13", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [proxy("y")]}}),
+        json!({"id": "b14", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [proxy("x"), proxy("x")]}}),
+        json!({"id": "b15", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": "kube-system"}, "format": "crd", "manifests": [proxy("x")]}}),
+        json!({"id": "b16", "class": "deploy", "requires": ["command.deploy.helm"], "payload": {}}),
+        json!({"id": "b17", "class": "deploy", "requires": [7], "payload": {}}),
+        json!({"id": "b18", "class": "rollout", "payload": {"imageTag": "../../etc"}}),
+        json!({"id": "b19", "class": "rollout", "payload": {"imageTag": "sha256:short"}}),
+        json!({"id": "b20", "class": "rollout", "payload": {"targets": {"name": "x"}}}),
+        json!({"id": "b21", "class": "upgrade", "payload": {"bundleVersion": "1", "managerImage": "manager:latest"}}),
+        json!({"id": "b22", "class": "upgrade", "payload": {"bundleVersion": 1, "managerImage": format!("m@{DIGEST}")}}),
+        json!({"id": "b23", "class": "uninstall", "payload": {"deployment": {"name": "x"}}}),
+        json!({"id": "b24", "class": "uninstall", "payload": {"deployment": {"name": "x", "namespace": "../x"}}}),
+        json!({"id": "b25", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "migration": true, "manifests": [proxy("x")]}}),
+        json!({"id": "b26", "class": null, "payload": {}}),
+    ];
+    let mut long_name = proxy("x");
+    long_name["metadata"]["name"] = json!("x".repeat(300));
+    bad.push(json!({"id": "b27", "class": "deploy", "payload": {"deployment": {"name": "x", "namespace": ns}, "format": "crd", "manifests": [proxy("x"), long_name]}}));
+    for c in &bad {
+        f.sim.enqueue_command(&f.env_id, c.clone());
+    }
+    f.sim
+        .enqueue_command(&f.env_id, json!({"class": "deploy", "payload": {}}));
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "good-1", "orders"));
+    let ack = wait_ack(&f, &mut m, "good-1");
+    m.check(
+        ack["result"] == "applied",
+        &format!("the good command is applied: {ack}"),
+    );
+    for c in &bad {
+        let id = c["id"].as_str().unwrap();
+        let a = ack_of(&f, id).unwrap_or_else(|| m.fail(&format!("no ack for {id}")));
+        m.check(a["result"] == "failed", &format!("{id} failed"));
+        let msg = a["message"].as_str().unwrap();
+        m.check(
+            msg.starts_with("unsupported class")
+                || msg.starts_with("unsupported capability")
+                || msg.starts_with("invalid payload"),
+            &format!("{id}: {msg}"),
+        );
+    }
+    m.check(
+        m.stderr().contains("skipping a command without a valid id"),
+        "the id-less command is skipped",
+    );
+    let alive = m.running();
+    m.check(alive, "the process stays up");
+    let c = f.tb.admin();
+    let mut names = Vec::new();
+    c.list_each(
+        &format!(
+            "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
+            f.ns.name
+        ),
+        None,
+        100,
+        |o| names.push(o["metadata"]["name"].as_str().unwrap().to_owned()),
+    )
+    .unwrap();
+    assert_eq!(names, ["orders"], "nothing from the bad commands");
+    eprintln!("bad inputs tried: {} (+1 without an id)", bad.len());
+}
+
+#[test]
+fn acks_are_retried_then_carried_by_heartbeats() {
+    let (f, mut m) = start("cmd-ack");
+    f.sim.inject(
+        Fault::new(
+            Endpoint::Ack,
+            FaultAction::Status {
+                status: 503,
+                code: "busy".into(),
+                message: "later".into(),
+                retry_after: None,
+            },
+        )
+        .times(3),
+    );
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "a-1",
+            "uninstall",
+            json!({"deployment": {"name": "none", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "a-1");
+    assert_eq!(ack["attempt"], 4, "delivered on attempt 4: {ack}");
+
+    f.sim.inject(
+        Fault::new(
+            Endpoint::Ack,
+            FaultAction::Status {
+                status: 503,
+                code: "busy".into(),
+                message: "later".into(),
+                retry_after: None,
+            },
+        )
+        .times(5),
+    );
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "a-2",
+            "uninstall",
+            json!({"deployment": {"name": "none", "namespace": f.ns.name}}),
+        ),
+    );
+    m.wait_until(WAIT, "a-2 in pendingAcks", || {
+        f.sim.heartbeats().iter().any(|h| {
+            h["pendingAcks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["commandId"] == "a-2")
+        })
+    });
+    let ack = wait_ack(&f, &mut m, "a-2");
+    assert_eq!(ack["result"], "applied");
+    let tries = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/commands/a-2/ack"))
+        .count();
+    assert_eq!(tries, 5, "5 attempts in all before pendingAcks");
+    let seen = f.sim.heartbeats().len();
+    m.wait_until(WAIT, "two more heartbeats", || {
+        f.sim.heartbeats().len() >= seen + 2
+    });
+    let last = f.sim.heartbeats().pop().unwrap();
+    assert_eq!(
+        last["pendingAcks"],
+        json!([]),
+        "a delivered pending ack leaves the list"
+    );
+}
+
+#[test]
+fn a_crash_between_execute_and_ack_neither_reexecutes_nor_loses_the_ack() {
+    let (f, mut m) = start("cmd-crash");
+    let c = f.tb.admin();
+    f.sim
+        .inject(Fault::new(Endpoint::Ack, FaultAction::Reset).times(100));
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "crash-1", "orders"));
+    m.wait_until(WAIT, "a first ack attempt", || {
+        f.sim
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/commands/crash-1/ack"))
+    });
+    m.signal("KILL");
+    m.wait_exit(Duration::from_secs(5));
+    f.sim.clear_faults();
+    let rv = get(&c, &ns_path(&f, "NexoProxy", "orders")).expect("executed before the crash")["metadata"]["resourceVersion"].clone();
+    assert!(ack_of(&f, "crash-1").is_none());
+    // The CP sends the command again; the restarted Manager acknowledges the recorded result.
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "crash-1", "orders"));
+    let mut m2 = f.spawn(&f.env());
+    let ack = wait_ack(&f, &mut m2, "crash-1");
+    assert_eq!(ack["result"], "applied");
+    assert!(
+        actions(&ack).iter().all(|(_, a)| a == "created"),
+        "the recorded result, not a new run: {ack}"
+    );
+    let log = m2.log_reader();
+    m2.wait_until(WAIT, "the re-sent command handled", || {
+        log().contains("already finished")
+    });
+    assert_eq!(
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"],
+        rv,
+        "not executed again"
+    );
+    drop(m);
+}
+
+#[test]
+fn the_same_command_id_twice_is_executed_once() {
+    let (f, mut m) = start("cmd-dup");
+    let c = f.tb.admin();
+    let cmd = crd_deploy(&f, "dup-1", "orders");
+    f.sim.enqueue_command(&f.env_id, cmd.clone());
+    f.sim.enqueue_command(&f.env_id, cmd.clone());
+    let first = wait_ack(&f, &mut m, "dup-1");
+    let rv = get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"]
+        .clone();
+    f.sim.enqueue_command(&f.env_id, cmd);
+    let log = m.log_reader();
+    m.wait_until(WAIT, "two re-acknowledgements", || {
+        log().matches("command dup-1 already finished").count() >= 2
+    });
+    let ack_posts: Vec<u16> = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/commands/dup-1/ack"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        ack_posts,
+        [200, 409, 409],
+        "acknowledged each time, the CP saw it once"
+    );
+    let bodies: Vec<Value> = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/commands/dup-1/ack"))
+        .map(|r| r.json.clone().unwrap())
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b["resources"] == first["resources"] && b["message"] == first["message"]),
+        "the same result each time"
+    );
+    assert_eq!(
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"],
+        rv
+    );
+}
+
+#[test]
+fn sigterm_during_a_command_finishes_records_and_acks_it() {
+    let (f, mut m) = start("cmd-term");
+    f.sim.inject(Fault::new(
+        Endpoint::Ack,
+        FaultAction::Delay(Duration::from_secs(2)),
+    ));
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "term-1", "orders"));
+    let log = m.log_reader();
+    m.wait_until(WAIT, "the command executed", || {
+        log().contains("command term-1: applied")
+    });
+    m.signal("TERM");
+    let status = m.wait_exit(Duration::from_secs(20));
+    m.check(status.code() == Some(0), "exit 0 after finishing");
+    m.check(
+        ack_of(&f, "term-1").is_some_and(|a| a["result"] == "applied"),
+        "the command was acknowledged",
+    );
+    let secret: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/api/v1/namespaces/{}/secrets/nexo-manager-state",
+                f.ns.name
+            ))
+            .unwrap();
+    assert!(
+        secret["data"]["state.json"].is_string(),
+        "the result is recorded"
+    );
+}
+
+#[test]
+fn deep_nesting_and_lone_surrogates_cannot_poison_the_batch() {
+    let (f, mut m) = start("cmd-raw");
+    let good = crd_deploy(&f, "raw-good", "orders").to_string();
+    let deep = format!("{}{}", "[".repeat(400), "]".repeat(400));
+    let body = format!(
+        r#"{{"commands": [{{"id": "raw-deep", "class": "deploy", "payload": {deep}}}, {{"id": "raw-surrogate", "class": "deploy", "payload": {{"format": "\ud800"}}}}, {good}]}}"#
+    );
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Raw { status: 200, body },
+    ));
+    let c = f.tb.admin();
+    m.wait_until(WAIT, "the good command applied", || {
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).is_some()
+    });
+    m.wait_until(WAIT, "three ack attempts", || {
+        f.sim
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("/commands/raw-"))
+            .count()
+            >= 3
+    });
+    let ack = |id: &str| {
+        f.sim
+            .requests()
+            .into_iter()
+            .find(|r| r.path.ends_with(&format!("/commands/{id}/ack")))
+            .and_then(|r| r.json)
+            .unwrap()
+    };
+    assert!(
+        ack("raw-deep")["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid payload: recursion limit exceeded")
+    );
+    assert!(
+        ack("raw-surrogate")["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid payload:")
+    );
+    assert_eq!(ack("raw-good")["result"], "applied");
+    let alive = m.running();
+    m.check(alive, "the process stays up");
+}
+
+/// Prints the time from a command's arrival (the heartbeat answer that
+/// carries it) to its ack, for three-object deploys. A figure, not a bound.
+#[test]
+fn deploy_latency_figures() {
+    let (f, mut m) = start("cmd-latency");
+    let mut took = Vec::new();
+    for i in 0..20 {
+        let id = format!("lat-{i}");
+        f.sim
+            .enqueue_command(&f.env_id, crd_deploy(&f, &id, &format!("p{i}")));
+        wait_ack(&f, &mut m, &id);
+        let reqs = f.sim.requests();
+        let ack_at = reqs
+            .iter()
+            .find(|r| r.path.ends_with(&format!("/commands/{id}/ack")))
+            .unwrap()
+            .at;
+        // The heartbeat that delivered it is the last one answered before the ack.
+        let hb_at = reqs
+            .iter()
+            .rfind(|r| r.path.ends_with("/heartbeat") && r.at <= ack_at)
+            .unwrap()
+            .at;
+        took.push(ack_at.duration_since(hb_at).unwrap());
+    }
+    took.sort();
+    let ack = ack_of(&f, "lat-19").unwrap();
+    assert_eq!(ack["result"], "applied");
+    eprintln!(
+        "three-object deploy, arrival to ack over {}: median {:?}, worst {:?}",
+        took.len(),
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+}
