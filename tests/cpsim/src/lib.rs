@@ -462,7 +462,14 @@ fn serve_connection(
         };
         let at = SystemTime::now();
         let close = req.wants_close();
-        let (status, keep_going) = answer(shared, &req, reader.get_mut(), close);
+        let reply = answer(shared, &req);
+        let status = match &reply {
+            Reply::Response(r) => r.status,
+            Reply::Reset => 0,
+            Reply::Oversized(_) => 200,
+        };
+        // Logged before the answer is written: a client that has its answer
+        // finds its request in the log.
         lock(&shared.log).push(LoggedRequest {
             connection: n,
             method: req.method.clone(),
@@ -473,10 +480,40 @@ fn serve_connection(
             status,
             at,
         });
-        if !keep_going || close {
+        let written = match reply {
+            Reply::Response(r) => http::write_response(reader.get_mut(), &r, close),
+            Reply::Reset => return,
+            Reply::Oversized(size) => write_oversized(reader.get_mut(), size, close),
+        };
+        if written.is_err() || close {
             return;
         }
     }
+}
+
+/// What to send back.
+enum Reply {
+    /// A whole response.
+    Response(Response),
+    /// Close the connection without an answer.
+    Reset,
+    /// A valid JSON body of about this many bytes, streamed.
+    Oversized(usize),
+}
+
+fn write_oversized(w: &mut dyn Stream, size: usize, close: bool) -> std::io::Result<()> {
+    let pad = size.saturating_sub(14);
+    w.write_all(http::head(200, "application/json", pad + 14, &[], close).as_bytes())?;
+    w.write_all(b"{\"padding\":\"")?;
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut left = pad;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        w.write_all(&chunk[..n])?;
+        left -= n;
+    }
+    w.write_all(b"\"}")?;
+    w.flush()
 }
 
 fn endpoint_of(path: &str) -> Option<(Endpoint, Option<String>)> {
@@ -505,83 +542,50 @@ fn take_fault(shared: &Shared, endpoint: Endpoint) -> Option<FaultAction> {
     Some(action)
 }
 
-/// Answers one request; returns the status sent and whether the connection stays open.
-fn answer(shared: &Shared, req: &http::Request, w: &mut dyn Stream, close: bool) -> (u16, bool) {
+/// Decides the answer to one request (after any injected delay).
+fn answer(shared: &Shared, req: &http::Request) -> Reply {
     let path = req.path.split('?').next().unwrap_or("");
     let Some((endpoint, id)) = endpoint_of(path) else {
-        let resp = if path.starts_with("/_sim/") && shared.admin {
+        return Reply::Response(if path.starts_with("/_sim/") && shared.admin {
             admin(shared, req)
         } else {
             protocol::error(404, "not_found", "no such endpoint")
-        };
-        return (resp.status, http::write_response(w, &resp, close).is_ok());
+        });
     };
     if req.method != "POST" {
-        let resp = protocol::error(405, "method_not_allowed", "use POST");
-        return (405, http::write_response(w, &resp, close).is_ok());
+        return Reply::Response(protocol::error(405, "method_not_allowed", "use POST"));
     }
-    let resp = match take_fault(shared, endpoint) {
+    let faulted = match take_fault(shared, endpoint) {
         Some(FaultAction::Delay(d)) => {
             std::thread::sleep(d);
             None
         }
-        Some(FaultAction::Reset) => return (0, false),
-        Some(FaultAction::OversizedBody(size)) => {
-            let pad = size.saturating_sub(14);
-            let head = http::head(200, "application/json", pad + 14, &[], close);
-            let chunk = vec![b'x'; 64 * 1024];
-            let mut write = || -> std::io::Result<()> {
-                w.write_all(head.as_bytes())?;
-                w.write_all(b"{\"padding\":\"")?;
-                let mut left = pad;
-                while left > 0 {
-                    let n = left.min(chunk.len());
-                    w.write_all(&chunk[..n])?;
-                    left -= n;
-                }
-                w.write_all(b"\"}")?;
-                w.flush()
-            };
-            return (200, write().is_ok());
-        }
-        Some(FaultAction::Status {
-            status,
-            code,
-            message,
-            retry_after,
-        }) => {
-            let mut resp = protocol::error(status, &code, &message);
-            if let Some(ra) = retry_after {
-                resp = resp.header("Retry-After", &ra);
-            }
-            Some(resp)
+        Some(FaultAction::Reset) => return Reply::Reset,
+        Some(FaultAction::OversizedBody(size)) => return Reply::Oversized(size),
+        Some(FaultAction::Status { status, code, message, retry_after }) => {
+            let resp = protocol::error(status, &code, &message);
+            Some(match retry_after {
+                Some(ra) => resp.header("Retry-After", &ra),
+                None => resp,
+            })
         }
         Some(FaultAction::MalformedBody) => Some(raw(200, "{\"commands\": [")),
         Some(FaultAction::CommandsNotList) => Some(raw(200, "{\"commands\": {\"id\": \"x\"}}")),
         Some(FaultAction::Raw { status, body }) => Some(raw(status, &body)),
         None => None,
     };
-    let resp = resp.unwrap_or_else(|| {
+    Reply::Response(faulted.unwrap_or_else(|| {
         let body: Value = match serde_json::from_slice(&req.body) {
             Ok(v) => v,
-            Err(e) => {
-                return protocol::error(
-                    400,
-                    "invalid_request",
-                    &format!("the body is not JSON: {e}"),
-                );
-            }
+            Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
         };
         let mut state = lock(&shared.state);
         match endpoint {
             Endpoint::Connect => state.connect(&req.headers, &body),
             Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
-            Endpoint::Ack | Endpoint::Any => {
-                state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
-            }
+            Endpoint::Ack | Endpoint::Any => state.ack(id.as_deref().unwrap_or(""), &req.headers, &body),
         }
-    });
-    (resp.status, http::write_response(w, &resp, close).is_ok())
+    }))
 }
 
 fn raw(status: u16, body: &str) -> Response {
