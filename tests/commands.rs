@@ -818,6 +818,11 @@ fn deep_nesting_and_lone_surrogates_cannot_poison_the_batch() {
             .starts_with("invalid payload:")
     );
     assert_eq!(ack("raw-good")["result"], "applied");
+    // The CP never delivered these through its queue: its 404 counts as delivered.
+    m.check(
+        m.stderr().contains("does not know it (404)"),
+        "404 is logged at warning level",
+    );
     let alive = m.running();
     m.check(alive, "the process stays up");
 }
@@ -855,5 +860,42 @@ fn deploy_latency_figures() {
         took.len(),
         took[took.len() / 2],
         took[took.len() - 1]
+    );
+}
+
+#[test]
+fn a_field_owned_by_another_manager_is_not_taken_over() {
+    let (f, mut m) = start("cmd-conflict");
+    let c = f.tb.admin();
+    let path = ns_path(&f, "ConfigMap", "orders-config");
+    let mut theirs = configmap("orders-config");
+    theirs["metadata"]["labels"] = f.owned_labels("orders");
+    theirs["data"] = json!({"listen": "1"});
+    c.request(
+        nexo_manager::kube::client::Method::PATCH,
+        &format!("{path}?fieldManager=someone-else"),
+        Some(nexo_manager::kube::client::Body {
+            content_type: nexo_manager::kube::client::APPLY_PATCH,
+            bytes: theirs.to_string().as_bytes(),
+        }),
+    )
+    .unwrap();
+    let before = get(&c, &path).unwrap()["metadata"]["resourceVersion"].clone();
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "conflict-1", "orders"));
+    let ack = wait_ack(&f, &mut m, "conflict-1");
+    assert_eq!(ack["result"], "failed", "{ack}");
+    let msg = ack["message"].as_str().unwrap();
+    assert!(
+        msg.contains("conflict with another field manager") && msg.contains("someone-else"),
+        "{msg}"
+    );
+    assert_eq!(
+        get(&c, &path).unwrap()["metadata"]["resourceVersion"],
+        before
+    );
+    assert!(
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).is_none(),
+        "nothing applied"
     );
 }

@@ -227,7 +227,10 @@ fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
         match ctx.kube.get_opt::<Value>(&ObjectRef::proxy(&t).path()) {
             Ok(o) => observed.push((t, o)),
             Err(e) => {
-                return Outcome::failed(api_error("cannot read", &ObjectRef::proxy(&t), &e), vec![]);
+                return Outcome::failed(
+                    api_error("cannot read", &ObjectRef::proxy(&t), &e),
+                    vec![],
+                );
             }
         }
     }

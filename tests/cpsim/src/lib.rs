@@ -562,7 +562,12 @@ fn answer(shared: &Shared, req: &http::Request) -> Reply {
         }
         Some(FaultAction::Reset) => return Reply::Reset,
         Some(FaultAction::OversizedBody(size)) => return Reply::Oversized(size),
-        Some(FaultAction::Status { status, code, message, retry_after }) => {
+        Some(FaultAction::Status {
+            status,
+            code,
+            message,
+            retry_after,
+        }) => {
             let resp = protocol::error(status, &code, &message);
             Some(match retry_after {
                 Some(ra) => resp.header("Retry-After", &ra),
@@ -577,13 +582,21 @@ fn answer(shared: &Shared, req: &http::Request) -> Reply {
     Reply::Response(faulted.unwrap_or_else(|| {
         let body: Value = match serde_json::from_slice(&req.body) {
             Ok(v) => v,
-            Err(e) => return protocol::error(400, "invalid_request", &format!("the body is not JSON: {e}")),
+            Err(e) => {
+                return protocol::error(
+                    400,
+                    "invalid_request",
+                    &format!("the body is not JSON: {e}"),
+                );
+            }
         };
         let mut state = lock(&shared.state);
         match endpoint {
             Endpoint::Connect => state.connect(&req.headers, &body),
             Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
-            Endpoint::Ack | Endpoint::Any => state.ack(id.as_deref().unwrap_or(""), &req.headers, &body),
+            Endpoint::Ack | Endpoint::Any => {
+                state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
+            }
         }
     }))
 }
