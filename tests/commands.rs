@@ -91,6 +91,19 @@ fn actions(ack: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Sends an uninstall of `name` and waits for its ack.
+fn uninstall(f: &Fixture, m: &mut Manager, id: &str, name: &str) -> Value {
+    let payload = json!({"deployment": {"name": name, "namespace": f.ns.name}});
+    f.sim
+        .enqueue_command(&f.env_id, command(id, "uninstall", payload));
+    wait_ack(f, m, id)
+}
+
+/// An ack's result and its resources' actions.
+fn ack_line(ack: &Value) -> (&str, Vec<(String, String)>) {
+    (ack["result"].as_str().unwrap_or_default(), actions(ack))
+}
+
 fn start(prefix: &str) -> (Fixture, Manager) {
     let f = Fixture::new(prefix);
     f.tb.install_crds();
@@ -185,19 +198,11 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
     );
 
     // Uninstall: the NexoProxy goes; the garbage collector removes its runtime objects.
-    f.sim.enqueue_command(
-        &f.env_id,
-        command(
-            "uninstall-1",
-            "uninstall",
-            json!({"deployment": {"name": "orders", "namespace": f.ns.name}}),
-        ),
-    );
-    let ack = wait_ack(&f, &mut m, "uninstall-1");
+    let ack = uninstall(&f, &mut m, "uninstall-1", "orders");
     assert_eq!(
-        (ack["result"].as_str(), actions(&ack)),
+        ack_line(&ack),
         (
-            Some("applied"),
+            "applied",
             vec![("NexoProxy/orders".into(), "deleted".into())]
         )
     );
@@ -208,19 +213,11 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
         .then_some(())
     });
     // Uninstall is idempotent.
-    f.sim.enqueue_command(
-        &f.env_id,
-        command(
-            "uninstall-2",
-            "uninstall",
-            json!({"deployment": {"name": "orders", "namespace": f.ns.name}}),
-        ),
-    );
-    let ack = wait_ack(&f, &mut m, "uninstall-2");
+    let ack = uninstall(&f, &mut m, "uninstall-2", "orders");
     assert_eq!(
-        (ack["result"].as_str(), actions(&ack)),
+        ack_line(&ack),
         (
-            Some("applied"),
+            "applied",
             vec![("NexoProxy/orders".into(), "absent".into())]
         )
     );

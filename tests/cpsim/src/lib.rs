@@ -582,13 +582,7 @@ fn answer(shared: &Shared, req: &http::Request) -> Reply {
     Reply::Response(faulted.unwrap_or_else(|| {
         let body: Value = match serde_json::from_slice(&req.body) {
             Ok(v) => v,
-            Err(e) => {
-                return protocol::error(
-                    400,
-                    "invalid_request",
-                    &format!("the body is not JSON: {e}"),
-                );
-            }
+            Err(e) => return not_json(&e),
         };
         let mut state = lock(&shared.state);
         match endpoint {
@@ -599,6 +593,14 @@ fn answer(shared: &Shared, req: &http::Request) -> Reply {
             }
         }
     }))
+}
+
+fn not_json(e: &serde_json::Error) -> Response {
+    protocol::error(
+        400,
+        "invalid_request",
+        &format!("the body is not JSON: {e}"),
+    )
 }
 
 fn raw(status: u16, body: &str) -> Response {
@@ -628,13 +630,7 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
             let commands = match serde_json::from_slice::<Value>(&req.body) {
                 Ok(Value::Array(list)) => list,
                 Ok(one) => vec![one],
-                Err(e) => {
-                    return protocol::error(
-                        400,
-                        "invalid_request",
-                        &format!("the body is not JSON: {e}"),
-                    );
-                }
+                Err(e) => return not_json(&e),
             };
             let mut state = lock(&shared.state);
             let Some(e) = state.envs.get_mut(env) else {
@@ -737,14 +733,10 @@ mod tests {
         let sim = Simulator::start(SimConfig::default());
         let token = sim.add_environment("env-tls");
         let mut roots = rustls::RootCertStore::empty();
-        let der = sim.ca_pem();
-        let der: Vec<u8> = {
-            let b64: String = der.lines().filter(|l| !l.starts_with("-----")).collect();
-            decode_b64(&b64)
-        };
-        roots
-            .add(rustls::pki_types::CertificateDer::from(der))
-            .unwrap();
+        use rustls::pki_types::pem::PemObject;
+        let ca =
+            rustls::pki_types::CertificateDer::from_pem_slice(sim.ca_pem().as_bytes()).unwrap();
+        roots.add(ca).unwrap();
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -758,28 +750,6 @@ mod tests {
         let (status, body) = post(&mut tls, "/api/v2/manager/connect", &token, &connect_body());
         assert_eq!(status, 200, "{body}");
         assert!(sim.url().starts_with("https://127.0.0.1:"));
-    }
-
-    fn decode_b64(s: &str) -> Vec<u8> {
-        let mut out = Vec::new();
-        let (mut acc, mut bits) = (0u32, 0);
-        for c in s.bytes() {
-            let v = match c {
-                b'A'..=b'Z' => c - b'A',
-                b'a'..=b'z' => c - b'a' + 26,
-                b'0'..=b'9' => c - b'0' + 52,
-                b'+' => 62,
-                b'/' => 63,
-                _ => continue,
-            };
-            acc = (acc << 6) | u32::from(v);
-            bits += 6;
-            if bits >= 8 {
-                bits -= 8;
-                out.push((acc >> bits) as u8);
-            }
-        }
-        out
     }
 
     #[test]
