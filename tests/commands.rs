@@ -197,6 +197,14 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
         "registry.example.com/nexo/proxy:1.4.3"
     );
 
+    // A later deploy wins over the rollout's update of the image (the Manager's own field).
+    f.sim
+        .enqueue_command(&f.env_id, crd_deploy(&f, "deploy-3", "orders"));
+    let ack = wait_ack(&f, &mut m, "deploy-3");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    let p = get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap();
+    assert_eq!(p["spec"]["image"], "registry.example.com/nexo/proxy:1.4.2");
+
     // Uninstall: the NexoProxy goes; the garbage collector removes its runtime objects.
     let ack = uninstall(&f, &mut m, "uninstall-1", "orders");
     assert_eq!(

@@ -84,6 +84,33 @@ fn api_error(what: &str, r: &ObjectRef, e: &kube::Error) -> String {
     format!("{what} {} {}/{}: {detail}", r.kind, r.namespace, r.name)
 }
 
+/// Whether a server-side-apply conflict is only with this Manager's own
+/// non-apply updates (a rollout's merge patch of `spec.image`), never with
+/// another field manager.
+pub fn only_own_conflicts(e: &kube::Error) -> bool {
+    let kube::Error::Api {
+        status: 409, body, ..
+    } = e
+    else {
+        return false;
+    };
+    if body.reason.as_deref() != Some("Conflict") {
+        return false;
+    }
+    let causes = body.details.as_ref().and_then(|d| d["causes"].as_array());
+    causes.is_some_and(|c| {
+        !c.is_empty()
+            && c.iter().all(|cause| {
+                cause["message"].as_str().is_some_and(|m| {
+                    m.starts_with(&format!(
+                        "conflict with \"{}\"",
+                        crate::kube::client::FIELD_MANAGER
+                    )) && !m.contains("\" with ")
+                })
+            })
+    })
+}
+
 /// Runs a validated command.
 pub fn run(ctx: &Context<'_>, cmd: &Command) -> Outcome {
     match &cmd.action {
@@ -126,6 +153,7 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
         .find(|o| o["kind"] == "NexoProxy")
         .and_then(|o| o["metadata"]["uid"].as_str())
         .map(str::to_owned);
+    let mut forced = Vec::new();
     for w in &writes {
         let mut object = w.object.clone();
         if w.owned_by_proxy
@@ -133,7 +161,16 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
         {
             object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
         }
-        if let Err(e) = ctx.kube.apply(&w.reference.path(), &object, w.adopt, true) {
+        let mut dry = ctx.kube.apply(&w.reference.path(), &object, w.adopt, true);
+        if let Err(e) = &dry
+            && only_own_conflicts(e)
+        {
+            // A rollout's earlier update of spec.image, by this Manager: the
+            // deploy's desired state wins.
+            forced.push(w.reference.clone());
+            dry = ctx.kube.apply(&w.reference.path(), &object, true, true);
+        }
+        if let Err(e) = dry {
             return Outcome::failed(
                 format!(
                     "dry run refused, nothing applied: {}",
@@ -152,7 +189,8 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
             };
             object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
         }
-        match ctx.kube.apply(&w.reference.path(), &object, w.adopt, false) {
+        let force = w.adopt || forced.contains(&w.reference);
+        match ctx.kube.apply(&w.reference.path(), &object, force, false) {
             Ok(applied) => {
                 if w.reference.kind == "NexoProxy" {
                     proxy_uid = applied["metadata"]["uid"].as_str().map(str::to_owned);
@@ -413,4 +451,41 @@ fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
         ),
         resources,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::Status;
+
+    fn conflict(messages: &[&str]) -> kube::Error {
+        let causes: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"reason": "FieldManagerConflict", "message": m}))
+            .collect();
+        kube::Error::Api {
+            status: 409,
+            body: Status {
+                reason: Some("Conflict".into()),
+                message: None,
+                details: Some(json!({"causes": causes})),
+            },
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn only_conflicts_with_this_managers_own_updates_are_resolved() {
+        assert!(only_own_conflicts(&conflict(&[
+            r#"conflict with "nexo-manager" using nexo.io/v1alpha1"#
+        ])));
+        assert!(!only_own_conflicts(&conflict(&[
+            r#"conflict with "kubectl-edit" using v1"#
+        ])));
+        assert!(!only_own_conflicts(&conflict(&[
+            r#"conflict with "nexo-manager" using v1"#,
+            r#"conflict with "someone-else" using v1"#
+        ])));
+        assert!(!only_own_conflicts(&conflict(&[])));
+    }
 }
