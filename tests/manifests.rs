@@ -1,0 +1,346 @@
+//! The shipped `manifests/` on the real test bed: installed with
+//! `kubectl apply -k`, the Manager runs as its ServiceAccount under the shipped
+//! RBAC with the environment the Deployment sets, and the pod template meets
+//! the restricted Pod Security Standard.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nexo_cpsim::{SimConfig, Simulator};
+use serde_json::{Value, json};
+use support::manager::Manager;
+use support::testbed;
+
+const NS: &str = "nexo-system";
+const WAIT: Duration = Duration::from_secs(60);
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+static INSTALL: Mutex<bool> = Mutex::new(false);
+
+/// `kubectl apply -k manifests/`, once per test binary.
+fn install() {
+    let mut done = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    let tb = testbed();
+    let out = Command::new(&tb.kubectl)
+        .arg("--kubeconfig")
+        .arg(&tb.kubeconfig)
+        .args(["apply", "-k"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k manifests/ failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    *done = true;
+}
+
+/// The Manager's environment, read from the installed Deployment: plain
+/// values as they are, downward-API fields filled as the kubelet would.
+fn deployment_env() -> BTreeMap<String, String> {
+    let d: Value = testbed()
+        .admin()
+        .get(&format!(
+            "/apis/apps/v1/namespaces/{NS}/deployments/nexo-manager"
+        ))
+        .unwrap();
+    let mut env = BTreeMap::new();
+    for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+    {
+        let name = e["name"].as_str().unwrap().to_owned();
+        let value = match (
+            &e["value"],
+            e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        ) {
+            (Value::String(v), _) => v.clone(),
+            (_, Some("metadata.name")) => "nexo-manager-5d8f-e2e".into(),
+            (_, Some("metadata.namespace")) => NS.into(),
+            (_, Some("metadata.uid")) => "0b5e6d0e-e2e0-4c1e-9d1a-000000000001".into(),
+            other => panic!("unexpected env source {other:?}"),
+        };
+        env.insert(name, value);
+    }
+    env
+}
+
+/// A command whose id is unique to this run: the state Secret in
+/// `nexo-system` outlives a test binary when the test bed is shared.
+fn command(id: &str, class: &str, payload: Value) -> Value {
+    let id = format!("{id}-{}", std::process::id());
+    json!({"id": id, "class": class, "issuedAt": "2026-12-02T00:00:00Z", "payload": payload})
+}
+
+fn proxy(name: &str) -> Value {
+    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+           "spec": {"image": "registry.example.com/nexo/proxy:1.4.2", "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
+}
+
+#[test]
+fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
+    install();
+    let tb = testbed();
+    let admin = tb.admin();
+    let sim = Arc::new(Simulator::start(SimConfig::default()));
+    let env_id = format!("env-manifests-{}", std::process::id());
+    let token = sim.add_environment(&env_id);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    sim.write_ca(&dir.join("cp-ca.pem"));
+    std::fs::write(dir.join("connect-token"), &token).unwrap();
+    // A legacy object of the 0.2.0 line, in the way of a deploy.
+    let legacy = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-config", "labels": {"app.kubernetes.io/part-of": "nexo"}}});
+    let _ = admin.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &legacy);
+
+    let mut env = deployment_env();
+    assert_eq!(
+        env["NEXO_CONNECT_TOKEN_FILE"],
+        "/var/run/secrets/nexo/connect-token"
+    );
+    // Only what points at the simulator and at the API server from outside a pod differs.
+    env.insert("NEXO_CONTROL_PLANE_URL".into(), sim.url());
+    env.insert(
+        "NEXO_CONTROL_PLANE_CA_FILE".into(),
+        dir.join("cp-ca.pem").display().to_string(),
+    );
+    env.insert(
+        "NEXO_CONNECT_TOKEN_FILE".into(),
+        dir.join("connect-token").display().to_string(),
+    );
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "1s".into());
+    let sa_token = tb.token(NS, "nexo-manager");
+    env.insert(
+        "KUBECONFIG".into(),
+        tb.kubeconfig_for_token(&sa_token, "nexo-manager")
+            .display()
+            .to_string(),
+    );
+    env.insert("RUST_LOG".into(), "debug".into());
+    let mut m = Manager::spawn(&env).with_sim(&sim);
+
+    let wait_ack = |m: &mut Manager, id: &str| -> Value {
+        m.wait_until(WAIT, &format!("the ack of {id}"), || {
+            sim.acks().iter().any(|a| a["commandId"] == id)
+        });
+        sim.acks()
+            .into_iter()
+            .find(|a| a["commandId"] == id)
+            .unwrap()
+    };
+    let steps = vec![
+        (
+            command(
+                "m-crd",
+                "deploy",
+                json!({"deployment": {"name": "orders", "namespace": NS}, "format": "crd",
+            "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-config"}, "data": {}}]}),
+            ),
+            "applied",
+        ),
+        (
+            command(
+                "m-legacy",
+                "deploy",
+                json!({"deployment": {"name": "billing", "namespace": NS}, "format": "legacy",
+            "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "billing"},
+                "spec": {"selector": {"matchLabels": {"app": "billing"}}, "template": {"metadata": {"labels": {"app": "billing"}},
+                "spec": {"containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0"}]}}}},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"}, "spec": {"selector": {"app": "billing"}, "ports": [{"port": 27017}]}}]}),
+            ),
+            "applied",
+        ),
+        (
+            command("m-rollout", "rollout", json!({"imageTag": "1.4.3"})),
+            "applied",
+        ),
+        (
+            command(
+                "m-upgrade",
+                "upgrade",
+                json!({"bundleVersion": "0.3.1", "managerImage": format!("registry.example.com/nexo/manager@{DIGEST}")}),
+            ),
+            "applied",
+        ),
+        // The shipped Deployment keeps the cluster half of the gate closed.
+        (
+            command(
+                "m-gate",
+                "deploy",
+                json!({"deployment": {"name": "old", "namespace": NS}, "format": "crd", "migration": {"adoptLegacy": true},
+            "manifests": [proxy("old"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-config"}, "data": {}}]}),
+            ),
+            "failed",
+        ),
+        (
+            command(
+                "m-uninstall-crd",
+                "uninstall",
+                json!({"deployment": {"name": "orders", "namespace": NS}}),
+            ),
+            "applied",
+        ),
+        (
+            command(
+                "m-uninstall-legacy",
+                "uninstall",
+                json!({"deployment": {"name": "billing", "namespace": NS}}),
+            ),
+            "applied",
+        ),
+    ];
+    for (cmd, want) in steps {
+        let id = cmd["id"].as_str().unwrap().to_owned();
+        sim.enqueue_command(&env_id, cmd);
+        let ack = wait_ack(&mut m, &id);
+        m.check(
+            ack["result"] == want,
+            &format!("{id}: expected {want}: {ack}"),
+        );
+    }
+    let d: Value = admin
+        .get(&format!(
+            "/apis/apps/v1/namespaces/{NS}/deployments/nexo-manager"
+        ))
+        .unwrap();
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("registry.example.com/nexo/manager@{DIGEST}")
+    );
+    assert!(
+        admin
+            .get_opt::<Value>(&format!(
+                "/apis/nexo.io/v1alpha1/namespaces/{NS}/nexoproxies/orders"
+            ))
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        admin
+            .get_opt::<Value>(&format!(
+                "/apis/apps/v1/namespaces/{NS}/deployments/billing"
+            ))
+            .unwrap()
+            .is_none()
+    );
+    let gate_id = format!("m-gate-{}", std::process::id());
+    let gate = sim
+        .acks()
+        .into_iter()
+        .find(|a| a["commandId"] == gate_id.as_str())
+        .unwrap();
+    assert!(
+        gate["message"]
+            .as_str()
+            .unwrap()
+            .contains("NEXO_ALLOW_LEGACY_ADOPTION"),
+        "{gate}"
+    );
+    let hb = sim.heartbeats().pop().unwrap();
+    m.check(
+        hb.get("inventoryErrors").is_none(),
+        &format!("the shipped RBAC reads the whole inventory: {hb}"),
+    );
+    m.signal("TERM");
+    let status = m.wait_exit(Duration::from_secs(10));
+    m.check(status.success(), "exit 0");
+}
+
+#[test]
+fn the_service_account_cannot_leave_its_lane() {
+    install();
+    let tb = testbed();
+    let sa = tb.client_with_token(&tb.token(NS, "nexo-manager"));
+    let forbidden = |what: &str, r: Result<Value, nexo_manager::kube::Error>| {
+        let e = r.expect_err(what);
+        assert_eq!(e.status(), Some(403), "{what}: {e}");
+    };
+    forbidden(
+        "read Secrets in an unmanaged namespace",
+        sa.get::<Value>("/api/v1/namespaces/default/secrets"),
+    );
+    // (Secrets of a managed namespace are readable: runtime Secrets are the Manager's to deploy.
+    // Its own namespace is managed by default; the connect token there is mounted into its pod anyway.)
+    forbidden(
+        "create a Namespace",
+        sa.create(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nexo-evil"}}),
+        ),
+    );
+    forbidden("create a ClusterRole", sa.create("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "nexo-evil"}, "rules": []})));
+    forbidden("create a RoleBinding", sa.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "nexo-evil"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": "nexo-manager", "namespace": NS}]})));
+    forbidden(
+        "read another namespace than kube-system",
+        sa.get::<Value>("/api/v1/namespaces/default"),
+    );
+    // And what it needs works.
+    sa.get::<Value>("/api/v1/namespaces/kube-system")
+        .expect("the cluster uid is readable");
+    sa.get::<Value>(&format!(
+        "/apis/nexo.io/v1alpha1/namespaces/{NS}/nexoproxies"
+    ))
+    .expect("the inventory is readable");
+}
+
+#[test]
+fn the_pod_template_meets_the_restricted_pod_security_standard() {
+    install();
+    let tb = testbed();
+    let admin = tb.admin();
+    let ns = tb.namespace("psa");
+    admin
+        .patch(&format!("/api/v1/namespaces/{}", ns.name), nexo_manager::kube::client::MERGE_PATCH,
+            &json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}))
+        .unwrap();
+    let d: Value = admin
+        .get(&format!(
+            "/apis/apps/v1/namespaces/{NS}/deployments/nexo-manager"
+        ))
+        .unwrap();
+    let mut deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nexo-manager"}, "spec": d["spec"].clone()});
+    deployment["spec"]["template"]["spec"]["serviceAccountName"] = json!("default");
+    admin
+        .create(
+            &format!(
+                "/apis/apps/v1/namespaces/{}/deployments?dryRun=All",
+                ns.name
+            ),
+            &deployment,
+        )
+        .expect("the Deployment is admitted");
+    // Pod Security is enforced on pods: the template as a pod is admitted...
+    let pod = |spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nexo-manager-psa"}, "spec": spec});
+    let spec = deployment["spec"]["template"]["spec"].clone();
+    admin
+        .create(
+            &format!("/api/v1/namespaces/{}/pods?dryRun=All", ns.name),
+            &pod(spec.clone()),
+        )
+        .expect("the pod is admitted as restricted");
+    // ...and the check is real: without runAsNonRoot and dropped capabilities it is not.
+    let mut weaker = spec;
+    weaker["securityContext"] = json!({});
+    weaker["containers"][0]["securityContext"] = json!({});
+    let e = admin
+        .create(
+            &format!("/api/v1/namespaces/{}/pods?dryRun=All", ns.name),
+            &pod(weaker),
+        )
+        .unwrap_err();
+    assert_eq!(e.status(), Some(403), "{e}");
+}
