@@ -3,7 +3,7 @@
 //! a failed heartbeat or command never ends the loop.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::version::Info;
@@ -22,6 +22,7 @@ use crate::cp::wire::{
 use crate::cp::{CpClient, CpError};
 use crate::inventory;
 use crate::kube::{self, Client, KubeConfig};
+use crate::probe::{Metrics, Probe};
 use crate::secret::Secret;
 use crate::state::{Binding, LedgerEntry, State, StateError, Store};
 use crate::token::ConnectToken;
@@ -138,6 +139,8 @@ pub struct Agent {
     sequence: u64,
     interval: Duration,
     backoff: Backoff,
+    probe: Option<Probe>,
+    metrics: Metrics,
 }
 
 /// Reads the connect token from its source and validates it.
@@ -291,6 +294,12 @@ impl Agent {
             namespaces.join(",")
         );
         let interval = cfg.heartbeat_interval;
+        let probe = match cfg.listen_addr {
+            Some(addr) => Some(Probe::bind(addr).map_err(|e| {
+                Fatal::Config(format!("NEXO_LISTEN_ADDR: cannot listen on {addr}: {e}"))
+            })?),
+            None => None,
+        };
         Ok(Agent {
             cfg,
             kube,
@@ -306,20 +315,34 @@ impl Agent {
             sequence: 0,
             interval,
             backoff,
+            probe,
+            metrics: Metrics::default(),
         })
     }
 
-    /// Runs until SIGTERM/SIGINT (Ok) or a fatal error.
+    /// Runs until SIGTERM/SIGINT (Ok) or a fatal error. Between heartbeats
+    /// it waits in one `poll(2)`, answering probe requests as they come.
     pub fn run(mut self) -> Result<(), Fatal> {
         loop {
-            let delay = match self.cycle()? {
-                Some(delay) => delay,
-                None => return self.stopped(),
+            let Some(delay) = self.cycle()? else {
+                return self.stopped();
             };
-            match self.waiter.wait(delay, None) {
-                Ok(Wake::Stop) => return self.stopped(),
-                Ok(_) => {}
-                Err(e) => return Err(Fatal::Other(format!("wait failed: {e}"))),
+            let deadline = Instant::now() + delay;
+            loop {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match self
+                    .waiter
+                    .wait(remaining, self.probe.as_ref().map(Probe::listener))
+                {
+                    Ok(Wake::Stop) => return self.stopped(),
+                    Ok(Wake::Timeout) => break,
+                    Ok(Wake::Listener) => {
+                        if let Some(p) = &self.probe {
+                            p.serve(&self.metrics);
+                        }
+                    }
+                    Err(e) => return Err(Fatal::Other(format!("wait failed: {e}"))),
+                }
             }
         }
     }
@@ -344,6 +367,7 @@ impl Agent {
         }
         let body = self.heartbeat_body();
         let body_acks = body.pending_acks.clone();
+        let managed = body.managed_proxy_count;
         let result = match self.send_heartbeat(&body) {
             Err(e) if e.status() == Some(401) => {
                 log::info!(
@@ -369,6 +393,10 @@ impl Agent {
         match result {
             Ok(resp) => {
                 self.backoff.reset();
+                self.metrics.heartbeats_ok += 1;
+                self.metrics.last_heartbeat_ok = Some(SystemTime::now());
+                self.metrics.last_heartbeat_succeeded = true;
+                self.metrics.managed_proxies = managed;
                 let carried: Vec<String> = body_acks.iter().map(|a| a.command_id.clone()).collect();
                 if !carried.is_empty() {
                     log::info!(
@@ -389,9 +417,13 @@ impl Agent {
                     }
                     self.handle_command(&command);
                 }
+                self.metrics.pending_acks =
+                    self.state.ledger.iter().filter(|e| !e.delivered).count();
                 Ok(Some(self.interval))
             }
             Err(e) => {
+                self.metrics.heartbeats_failed += 1;
+                self.metrics.last_heartbeat_succeeded = false;
                 let decision = retry_decision(&e, &mut self.backoff);
                 match e.status() {
                     Some(400 | 422) => {
@@ -483,6 +515,7 @@ impl Agent {
                     resp.environment_id,
                     resp.manager_id
                 );
+                self.metrics.bound = true;
                 self.session = Some(Session {
                     token: Secret::new(resp.session_token),
                     manager_id: resp.manager_id,
@@ -617,6 +650,10 @@ impl Agent {
             self.deliver(entry);
             return;
         }
+        let class = match &parsed {
+            Ok(cmd) => cmd.action.class(),
+            Err(_) => "invalid",
+        };
         let outcome = match parsed {
             Ok(cmd) => {
                 log::info!("command {id}: executing");
@@ -635,6 +672,7 @@ impl Agent {
             Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
         let result = if outcome.applied { "applied" } else { "failed" };
+        self.metrics.command(class, result);
         if outcome.applied {
             log::info!("command {id}: {result}: {}", outcome.message);
         } else {
@@ -678,6 +716,7 @@ impl Agent {
                 break;
             };
             let ack = acks::ack(&entry, &session.manager_id, attempt);
+            self.metrics.ack_attempts += 1;
             match self.cp.ack(&session.token, &ack) {
                 Ok(AckOutcome::Forgotten) => {
                     log::warn!(

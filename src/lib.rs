@@ -25,6 +25,7 @@ pub mod inventory;
 pub mod kube;
 pub mod logging;
 pub mod ownership;
+pub mod probe;
 pub mod resolve;
 pub mod secret;
 pub mod state;

@@ -703,3 +703,75 @@ fn the_tls_connection_is_reused_across_heartbeats() {
         &format!("{conns} TLS connections for connect + 4 heartbeats"),
     );
 }
+
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
+    )
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[test]
+fn probes_and_metrics_are_served_from_the_wait() {
+    let f = Fixture::new("core-probe");
+    let addr = free_addr();
+    let mut env = f.env();
+    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "30s".into());
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Status {
+            status: 500,
+            code: "internal".into(),
+            message: "boom".into(),
+            retry_after: None,
+        },
+    ));
+    let mut m = f.spawn(&env);
+    // The first heartbeat fails: alive, but not ready.
+    m.wait_until(WAIT, "a failed heartbeat", || {
+        f.sim.requests().iter().any(|r| r.status == 500)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    assert_eq!(http_get(&addr, "/readyz").0, 503);
+    m.wait_until(WAIT, "a heartbeat", || heartbeat_count(&f) >= 1);
+    std::thread::sleep(Duration::from_millis(200));
+    // A silent client does not stall the loop: the next request is still answered.
+    let _silent = std::net::TcpStream::connect(&addr).unwrap();
+    assert_eq!(http_get(&addr, "/readyz").0, 200);
+    let (status, text) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    for needle in [
+        "nexo_manager_heartbeats_total{outcome=\"ok\"} 1",
+        "nexo_manager_heartbeats_total{outcome=\"failed\"} 1",
+        "nexo_manager_build_info{version=\"0.3.0\"",
+        "nexo_manager_pending_acks 0",
+        "nexo_manager_managed_proxies 0",
+    ] {
+        m.check(
+            text.contains(needle),
+            &format!("/metrics lacks {needle}:\n{text}"),
+        );
+    }
+    assert_eq!(http_get(&addr, "/nope").0, 404);
+    m.signal("TERM");
+    let status = m.wait_exit(Duration::from_secs(5));
+    m.check(status.success(), "exit 0");
+}

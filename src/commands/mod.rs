@@ -84,6 +84,18 @@ pub enum Action {
     Uninstall(Target),
 }
 
+impl Action {
+    /// The command class, for metrics.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Action::Deploy(_) => "deploy",
+            Action::Rollout(_) => "rollout",
+            Action::Upgrade(_) => "upgrade",
+            Action::Uninstall(_) => "uninstall",
+        }
+    }
+}
+
 /// A validated command.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Command {
