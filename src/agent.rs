@@ -22,6 +22,7 @@ use crate::cp::wire::{
 use crate::cp::{CpClient, CpError};
 use crate::inventory;
 use crate::kube::{self, Client, KubeConfig};
+use crate::lease::{self, Elector};
 use crate::probe::{Metrics, Probe};
 use crate::secret::Secret;
 use crate::state::{Binding, LedgerEntry, State, StateError, Store};
@@ -141,6 +142,7 @@ pub struct Agent {
     backoff: Backoff,
     probe: Option<Probe>,
     metrics: Metrics,
+    elector: Elector,
 }
 
 /// Reads the connect token from its source and validates it.
@@ -294,6 +296,7 @@ impl Agent {
             namespaces.join(",")
         );
         let interval = cfg.heartbeat_interval;
+        let elector = Elector::new(&instance.namespace, &cfg.lease_name, &instance.id);
         let probe = match cfg.listen_addr {
             Some(addr) => Some(Probe::bind(addr).map_err(|e| {
                 Fatal::Config(format!("NEXO_LISTEN_ADDR: cannot listen on {addr}: {e}"))
@@ -317,6 +320,7 @@ impl Agent {
             backoff,
             probe,
             metrics: Metrics::default(),
+            elector,
         })
     }
 
@@ -347,14 +351,28 @@ impl Agent {
         }
     }
 
-    fn stopped(&self) -> Result<(), Fatal> {
+    fn stopped(&mut self) -> Result<(), Fatal> {
         log::info!("stop requested; exiting");
+        self.elector.release(&self.kube);
         Ok(())
     }
 
     /// One connect-if-needed + heartbeat + commands. Returns how long to wait,
     /// or `None` when a stop was requested.
     fn cycle(&mut self) -> Result<Option<Duration>, Fatal> {
+        // Only the lease holder talks to the CP and touches the cluster.
+        match self
+            .elector
+            .try_lead(&self.kube, lease::duration_for(self.interval))
+        {
+            Ok(true) => {}
+            Ok(false) => return Ok(Some(self.interval)),
+            Err(e) => {
+                let delay = e.retry_after().unwrap_or_else(|| self.backoff.next_delay());
+                log::warn!("cannot read or renew the lease: {e}; not acting");
+                return Ok(Some(delay.min(self.interval)));
+            }
+        }
         let session_stale = self.session.as_ref().is_some_and(|s| {
             s.expires_at
                 .is_some_and(|at| SystemTime::now() + SESSION_MARGIN >= at)
@@ -368,6 +386,7 @@ impl Agent {
         let body = self.heartbeat_body();
         let body_acks = body.pending_acks.clone();
         let managed = body.managed_proxy_count;
+        let sequence = body.sequence;
         let result = match self.send_heartbeat(&body) {
             Err(e) if e.status() == Some(401) => {
                 log::info!(
@@ -397,6 +416,7 @@ impl Agent {
                 self.metrics.last_heartbeat_ok = Some(SystemTime::now());
                 self.metrics.last_heartbeat_succeeded = true;
                 self.metrics.managed_proxies = managed;
+                log::debug!("heartbeat {sequence} accepted");
                 let carried: Vec<String> = body_acks.iter().map(|a| a.command_id.clone()).collect();
                 if !carried.is_empty() {
                     log::info!(
@@ -414,6 +434,12 @@ impl Agent {
                             "stop requested; leaving the rest of the batch to the next Manager"
                         );
                         return Ok(None);
+                    }
+                    if !self.elector.leading() {
+                        log::warn!(
+                            "the lease is past its renew deadline; leaving the rest of the batch"
+                        );
+                        break;
                     }
                     self.handle_command(&command);
                 }

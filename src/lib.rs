@@ -23,6 +23,7 @@ pub mod cp;
 pub mod image;
 pub mod inventory;
 pub mod kube;
+pub mod lease;
 pub mod logging;
 pub mod ownership;
 pub mod probe;

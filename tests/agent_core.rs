@@ -601,7 +601,8 @@ fn unreadable_namespaces_are_reported_in_inventory_errors() {
         "rules": [
             {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list"]},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}]}),
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]}),
         )
         .unwrap();
     admin.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"), &json!({
@@ -734,23 +735,27 @@ fn probes_and_metrics_are_served_from_the_wait() {
     let mut env = f.env();
     env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
     env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "30s".into());
-    f.sim.inject(Fault::new(
-        Endpoint::Heartbeat,
-        FaultAction::Status {
-            status: 500,
-            code: "internal".into(),
-            message: "boom".into(),
-            retry_after: None,
-        },
-    ));
+    f.sim.inject(
+        Fault::new(
+            Endpoint::Heartbeat,
+            FaultAction::Status {
+                status: 500,
+                code: "internal".into(),
+                message: "boom".into(),
+                retry_after: None,
+            },
+        )
+        .times(1000),
+    );
     let mut m = f.spawn(&env);
-    // The first heartbeat fails: alive, but not ready.
+    // Heartbeats fail: alive, but not ready.
     m.wait_until(WAIT, "a failed heartbeat", || {
         f.sim.requests().iter().any(|r| r.status == 500)
     });
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     assert_eq!(http_get(&addr, "/readyz").0, 503);
+    f.sim.clear_faults();
     m.wait_until(WAIT, "a heartbeat", || heartbeat_count(&f) >= 1);
     std::thread::sleep(Duration::from_millis(200));
     // A silent client does not stall the loop: the next request is still answered.
@@ -760,7 +765,7 @@ fn probes_and_metrics_are_served_from_the_wait() {
     assert_eq!(status, 200);
     for needle in [
         "nexo_manager_heartbeats_total{outcome=\"ok\"} 1",
-        "nexo_manager_heartbeats_total{outcome=\"failed\"} 1",
+        "nexo_manager_heartbeats_total{outcome=\"failed\"} ",
         "nexo_manager_build_info{version=\"0.3.0\"",
         "nexo_manager_pending_acks 0",
         "nexo_manager_managed_proxies 0",

@@ -1,0 +1,265 @@
+//! Leader election through a `coordination.k8s.io/v1` Lease in the Manager's
+//! namespace, so that two pods (a rolling update, a mistake in replicas)
+//! never heartbeat or execute at the same time.
+//!
+//! Timing follows the heartbeat, so that leading costs no extra wake-up:
+//! - lease duration: 3 × the heartbeat interval, at least 5 s;
+//! - renewal: at every heartbeat, before anything is sent;
+//! - renew deadline: 2/3 of the duration; past it, a leader re-reads the
+//!   lease before acting (a process resumed after a long stop does not act
+//!   on stale leadership);
+//! - retry period: a follower checks once per heartbeat interval.
+//!
+//! The decision ([`decide`]) is a pure function of the lease and the clock.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::kube::{self, Client};
+
+/// The lease duration for a heartbeat interval.
+pub fn duration_for(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(5))
+}
+
+/// What the Lease says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// `spec.holderIdentity`; empty or absent when released.
+    pub holder: Option<String>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration: Duration,
+    /// `spec.renewTime`.
+    pub renewed: Option<SystemTime>,
+    /// `spec.leaseTransitions`.
+    pub transitions: i64,
+}
+
+impl Record {
+    /// Reads a Lease object.
+    pub fn from_object(lease: &Value) -> Record {
+        let spec = &lease["spec"];
+        Record {
+            holder: spec["holderIdentity"]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned),
+            duration: Duration::from_secs(spec["leaseDurationSeconds"].as_u64().unwrap_or(15)),
+            renewed: spec["renewTime"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+            transitions: spec["leaseTransitions"].as_i64().unwrap_or(0),
+        }
+    }
+}
+
+/// What to do about the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Take it or keep it; `takeover` when it changes hands.
+    Lead {
+        /// The holder changes.
+        takeover: bool,
+    },
+    /// Someone else holds it.
+    Follow {
+        /// The holder.
+        holder: String,
+    },
+}
+
+/// Decides from the lease (absent: never created) and the clock.
+pub fn decide(record: Option<&Record>, me: &str, now: SystemTime) -> Decision {
+    let Some(r) = record else {
+        return Decision::Lead { takeover: true };
+    };
+    match &r.holder {
+        None => Decision::Lead { takeover: true },
+        Some(h) if h == me => Decision::Lead { takeover: false },
+        Some(h) => {
+            let expired = r.renewed.is_none_or(|t| t + r.duration <= now);
+            if expired {
+                Decision::Lead { takeover: true }
+            } else {
+                Decision::Follow { holder: h.clone() }
+            }
+        }
+    }
+}
+
+/// The Manager's side of the election.
+#[derive(Debug)]
+pub struct Elector {
+    collection: String,
+    path: String,
+    name: String,
+    identity: String,
+    renewed_at: Option<Instant>,
+    duration: Duration,
+    following: Option<String>,
+}
+
+impl Elector {
+    /// The Lease `name` in `namespace`, for `identity` (the pod uid).
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Elector {
+        let collection = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
+        Elector {
+            path: format!("{collection}/{name}"),
+            collection,
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            renewed_at: None,
+            duration: Duration::from_secs(5),
+            following: None,
+        }
+    }
+
+    /// Takes or renews the lease. `Ok(false)`: another holder has it.
+    pub fn try_lead(&mut self, client: &Client, duration: Duration) -> Result<bool, kube::Error> {
+        let existing = client.get_opt::<Value>(&self.path)?;
+        let record = existing.as_ref().map(Record::from_object);
+        let now = SystemTime::now();
+        match decide(record.as_ref(), &self.identity, now) {
+            Decision::Follow { holder } => {
+                if self.following.as_deref() != Some(holder.as_str()) {
+                    log::info!("following: the lease {} is held by {holder}", self.name);
+                    self.following = Some(holder);
+                }
+                self.renewed_at = None;
+                Ok(false)
+            }
+            Decision::Lead { takeover } => {
+                let stamp = humantime::format_rfc3339_micros(now).to_string();
+                let transitions = record.as_ref().map_or(0, |r| r.transitions)
+                    + i64::from(takeover && record.is_some());
+                let mut lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name},
+                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration.as_secs(),
+                             "renewTime": stamp, "leaseTransitions": transitions},
+                });
+                let acquired = existing
+                    .as_ref()
+                    .and_then(|l| l["spec"]["acquireTime"].as_str())
+                    .filter(|_| !takeover);
+                lease["spec"]["acquireTime"] = json!(acquired.map(str::to_owned).unwrap_or(stamp));
+                let written = match &existing {
+                    None => client.create(&self.collection, &lease),
+                    Some(old) => {
+                        lease["metadata"]["resourceVersion"] =
+                            old["metadata"]["resourceVersion"].clone();
+                        client.replace(&self.path, &lease)
+                    }
+                };
+                match written {
+                    Ok(_) => {
+                        if takeover || self.following.is_some() || self.renewed_at.is_none() {
+                            log::info!(
+                                "leading: holding the lease {} as {}",
+                                self.name,
+                                self.identity
+                            );
+                        }
+                        self.following = None;
+                        self.renewed_at = Some(Instant::now());
+                        self.duration = duration;
+                        Ok(true)
+                    }
+                    // Another candidate wrote first.
+                    Err(e) if matches!(e.status(), Some(409)) => {
+                        self.renewed_at = None;
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Whether the last renewal is recent enough to act on (within the renew deadline).
+    pub fn leading(&self) -> bool {
+        self.renewed_at
+            .is_some_and(|t| t.elapsed() < self.duration * 2 / 3)
+    }
+
+    /// Gives the lease up on a clean stop, so a successor need not wait for it to expire.
+    pub fn release(&mut self, client: &Client) {
+        if self.renewed_at.take().is_none() {
+            return;
+        }
+        let Ok(Some(mut lease)) = client.get_opt::<Value>(&self.path) else {
+            return;
+        };
+        if lease["spec"]["holderIdentity"] != self.identity.as_str() {
+            return;
+        }
+        lease["spec"]["holderIdentity"] = Value::Null;
+        match client.replace(&self.path, &lease) {
+            Ok(_) => log::info!("released the lease {}", self.name),
+            Err(e) => log::warn!("cannot release the lease {}: {e}", self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: Option<&str>, renewed_ago: u64) -> Record {
+        Record {
+            holder: holder.map(str::to_owned),
+            duration: Duration::from_secs(15),
+            renewed: Some(SystemTime::now() - Duration::from_secs(renewed_ago)),
+            transitions: 2,
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let now = SystemTime::now();
+        assert_eq!(decide(None, "a", now), Decision::Lead { takeover: true });
+        assert_eq!(
+            decide(Some(&record(Some("a"), 1)), "a", now),
+            Decision::Lead { takeover: false }
+        );
+        assert_eq!(
+            decide(Some(&record(Some("b"), 1)), "a", now),
+            Decision::Follow { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&record(Some("b"), 20)), "a", now),
+            Decision::Lead { takeover: true }
+        );
+        assert_eq!(
+            decide(Some(&record(None, 1)), "a", now),
+            Decision::Lead { takeover: true }
+        );
+    }
+
+    #[test]
+    fn durations_follow_the_interval() {
+        assert_eq!(
+            duration_for(Duration::from_secs(15)),
+            Duration::from_secs(45)
+        );
+        assert_eq!(duration_for(Duration::from_secs(1)), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn lease_objects_are_read() {
+        let r = Record::from_object(
+            &json!({"spec": {"holderIdentity": "x", "leaseDurationSeconds": 9,
+            "renewTime": "2026-12-02T14:20:00.123456Z", "leaseTransitions": 3}}),
+        );
+        assert_eq!(
+            (r.holder.as_deref(), r.duration, r.transitions),
+            (Some("x"), Duration::from_secs(9), 3)
+        );
+        assert!(r.renewed.is_some());
+        assert_eq!(
+            Record::from_object(&json!({"spec": {"holderIdentity": ""}})).holder,
+            None
+        );
+    }
+}
