@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project: unit tests, and the integration and
 # end-to-end tests against one real Kubernetes test bed (built once and
-# cached; see tests/testbed/testbed.sh), shared by all test binaries.
-# Afterwards it checks that no control-plane process is left running.
+# cached; see tests/testbed/testbed.sh), shared by all test binaries; then
+# the sandbox scenario once. Afterwards it checks that no control-plane
+# process is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,9 @@ cargo test --locked --workspace --all-targets "$@"
 
 cleanup
 trap - EXIT
+
+# The main job must keep working: the sandbox scenario, once.
+bash tests/sandbox.sh --once
 left=$(pgrep -f "^$bin_dir/(etcd|kube-apiserver|kube-controller-manager)( |$)" || true)
 if [ -n "$left" ]; then
   echo "tests/run.sh: control-plane processes left running: $left" >&2

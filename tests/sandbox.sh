@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The sandbox: Nexo Manager against a real local Kubernetes API and the CP
+# simulator, through a demo scenario, with a readable timeline.
+#
+#   bash tests/sandbox.sh           run the scenario, then keep heartbeating until Ctrl-C
+#   bash tests/sandbox.sh --once    run the scenario and stop (used by tests/run.sh)
+#
+# It starts the test bed (tests/testbed/testbed.sh, built once and cached), or
+# uses the cluster of $KUBECONFIG when NEXO_SANDBOX_USE_KUBECONFIG=1 (it then
+# needs cluster-admin to install manifests/). It installs manifests/, runs the
+# Manager as its ServiceAccount under the shipped RBAC, and plays: two crd
+# deployments, one legacy deployment, a rollout, an uninstall. Ctrl-C stops
+# everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+once=false
+[ "${1:-}" = "--once" ] && once=true
+testbed=tests/testbed/testbed.sh
+work=$(mktemp -d -t nexo-sandbox.XXXXXX)
+pids=()
+tb_dir=""
+
+say() { printf '\033[1m%s\033[0m %s\n' "$(date +%H:%M:%S)" "$*"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [ -n "$tb_dir" ] && bash "$testbed" stop "$tb_dir"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo; say "stopping"; exit 0' INT TERM
+
+say "building (cached after the first run)"
+bash "$testbed" build
+cargo build --release --locked --bin nexo-manager -p nexo-manager --bin nexo-cpsim -p nexo-cpsim 2>&1 | tail -n 1
+kubectl=$(bash "$testbed" bin)/kubectl
+
+if [ "${NEXO_SANDBOX_USE_KUBECONFIG:-}" = 1 ]; then
+  kubeconfig=${KUBECONFIG:?NEXO_SANDBOX_USE_KUBECONFIG=1 needs KUBECONFIG}
+  say "using the cluster of $kubeconfig"
+else
+  tb_dir=$work/testbed
+  bash "$testbed" start "$tb_dir" $$
+  kubeconfig=$tb_dir/admin.kubeconfig
+fi
+k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+say "installing manifests/ (CRDs, namespace, ServiceAccount, RBAC, Deployment)"
+k apply -k manifests/ >/dev/null
+ns=nexo-system
+
+say "starting the Control Plane simulator"
+target/release/nexo-cpsim --env env-sandbox --ca-out "$work/cp-ca.pem" >"$work/sim.out" 2>"$work/sim.err" &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q '^ready$' "$work/sim.out" 2>/dev/null && break; sleep 0.1; done
+grep -q '^ready$' "$work/sim.out" || { cat "$work/sim.err" >&2; echo "sandbox: the simulator did not start" >&2; exit 1; }
+cp_url=$(sed -n 's/^url=//p' "$work/sim.out")
+sed -n 's/^token.env-sandbox=//p' "$work/sim.out" >"$work/connect-token"
+
+token=$(k -n "$ns" create token nexo-manager --duration 1h)
+server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+ca_data=$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+if [ -n "$ca_data" ]; then
+  echo "$ca_data" | base64 -d >"$work/kube-ca.pem"
+else
+  cp "$(k config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')" "$work/kube-ca.pem"
+fi
+cat >"$work/manager.kubeconfig" <<KC
+{"apiVersion": "v1", "kind": "Config",
+ "clusters": [{"name": "c", "cluster": {"server": "$server", "certificate-authority": "$work/kube-ca.pem"}}],
+ "users": [{"name": "nexo-manager", "user": {"token": "$token"}}],
+ "contexts": [{"name": "c", "context": {"cluster": "c", "user": "nexo-manager"}}],
+ "current-context": "c"}
+KC
+
+say "starting nexo-manager as ServiceAccount $ns/nexo-manager"
+env -i PATH="$PATH" \
+  NEXO_CONTROL_PLANE_URL="$cp_url" NEXO_CONTROL_PLANE_CA_FILE="$work/cp-ca.pem" \
+  NEXO_CONNECT_TOKEN_FILE="$work/connect-token" NEXO_PROXY_IMAGE=registry.example.com/nexo/proxy:1.4.2 \
+  NEXO_HEARTBEAT_INTERVAL=2s NEXO_LISTEN_ADDR=127.0.0.1:0 \
+  POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
+  KUBECONFIG="$work/manager.kubeconfig" RUST_LOG=info \
+  target/release/nexo-manager 2>"$work/manager.log" &
+manager=$!
+pids+=($manager)
+
+# The timeline: what the Manager says, as it says it.
+tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'connected|executing|applied|failed|ack|leading|interval' \
+  | sed -u 's/^[^ ]* [A-Z]* *nexo_manager::agent: /  manager: /' &
+
+send() { # id class payload
+  curl -fsS --cacert "$work/cp-ca.pem" -X POST "$cp_url/_sim/commands?env=env-sandbox" \
+    -d "{\"id\": \"$1\", \"class\": \"$2\", \"issuedAt\": \"$(date -u +%FT%TZ)\", \"payload\": $3}"
+  say "control plane: sent $2 $1"
+  for _ in $(seq 1 300); do
+    if curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/acks" | grep -q "\"commandId\":\"$1\""; then
+      result=$(curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/acks" | python3 -c "import json,sys; a=[x for x in json.load(sys.stdin) if x['commandId']=='$1'][0]; print(a['result'] + ': ' + a['message'])")
+      say "control plane: ack $1 -> $result"
+      return 0
+    fi
+    kill -0 "$manager" 2>/dev/null || { echo "sandbox: nexo-manager exited" >&2; cat "$work/manager.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "sandbox: no ack for $1" >&2; exit 1
+}
+proxy() { echo "{\"apiVersion\": \"nexo.io/v1alpha1\", \"kind\": \"NexoProxy\", \"metadata\": {\"name\": \"$1\"}, \"spec\": {\"image\": \"registry.example.com/nexo/proxy:1.4.2\", \"replicas\": 2, \"mongodb\": {\"secretRef\": {\"name\": \"$1-db\"}}}}"; }
+config() { echo "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"$1-config\"}, \"data\": {\"listen\": \"27017\"}}"; }
+
+send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)]}"
+send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)]}"
+send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\"}]}}}}]}"
+send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
+send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
+say "waiting for the garbage collector to remove catalog's runtime ConfigMap"
+for _ in $(seq 1 300); do
+  k -n "$ns" get configmap catalog-config >/dev/null 2>&1 || break
+  sleep 0.1
+done
+sleep 2
+
+say "the last heartbeat reports:"
+curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c '
+import json, sys
+hb = json.load(sys.stdin)[-1]
+print("  sequence %d, %d managed deployments:" % (hb["sequence"], hb["managedProxyCount"]))
+for d in hb["deployments"]:
+    print("    %-10s %-10s %-8s replicas=%s image=%s" % (d["namespace"], d["name"], d["kind"], d["replicas"], d.get("image")))'
+say "the objects in $ns:"
+k -n "$ns" get nexoproxies,deployments,configmaps -l app.kubernetes.io/managed-by=nexo-manager -L nexo.io/deployment
+rss=$(grep VmHWM "/proc/$manager/status" | awk '{print $2 " " $3}')
+say "nexo-manager peak RSS: $rss"
+
+if $once; then
+  say "done (--once)"
+  exit 0
+fi
+say "heartbeating; Ctrl-C stops everything"
+wait "$manager"
