@@ -91,6 +91,13 @@ fn actions(ack: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// [`actions`], sorted.
+fn sorted_actions(ack: &Value) -> Vec<(String, String)> {
+    let mut got = actions(ack);
+    got.sort();
+    got
+}
+
 /// Sends an uninstall of `name` and waits for its ack.
 fn uninstall(f: &Fixture, m: &mut Manager, id: &str, name: &str) -> Value {
     let payload = json!({"deployment": {"name": name, "namespace": f.ns.name}});
@@ -127,8 +134,7 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
         ack["result"] == "applied",
         &format!("deploy applied: {ack}"),
     );
-    let mut got = actions(&ack);
-    got.sort();
+    let got = sorted_actions(&ack);
     assert_eq!(
         got,
         [
@@ -262,8 +268,7 @@ fn legacy_deploy_and_uninstall_by_label() {
         ),
     );
     let ack = wait_ack(&f, &mut m, "legacy-2");
-    let mut got = actions(&ack);
-    got.sort();
+    let got = sorted_actions(&ack);
     assert_eq!(
         got,
         [

@@ -20,6 +20,14 @@ fn connects_from(f: &Fixture, uid: &str) -> usize {
         .count()
 }
 
+fn read_lease(f: &Fixture) -> Value {
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/nexo-manager",
+        f.ns.name
+    );
+    f.tb.admin().get(&path).unwrap()
+}
+
 #[test]
 fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
     let f = Fixture::new("leader");
@@ -43,13 +51,7 @@ fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
         connects_from(&f, "pod-b") == 0,
         "the follower never connects",
     );
-    let lease: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/coordination.k8s.io/v1/namespaces/{}/leases/nexo-manager",
-                f.ns.name
-            ))
-            .unwrap();
+    let lease = read_lease(&f);
     assert_eq!(lease["spec"]["holderIdentity"], "pod-a");
     assert_eq!(
         lease["spec"]["leaseDurationSeconds"], 5,
@@ -72,13 +74,7 @@ fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
         a_log().matches("accepted").count() == a_beats,
         "the resumed old leader sends nothing without the lease",
     );
-    let lease: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/coordination.k8s.io/v1/namespaces/{}/leases/nexo-manager",
-                f.ns.name
-            ))
-            .unwrap();
+    let lease = read_lease(&f);
     assert_eq!(lease["spec"]["holderIdentity"], "pod-b");
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
 
