@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 
 /// The lease duration for a heartbeat interval.
@@ -183,19 +184,26 @@ impl Elector {
             .is_some_and(|t| t.elapsed() < self.duration * 2 / 3)
     }
 
-    /// Gives the lease up on a clean stop, so a successor need not wait for it to expire.
+    /// Gives the lease up on a clean stop, so a successor need not wait for
+    /// it to expire. Best effort, bounded by the quick timeout: when the API
+    /// server is going away too, the lease simply expires.
     pub fn release(&mut self, client: &Client) {
         if self.renewed_at.take().is_none() {
             return;
         }
-        let Ok(Some(mut lease)) = client.get_opt::<Value>(&self.path) else {
+        let Ok(mut lease) = client.request_quick(Method::GET, &self.path, None) else {
             return;
         };
         if lease["spec"]["holderIdentity"] != self.identity.as_str() {
             return;
         }
         lease["spec"]["holderIdentity"] = Value::Null;
-        match client.replace(&self.path, &lease) {
+        let bytes = serde_json::to_vec(&lease).expect("a Value always serializes");
+        let body = Body {
+            content_type: "application/json",
+            bytes: &bytes,
+        };
+        match client.request_quick(Method::PUT, &self.path, Some(body)) {
             Ok(_) => log::info!("released the lease {}", self.name),
             Err(e) => log::warn!("cannot release the lease {}: {e}", self.name),
         }

@@ -112,8 +112,9 @@ send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace
 send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\"}]}}}}]}"
 send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
 send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
+# The garbage collector notices new CRDs on its next discovery pass (about 30 s).
 say "waiting for the garbage collector to remove catalog's runtime ConfigMap"
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
   k -n "$ns" get configmap catalog-config >/dev/null 2>&1 || break
   sleep 0.1
 done

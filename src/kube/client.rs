@@ -33,6 +33,9 @@ pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 /// Content type of a JSON merge patch.
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
 
+/// Whole-call timeout of a best-effort call ([`Client::request_quick`]).
+pub const QUICK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Retries of a transient failure.
 pub const RETRIES: u32 = 3;
 
@@ -85,6 +88,8 @@ pub const FIELD_MANAGER: &str = "nexo-manager";
 /// A Kubernetes API client bound to one server and one identity.
 pub struct Client {
     agent: ureq::Agent,
+    /// Short timeouts, for best-effort calls on the way out.
+    quick: ureq::Agent,
     server: String,
     auth: Auth,
 }
@@ -120,18 +125,22 @@ impl Client {
                 .map_err(|_| Error::Config("client key is not a PEM private key".into()))?;
             tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
         }
-        let agent_config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(CALL_TIMEOUT))
-            .proxy(None)
-            .max_redirects(0)
-            .user_agent(crate::USER_AGENT)
-            .tls_config(tls.build())
-            .build();
-        let agent = crate::resolve::agent(agent_config);
+        let tls = tls.build();
+        let agent_with = |call: Duration| {
+            let agent_config = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_connect(Some(CONNECT_TIMEOUT.min(call)))
+                .timeout_global(Some(call))
+                .proxy(None)
+                .max_redirects(0)
+                .user_agent(crate::USER_AGENT)
+                .tls_config(tls.clone())
+                .build();
+            crate::resolve::agent(agent_config)
+        };
         Ok(Client {
-            agent,
+            agent: agent_with(CALL_TIMEOUT),
+            quick: agent_with(QUICK_TIMEOUT),
             server: config.server,
             auth: config.auth,
         })
@@ -180,7 +189,29 @@ impl Client {
         }
     }
 
+    /// One attempt with a [`QUICK_TIMEOUT`] and no retry: for best-effort
+    /// calls on the way out (releasing the lease), so a stop is never held
+    /// up by an API server that is going away too.
+    pub fn request_quick(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<Value, Error> {
+        self.send_with(&self.quick, &method, path, body.as_ref())
+    }
+
     fn send(&self, method: &Method, path: &str, body: Option<&Body<'_>>) -> Result<Value, Error> {
+        self.send_with(&self.agent, method, path, body)
+    }
+
+    fn send_with(
+        &self,
+        agent: &ureq::Agent,
+        method: &Method,
+        path: &str,
+        body: Option<&Body<'_>>,
+    ) -> Result<Value, Error> {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
@@ -196,14 +227,13 @@ impl Client {
                 let req = req
                     .header("Content-Type", b.content_type)
                     .body(b.bytes.to_vec());
-                self.agent
-                    .run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
+                agent.run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
             }
             None => {
                 let req = req
                     .body(())
                     .map_err(|e| Error::Config(format!("bad request: {e}")))?;
-                self.agent.run(req)
+                agent.run(req)
             }
         };
         let mut resp = result?;
