@@ -663,7 +663,7 @@ impl Agent {
             Err(Refusal::NoId(why)) => {
                 log::error!(
                     "skipping a command without a valid id ({why}): {}",
-                    truncate(raw.get(), 200)
+                    commands::clip(raw.get(), 200)
                 );
                 return;
             }
@@ -832,13 +832,6 @@ fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -895,11 +888,5 @@ mod tests {
         assert_eq!(Fatal::Config(String::new()).exit_code(), 2);
         assert_eq!(Fatal::Binding(String::new()).exit_code(), 3);
         assert_eq!(Fatal::Other(String::new()).exit_code(), 1);
-    }
-
-    #[test]
-    fn truncation_is_char_safe() {
-        assert_eq!(truncate("héllo", 2), "hé");
-        assert_eq!(truncate("ab", 5), "ab");
     }
 }

@@ -168,3 +168,9 @@ fn the_other_classes_validate() {
     };
     assert!(d.adopt_legacy && d.format == Format::Legacy);
 }
+
+#[test]
+fn clipping_is_char_safe() {
+    assert_eq!(clip("héllo", 2), "hé…");
+    assert_eq!(clip("ab", 5), "ab");
+}
