@@ -20,6 +20,7 @@ pub fn binary() -> PathBuf {
 
 /// A Manager process, its output captured in files.
 pub struct Manager {
+    binary: PathBuf,
     child: Option<Child>,
     status: Option<ExitStatus>,
     env: BTreeMap<String, String>,
@@ -32,11 +33,17 @@ pub struct Manager {
 impl Manager {
     /// Starts the binary with exactly `env` (plus `PATH`).
     pub fn spawn(env: &BTreeMap<String, String>) -> Manager {
+        Manager::spawn_binary(&binary(), env)
+    }
+
+    /// Starts `binary` (the static release binary, say) with exactly `env`
+    /// (plus `PATH`).
+    pub fn spawn_binary(binary: &std::path::Path, env: &BTreeMap<String, String>) -> Manager {
         let n = RUN.fetch_add(1, Ordering::Relaxed);
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let stdout = dir.join(format!("manager-{}-{n}.out", std::process::id()));
         let stderr = dir.join(format!("manager-{}-{n}.err", std::process::id()));
-        let child = Command::new(binary())
+        let child = Command::new(binary)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(env)
@@ -46,6 +53,7 @@ impl Manager {
             .spawn()
             .expect("spawn nexo-manager");
         Manager {
+            binary: binary.to_owned(),
             child: Some(child),
             status: None,
             env: env.clone(),
@@ -145,7 +153,7 @@ impl Manager {
             .unwrap_or_else(|| "(no simulator)".into());
         format!(
             "command: {}\nenvironment:\n{}\nexit status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- simulator request log ---\n{}",
-            binary().display(),
+            self.binary.display(),
             env.join("\n"),
             self.status,
             self.stdout(),

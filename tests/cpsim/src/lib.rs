@@ -151,6 +151,24 @@ pub struct LoggedRequest {
     pub at: SystemTime,
 }
 
+/// One request without its body: cheap to take often (benchmarks poll it
+/// while heartbeats of megabytes go by).
+#[derive(Clone, Debug)]
+pub struct Brief {
+    /// Connection number, from 1.
+    pub connection: u64,
+    /// Method.
+    pub method: String,
+    /// Path with query.
+    pub path: String,
+    /// Status answered; 0 for a reset.
+    pub status: u16,
+    /// When it arrived.
+    pub at: SystemTime,
+    /// Body length in bytes.
+    pub body_len: usize,
+}
+
 impl LoggedRequest {
     /// The first header of that name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -333,6 +351,26 @@ impl Simulator {
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<LoggedRequest> {
         lock(&self.shared.log).clone()
+    }
+
+    /// The request log without bodies.
+    pub fn briefs(&self) -> Vec<Brief> {
+        lock(&self.shared.log)
+            .iter()
+            .map(|r| Brief {
+                connection: r.connection,
+                method: r.method.clone(),
+                path: r.path.clone(),
+                status: r.status,
+                at: r.at,
+                body_len: r.body.len(),
+            })
+            .collect()
+    }
+
+    /// Heartbeats answered 200 so far.
+    pub fn heartbeat_count(&self) -> usize {
+        lock(&self.shared.state).heartbeats.len()
     }
 
     /// Heartbeat bodies answered 200.

@@ -1,0 +1,1062 @@
+//! The benchmark suite: footprint and speed of the shipped static binary,
+//! measured on the real test bed and the CP simulator, side by side with
+//! the do-it-yourself loop a user would write instead (`diy-agent.sh`:
+//! bash, kubectl, jq, curl) doing the same work in the same run.
+//!
+//! `cargo bench --bench footprint` (what `bash tests/bench.sh` runs) is the
+//! full suite: it prints the table and writes it into `BENCHMARKS.md`.
+//! Under `cargo test` (no `--bench` argument) the same code runs a short
+//! form with small sizes, so it cannot rot; it checks that every figure was
+//! obtained and that the work was done (acks applied, inventory complete),
+//! never how fast.
+//!
+//! Every figure comes from the kernel or from the simulator's request log:
+//! CPU from `/proc/PID/schedstat` (nanoseconds on the CPU) and
+//! `/proc/PID/stat` (user and system ticks), memory from
+//! `/proc/PID/status`, the DIY loop's peak from `wait4`'s rusage, times
+//! from the simulator's arrival timestamps.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use nexo_cpsim::Brief;
+use serde_json::{Value, json};
+use support::fixture::{Fixture, PROXY_IMAGE};
+use support::manager::Manager;
+
+/// What one run measures.
+struct Plan {
+    full: bool,
+    /// `--only a,b`: just these parts (image, start, idle, deploy, sizes).
+    only: Option<Vec<String>>,
+    /// Owned NexoProxies in the cluster, in increasing order.
+    sizes: Vec<usize>,
+    /// Heartbeats measured at each size (after the warm-up).
+    cycles: usize,
+    /// Heartbeats of the DIY loop measured at each size.
+    diy_cycles: usize,
+    /// Sequential three-object deploys timed.
+    deploys: usize,
+    /// Deploy commands in one heartbeat answer.
+    batch: usize,
+    /// Deploys through the DIY loop.
+    diy_deploys: usize,
+    /// Starts timed to the first heartbeat.
+    starts: usize,
+    /// Heartbeat interval of the idle measurement, and how many intervals.
+    idle_interval: u64,
+    idle_intervals: u64,
+}
+
+impl Plan {
+    fn runs(&self, part: &str) -> bool {
+        self.only.as_ref().is_none_or(|o| o.iter().any(|p| p == part))
+    }
+
+    fn from_args() -> Plan {
+        let args: Vec<String> = std::env::args().collect();
+        let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--short");
+        let only = args
+            .iter()
+            .position(|a| a == "--only")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.split(',').map(str::to_owned).collect());
+        if full {
+            Plan {
+                full,
+                only,
+                sizes: vec![0, 100, 1_000, 10_000],
+                cycles: 20,
+                diy_cycles: 5,
+                deploys: 50,
+                batch: 100,
+                diy_deploys: 10,
+                starts: 5,
+                idle_interval: 5,
+                idle_intervals: 6,
+            }
+        } else {
+            Plan {
+                full,
+                only,
+                sizes: vec![0, 10],
+                cycles: 3,
+                diy_cycles: 2,
+                deploys: 3,
+                batch: 5,
+                diy_deploys: 2,
+                starts: 1,
+                idle_interval: 2,
+                idle_intervals: 2,
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ /proc --
+
+/// What the kernel says about one process at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Proc {
+    /// Time on the CPU, nanoseconds (`schedstat`).
+    cpu_ns: u64,
+    /// User + system ticks of the process itself, and of its waited-for children.
+    ticks: u64,
+    child_ticks: u64,
+    rss_kb: u64,
+    hwm_kb: u64,
+    voluntary: u64,
+    involuntary: u64,
+    threads: u64,
+}
+
+fn read_proc(pid: u32) -> Proc {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|r| r.trim_start_matches(':').split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/status has no {name}"))
+    };
+    let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/schedstat: {e}"));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    // Fields after the command name (which may hold spaces): state is field 3.
+    let rest: Vec<u64> = stat[stat.rfind(')').expect("stat has a comm") + 2..]
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14..17, i.e. rest[11..15].
+    Proc {
+        cpu_ns: schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("schedstat runtime"),
+        ticks: rest[11] + rest[12],
+        child_ticks: rest[13] + rest[14],
+        rss_kb: field("VmRSS"),
+        hwm_kb: field("VmHWM"),
+        voluntary: field("voluntary_ctxt_switches"),
+        involuntary: field("nonvoluntary_ctxt_switches"),
+        threads: field("Threads"),
+    }
+}
+
+/// Clock ticks per second of `/proc/PID/stat`.
+fn ticks_per_second() -> u64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output();
+    out.ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+/// Socket inodes a process holds (a reused connection keeps its inode).
+fn sockets(pid: u32) -> BTreeSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .map(|l| l.display().to_string())
+                .filter(|l| l.starts_with("socket:"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// ------------------------------------------------------------ the world --
+
+fn static_binary() -> PathBuf {
+    let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
+        panic!(
+            "NEXO_STATIC_BINARY is not set: the benchmarks measure the shipped static binary; \
+             build it with tests/build-static.sh (tests/run.sh and tests/bench.sh do) and point \
+             NEXO_STATIC_BINARY at the path it prints"
+        )
+    });
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "NEXO_STATIC_BINARY={} does not exist",
+        path.display()
+    );
+    path
+}
+
+fn bench_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn proxy_object(env_id: &str, name: &str) -> Value {
+    let labels = json!({"app.kubernetes.io/managed-by": "nexo-manager",
+        "nexo.io/owner-id": env_id, "nexo.io/deployment": name});
+    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"image": PROXY_IMAGE, "replicas": 2, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
+}
+
+/// Grows the fixture's namespace to `to` owned NexoProxies (from `from`),
+/// four writers at a time.
+fn grow(f: &Fixture, from: usize, to: usize) {
+    if to <= from {
+        return;
+    }
+    let started = Instant::now();
+    let collection = format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies", f.ns.name);
+    let writers = 4;
+    let (tb, env_id) = (f.tb, f.env_id.as_str());
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let collection = &collection;
+            s.spawn(move || {
+                let client = tb.admin();
+                for i in (from + w..to).step_by(writers) {
+                    let name = format!("p{i:05}");
+                    client
+                        .create(collection, &proxy_object(env_id, &name))
+                        .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"));
+                }
+            });
+        }
+    });
+    eprintln!(
+        "bench: {} NexoProxies in {} ({} created in {:.1} s)",
+        to,
+        f.ns.name,
+        to - from,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The Manager's environment for the benchmarks: the fixture's, with
+/// `interval`, the probe listener on a free port, and info logs.
+fn manager_env(f: &Fixture, interval: u64) -> (BTreeMap<String, String>, u16) {
+    let mut env = f.env();
+    let port = free_port();
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), format!("{interval}s"));
+    env.insert("NEXO_LISTEN_ADDR".into(), format!("127.0.0.1:{port}"));
+    env.insert("RUST_LOG".into(), "info".into());
+    (env, port)
+}
+
+/// A fixture whose NexoProxy storage answers (a CRD just installed can
+/// answer 429 "storage is (re)initializing" for a moment, which would be
+/// measured as the Manager's start-up time).
+fn ready_fixture(prefix: &str) -> Fixture {
+    let f = Fixture::new(prefix);
+    f.tb.install_crds();
+    let client = f.tb.admin();
+    let path = format!(
+        "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies?limit=1",
+        f.ns.name
+    );
+    support::wait_for(Duration::from_secs(60), "NexoProxy storage ready", || {
+        client.get::<Value>(&path).ok().map(drop)
+    });
+    f
+}
+
+fn spawn_static(f: &Fixture, env: &BTreeMap<String, String>) -> Manager {
+    Manager::spawn_binary(&static_binary(), env).with_sim(&f.sim)
+}
+
+fn heartbeats_of(briefs: &[Brief]) -> Vec<&Brief> {
+    briefs
+        .iter()
+        .filter(|b| b.path == "/api/v2/manager/heartbeat" && b.status == 200)
+        .collect()
+}
+
+fn wait_heartbeats(f: &Fixture, m: &mut Manager, n: usize, timeout: Duration) {
+    m.wait_until(timeout, &format!("{n} heartbeats"), || {
+        f.sim.heartbeat_count() >= n
+    });
+}
+
+/// Stops a Manager with SIGTERM and checks the clean exit.
+fn stop(m: &mut Manager) {
+    m.signal("TERM");
+    let status = m.wait_exit(Duration::from_secs(20));
+    m.check(status.success(), "a clean stop exits 0");
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn since(a: SystemTime, b: SystemTime) -> f64 {
+    b.duration_since(a).unwrap_or_default().as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------- the DIY loop --
+
+struct Diy {
+    child: std::process::Child,
+    lines: BufReader<std::process::ChildStdout>,
+    stderr: PathBuf,
+}
+
+/// Resource use of a finished DIY loop, from `wait4`.
+struct DiyEnd {
+    /// Largest resident set of any process of the loop (bash, kubectl, jq, curl).
+    max_rss_kb: u64,
+}
+
+impl Diy {
+    fn start(f: &Fixture, cycles: usize, interval: u64) -> Diy {
+        let stderr = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("diy-{}-{}.err", f.ns.name, cycles));
+        let mut child = Command::new("bash")
+            .arg(bench_dir().join("tests/bench/diy-agent.sh"))
+            .env("CP_URL", f.sim.url())
+            .env("CP_CA", f.dir.join("cp-ca.pem"))
+            .env("TOKEN_FILE", f.token_file())
+            .env("OWNER_ID", &f.env_id)
+            .env("NAMESPACE", &f.ns.name)
+            .env("KUBECTL", &f.tb.kubectl)
+            .env("KUBECONFIG", &f.tb.kubeconfig)
+            .env("PROXY_IMAGE", PROXY_IMAGE)
+            .env("INTERVAL", interval.to_string())
+            .env("CYCLES", cycles.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("run bash tests/bench/diy-agent.sh");
+        let lines = BufReader::new(child.stdout.take_or_panic());
+        Diy {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn fail(&self, why: &str) -> ! {
+        panic!(
+            "diy-agent.sh: {why}\n--- stderr ---\n{}",
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        )
+    }
+
+    /// Blocks until the loop prints `cycle N`; returns N.
+    fn next_cycle(&mut self) -> usize {
+        let mut line = String::new();
+        match self.lines.read_line(&mut line) {
+            Ok(0) | Err(_) => self.fail("ended before its next cycle"),
+            Ok(_) => line
+                .trim()
+                .strip_prefix("cycle ")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| self.fail(&format!("unexpected output {line:?}"))),
+        }
+    }
+
+    /// Reaps the finished loop with `wait4` for the peak RSS of its tree.
+    fn finish(self) -> DiyEnd {
+        let pid = self.child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our own unreaped child (std's Child never waited
+        // for it); both pointers point at live locals for the whole call.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            self.fail(&format!("did not exit cleanly (wait4 {r}, status {status})"));
+        }
+        DiyEnd {
+            max_rss_kb: usage.ru_maxrss as u64,
+        }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+trait TakeOrPanic<T> {
+    fn take_or_panic(&mut self) -> T;
+}
+
+impl<T> TakeOrPanic<T> for Option<T> {
+    fn take_or_panic(&mut self) -> T {
+        self.take().expect("piped stdout")
+    }
+}
+
+// ----------------------------------------------------------- the report --
+
+/// One line of the table.
+struct Row {
+    what: String,
+    ours: String,
+    diy: String,
+    ratio: String,
+    target: String,
+    how: String,
+}
+
+fn row(what: &str, ours: String, diy: String, ratio: String, target: &str, how: &str) -> Row {
+    Row {
+        what: what.into(),
+        ours,
+        diy,
+        ratio,
+        target: target.into(),
+        how: how.into(),
+    }
+}
+
+fn ratio(diy: f64, ours: f64) -> String {
+    if ours > 0.0 {
+        format!("{:.0}×", diy / ours)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB ({bytes} B)", bytes as f64 / 1_048_576.0)
+}
+
+fn kib(kb: u64) -> String {
+    format!("{:.2} MiB", kb as f64 / 1024.0)
+}
+
+fn render(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| measure | Nexo Manager | DIY loop | DIY / ours | target | how |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.what, r.ours, r.diy, r.ratio, r.target, r.how
+        );
+    }
+    s
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{} cores of {cpu}, {:.0} GiB, Linux {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        mem_kb as f64 / 1_048_576.0,
+        kernel.trim()
+    )
+}
+
+// ------------------------------------------------------------ measures --
+
+struct SizeFigures {
+    size: usize,
+    rss_kb: u64,
+    hwm_kb: u64,
+    cpu_ms: f64,
+    tick_ms: f64,
+    body: usize,
+    cp_handshakes: usize,
+    sockets: usize,
+    diy_rss_kb: u64,
+    diy_cpu_ms: f64,
+    diy_handshakes: f64,
+}
+
+fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
+    // Ours.
+    let (env, _) = manager_env(f, 1);
+    let before = f.sim.heartbeat_count();
+    let connections_before = f.sim.connections();
+    let mut m = spawn_static(f, &env);
+    let pid = m.pid();
+    let warm = before + 3;
+    wait_heartbeats(f, &mut m, warm, Duration::from_secs(120));
+    let p0 = read_proc(pid);
+    let h0 = f.sim.heartbeat_count();
+    let mut seen = sockets(pid);
+    let mut rss_max = 0;
+    let deadline = Instant::now() + Duration::from_secs(60 + 10 * plan.cycles as u64);
+    while f.sim.heartbeat_count() < h0 + plan.cycles {
+        std::thread::sleep(Duration::from_millis(100));
+        let running = m.running();
+        m.check(running, "the Manager is running");
+        m.check(
+            Instant::now() < deadline,
+            &format!("{} heartbeats in time", plan.cycles),
+        );
+        seen.extend(sockets(pid));
+        rss_max = rss_max.max(read_proc(pid).rss_kb);
+    }
+    let p1 = read_proc(pid);
+    let h1 = f.sim.heartbeat_count();
+    let n = (h1 - h0) as f64;
+    let briefs = f.sim.briefs();
+    let last = heartbeats_of(&briefs).last().map(|b| b.body_len).unwrap();
+    let reported = f.sim.heartbeats().last().unwrap()["managedProxyCount"].as_u64();
+    m.check(
+        reported == Some(size as u64),
+        &format!("the heartbeat reports all {size} proxies (got {reported:?})"),
+    );
+    let handshakes = f.sim.connections() - connections_before;
+    stop(&mut m);
+
+    // The DIY loop, on the same proxies.
+    let connections_before = f.sim.connections();
+    let mut diy = Diy::start(f, plan.diy_cycles + 1, 1);
+    let dpid = diy.pid();
+    assert_eq!(diy.next_cycle(), 1);
+    let d0 = read_proc(dpid);
+    let mut cycle = 1;
+    let mut d1 = d0;
+    while cycle < plan.diy_cycles + 1 {
+        cycle = diy.next_cycle();
+        d1 = read_proc(dpid);
+    }
+    let diy_handshakes = (f.sim.connections() - connections_before) as f64 / cycle as f64;
+    let end = diy.finish();
+    let reported = f.sim.heartbeats().last().unwrap()["managedProxyCount"].as_u64();
+    assert_eq!(
+        reported,
+        Some(size as u64),
+        "the DIY heartbeat reports all {size} proxies"
+    );
+    let tick_ms = 1000.0 / hz as f64;
+    SizeFigures {
+        size,
+        rss_kb: p1.rss_kb.max(rss_max),
+        hwm_kb: p1.hwm_kb,
+        cpu_ms: (p1.cpu_ns - p0.cpu_ns) as f64 / 1e6 / n,
+        tick_ms: (p1.ticks - p0.ticks) as f64 * tick_ms / n,
+        body: last,
+        cp_handshakes: handshakes,
+        sockets: seen.len(),
+        diy_rss_kb: end.max_rss_kb,
+        diy_cpu_ms: ((d1.ticks + d1.child_ticks) - (d0.ticks + d0.child_ticks)) as f64 * tick_ms
+            / (cycle - 1) as f64,
+        diy_handshakes,
+    }
+}
+
+fn crd_deploy(f: &Fixture, id: &str, name: &str) -> Value {
+    json!({"id": id, "class": "deploy", "issuedAt": "2026-12-03T00:00:00Z", "requires": [],
+        "payload": {"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd",
+            "manifests": [
+                {"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+                 "spec": {"image": PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-config")},
+                 "data": {"listen": "27017"}},
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-db")},
+                 "stringData": {"uri": "mongodb://db:27017"}}]}})
+}
+
+/// Arrival (the heartbeat whose answer carried it) to ack, in ms.
+fn arrival_to_ack(briefs: &[Brief], id: &str) -> Option<f64> {
+    let ack = briefs
+        .iter()
+        .find(|b| b.path == format!("/api/v2/manager/commands/{id}/ack"))?;
+    let hb = heartbeats_of(briefs)
+        .into_iter()
+        .rfind(|b| b.at <= ack.at)?;
+    Some(since(hb.at, ack.at))
+}
+
+fn acked(f: &Fixture, id: &str) -> Option<Value> {
+    f.sim
+        .acks()
+        .into_iter()
+        .find(|a| a["commandId"] == id)
+}
+
+fn wait_acked(f: &Fixture, what: &str, ids: &[String], timeout: Duration) -> Vec<Value> {
+    support::wait_for(timeout, what, || {
+        ids.iter().map(|id| acked(f, id)).collect::<Option<Vec<_>>>()
+    })
+}
+
+struct DeployFigures {
+    median_ms: f64,
+    worst_ms: f64,
+    batch_ms: f64,
+    diy_median_ms: f64,
+    diy_worst_ms: f64,
+}
+
+fn measure_deploys(plan: &Plan) -> DeployFigures {
+    let f = ready_fixture("bench-deploy");
+    let (env, _) = manager_env(&f, 1);
+    let mut m = spawn_static(&f, &env);
+    wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
+    let mut took = Vec::new();
+    for i in 0..plan.deploys {
+        let id = format!("seq-{i}");
+        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, &id, &format!("d{i}")));
+        let ack = wait_acked(&f, &id, std::slice::from_ref(&id), Duration::from_secs(60)).remove(0);
+        m.check(ack["result"] == "applied", &format!("{id} applied: {ack}"));
+        took.push(arrival_to_ack(&f.sim.briefs(), &id).expect("ack and heartbeat logged"));
+    }
+    let worst = took.iter().cloned().fold(0.0, f64::max);
+    let median_ms = median(&mut took);
+
+    // A batch in one heartbeat answer: from that heartbeat to the last ack.
+    let ids: Vec<String> = (0..plan.batch).map(|i| format!("batch-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, id, &format!("b{i}")));
+    }
+    let acks = wait_acked(&f, "the batch's acks", &ids, Duration::from_secs(600));
+    m.check(
+        acks.iter().all(|a| a["result"] == "applied"),
+        "every batch deploy applied",
+    );
+    let briefs = f.sim.briefs();
+    let first = arrival_to_ack(&briefs, &ids[0]).unwrap();
+    let first_ack = briefs
+        .iter()
+        .find(|b| b.path.ends_with(&format!("/commands/{}/ack", ids[0])))
+        .unwrap()
+        .at;
+    let last_ack = ids
+        .iter()
+        .filter_map(|id| {
+            briefs
+                .iter()
+                .find(|b| b.path.ends_with(&format!("/commands/{id}/ack")))
+                .map(|b| b.at)
+        })
+        .max()
+        .unwrap();
+    let batch_ms = first + since(first_ack, last_ack);
+    stop(&mut m);
+
+    // The DIY loop, same commands.
+    let mut diy = Diy::start(&f, 0, 1);
+    diy.next_cycle();
+    let mut diy_took = Vec::new();
+    for i in 0..plan.diy_deploys {
+        let id = format!("diy-{i}");
+        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, &id, &format!("x{i}")));
+        let ack = wait_acked(&f, &id, std::slice::from_ref(&id), Duration::from_secs(120)).remove(0);
+        if ack["result"] != "applied" {
+            diy.fail(&format!("{id} not applied: {ack}"));
+        }
+        diy_took.push(arrival_to_ack(&f.sim.briefs(), &id).unwrap());
+    }
+    diy.kill();
+    let diy_worst = diy_took.iter().cloned().fold(0.0, f64::max);
+    DeployFigures {
+        median_ms,
+        worst_ms: worst,
+        batch_ms,
+        diy_median_ms: median(&mut diy_took),
+        diy_worst_ms: diy_worst,
+    }
+}
+
+struct StartFigures {
+    median_ms: f64,
+    worst_ms: f64,
+}
+
+fn measure_starts(plan: &Plan) -> StartFigures {
+    let f = ready_fixture("bench-start");
+    let (env, _) = manager_env(&f, 15);
+    let mut took = Vec::new();
+    for _ in 0..plan.starts {
+        let n = f.sim.heartbeat_count();
+        let t0 = SystemTime::now();
+        let mut m = spawn_static(&f, &env);
+        wait_heartbeats(&f, &mut m, n + 1, Duration::from_secs(60));
+        let first = heartbeats_of(&f.sim.briefs())[n].at;
+        took.push(since(t0, first));
+        stop(&mut m);
+    }
+    let worst = took.iter().cloned().fold(0.0, f64::max);
+    StartFigures {
+        median_ms: median(&mut took),
+        worst_ms: worst,
+    }
+}
+
+struct IdleFigures {
+    voluntary: f64,
+    involuntary: f64,
+    /// Heartbeats during the traced window.
+    traced: usize,
+    /// `poll` calls that returned in it, and how many of them timed out.
+    polls: usize,
+    poll_timeouts: usize,
+    /// Any other traced call (`connect`, `clone`) in it.
+    others: usize,
+    threads: u64,
+}
+
+fn measure_idle(plan: &Plan) -> IdleFigures {
+    let f = ready_fixture("bench-idle");
+    let (env, port) = manager_env(&f, plan.idle_interval);
+    let mut m = spawn_static(&f, &env);
+    let pid = m.pid();
+    wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
+    // The probe listener is open and answers, then is left alone.
+    let probe = std::net::TcpStream::connect(("127.0.0.1", port));
+    m.check(probe.is_ok(), "the probe listener accepts connections");
+    drop(probe);
+    let window = Duration::from_secs(plan.idle_interval * plan.idle_intervals);
+
+    // Context switches, without a tracer (a tracer adds its own).
+    let h0 = f.sim.heartbeat_count();
+    let p0 = read_proc(pid);
+    std::thread::sleep(window);
+    let p1 = read_proc(pid);
+    let intervals = (f.sim.heartbeat_count() - h0).max(1) as f64;
+
+    // System calls of the same kind of window, under strace.
+    let trace = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("idle-{pid}.strace"));
+    let mut strace = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=poll,ppoll,connect,clone,clone3", "-o"])
+        .arg(&trace)
+        .arg("-p")
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run strace (install it: apt-get install strace)");
+    std::thread::sleep(Duration::from_millis(500));
+    let h2 = f.sim.heartbeat_count();
+    std::thread::sleep(window);
+    let traced = f.sim.heartbeat_count() - h2;
+    let _ = Command::new("kill")
+        .args(["-INT", &strace.id().to_string()])
+        .status();
+    let _ = strace.wait();
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    m.check(
+        !text.is_empty(),
+        &format!("strace recorded nothing in {}", trace.display()),
+    );
+    // Completed calls only: the one in progress when strace detached is cut.
+    let done: Vec<&str> = text.lines().filter(|l| l.contains(") = ")).collect();
+    let polls = done.iter().filter(|l| l.contains("poll(")).count();
+    stop(&mut m);
+    IdleFigures {
+        voluntary: (p1.voluntary - p0.voluntary) as f64 / intervals,
+        involuntary: (p1.involuntary - p0.involuntary) as f64 / intervals,
+        traced,
+        polls,
+        poll_timeouts: done.iter().filter(|l| l.contains("= 0 (Timeout)")).count(),
+        others: done.len() - polls,
+        threads: p1.threads,
+    }
+}
+
+struct ImageFigures {
+    binary: u64,
+    app_tar: u64,
+    app_gz: u64,
+    base_tar: u64,
+    base_gz: u64,
+}
+
+fn measure_image() -> ImageFigures {
+    let bin = static_binary();
+    let out = Command::new("bash")
+        .arg(bench_dir().join("tests/bench/image-size.sh"))
+        .arg(&bin)
+        .output()
+        .expect("run tests/bench/image-size.sh");
+    assert!(
+        out.status.success(),
+        "image-size.sh failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let get = |k: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("image-size.sh printed no {k}: {text}"))
+    };
+    ImageFigures {
+        binary: std::fs::metadata(&bin).unwrap().len(),
+        app_tar: get("app_tar"),
+        app_gz: get("app_gz"),
+        base_tar: get("base_tar"),
+        base_gz: get("base_gz"),
+    }
+}
+
+// ---------------------------------------------------------------- main --
+
+fn main() {
+    let plan = Plan::from_args();
+    let started = Instant::now();
+    let hz = ticks_per_second();
+    let bin = static_binary();
+    eprintln!(
+        "bench: {} form, binary {}",
+        if plan.full { "full" } else { "short" },
+        bin.display()
+    );
+    let mut rows = Vec::new();
+
+    if plan.runs("image") {
+        let img = measure_image();
+        rows.push(row(
+            "binary, stripped static",
+            mib(img.binary),
+            "—".into(),
+            "".into(),
+            "≤ 3 MiB",
+            "`stat -c %s` of the binary",
+        ));
+        rows.push(row(
+            "image on distroless static (layers as tar)",
+            format!(
+                "{} (base {} + app {})",
+                mib(img.base_tar + img.app_tar),
+                mib(img.base_tar),
+                mib(img.app_tar)
+            ),
+            "—".into(),
+            "".into(),
+            "≤ 5 MiB",
+            "`tests/bench/image-size.sh` (base rebuilt from Debian 12 packages)",
+        ));
+        rows.push(row(
+            "image, gzip-compressed (pulled bytes)",
+            format!(
+                "{} (base {} + app {})",
+                mib(img.base_gz + img.app_gz),
+                mib(img.base_gz),
+                mib(img.app_gz)
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "`gzip -9` of each layer",
+        ));
+
+    }
+    if plan.runs("start") {
+        let starts = measure_starts(&plan);
+        rows.push(row(
+            "start to first heartbeat",
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                starts.median_ms, starts.worst_ms, plan.starts
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "spawn to the simulator's arrival time",
+        ));
+
+    }
+    if plan.runs("idle") {
+        let idle = measure_idle(&plan);
+        rows.push(row(
+            "idle: wake-ups of the wait per interval",
+            format!(
+                "{} `poll` returns for {} heartbeats, {} of them timeouts",
+                idle.polls, idle.traced, idle.poll_timeouts
+            ),
+            "—".into(),
+            "".into(),
+            "exactly 1",
+            &format!(
+                "`strace -f -e poll,ppoll` over {} intervals of {} s, probes on",
+                plan.idle_intervals, plan.idle_interval
+            ),
+        ));
+        rows.push(row(
+            "idle: context switches per interval",
+            format!(
+                "{:.1} voluntary + {:.1} involuntary",
+                idle.voluntary, idle.involuntary
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "`/proc/PID/status`; includes the heartbeat's own socket reads",
+        ));
+        rows.push(row(
+            "idle: new connections or threads; threads",
+            format!(
+                "{} `connect`/`clone` calls in {} heartbeats; {} thread",
+                idle.others, idle.traced, idle.threads
+            ),
+            "—".into(),
+            "".into(),
+            "0; 1",
+            "`strace -e connect,clone`; `/proc/PID/status` Threads",
+        ));
+
+    }
+    if plan.runs("deploy") {
+        let deploys = measure_deploys(&plan);
+        rows.push(row(
+            "command arrival to ack, three-object deploy",
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                deploys.median_ms, deploys.worst_ms, plan.deploys
+            ),
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                deploys.diy_median_ms, deploys.diy_worst_ms, plan.diy_deploys
+            ),
+            ratio(deploys.diy_median_ms, deploys.median_ms),
+            "",
+            "simulator arrival times: heartbeat answered → ack",
+        ));
+        rows.push(row(
+            &format!("{} deploys in one heartbeat answer", plan.batch),
+            format!(
+                "{:.2} s ({:.1} ms each)",
+                deploys.batch_ms / 1000.0,
+                deploys.batch_ms / plan.batch as f64
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "heartbeat answered → last ack",
+        ));
+
+    }
+    if plan.runs("sizes") {
+        let f = ready_fixture("bench-size");
+        let mut have = 0;
+        let mut sizes = Vec::new();
+        for &size in &plan.sizes {
+            grow(&f, have, size);
+            have = size;
+            let s = measure_size(&plan, &f, size, hz);
+            eprintln!(
+                "bench: {size} proxies: ours RSS {} kB, HWM {} kB, {:.3} ms CPU/heartbeat, body {} B; DIY {} kB, {:.1} ms/cycle",
+                s.rss_kb, s.hwm_kb, s.cpu_ms, s.body, s.diy_rss_kb, s.diy_cpu_ms
+            );
+            sizes.push(s);
+        }
+        for s in &sizes {
+            rows.push(row(
+                &format!("{} proxies: resident memory", s.size),
+                format!("{} steady, {} peak", kib(s.rss_kb), kib(s.hwm_kb)),
+                format!("{} (largest process)", kib(s.diy_rss_kb)),
+                ratio(s.diy_rss_kb as f64, s.hwm_kb as f64),
+                match s.size {
+                    100 => "≤ 4 MiB",
+                    10_000 => "≤ 8 MiB",
+                    _ => "",
+                },
+                "VmRSS, VmHWM; DIY: `wait4` ru_maxrss",
+            ));
+            rows.push(row(
+                &format!("{} proxies: CPU per heartbeat cycle", s.size),
+                format!("{:.3} ms ({:.1} ms in ticks)", s.cpu_ms, s.tick_ms),
+                format!("{:.0} ms", s.diy_cpu_ms),
+                ratio(s.diy_cpu_ms, s.cpu_ms),
+                if s.size == 100 { "≤ 2 ms" } else { "" },
+                &format!(
+                    "`/proc/PID/schedstat` over {} heartbeats; DIY: utime+stime+cutime+cstime over {}",
+                    plan.cycles, plan.diy_cycles
+                ),
+            ));
+            rows.push(row(
+                &format!("{} proxies: heartbeat request body", s.size),
+                format!("{} B", s.body),
+                "".into(),
+                "".into(),
+                "",
+                "simulator request log",
+            ));
+            rows.push(row(
+                &format!("{} proxies: TLS handshakes with the CP", s.size),
+                format!(
+                    "{} for {} heartbeats; {} sockets held",
+                    s.cp_handshakes,
+                    plan.cycles + 3,
+                    s.sockets
+                ),
+                format!("{:.1} per cycle", s.diy_handshakes),
+                "".into(),
+                "reused",
+                "simulator accepted connections; `/proc/PID/fd` socket inodes",
+            ));
+        }
+
+    }
+    let table = render(&rows);
+    let version = &support::testbed().version;
+    let date = humantime::format_rfc3339_seconds(SystemTime::now());
+    let header = format!(
+        "Run of {date} on {}; Kubernetes {version} (the test bed); binary {}; {} form, {:.0} s.\n",
+        machine(),
+        bin.file_name().unwrap().to_string_lossy(),
+        if plan.full { "full" } else { "short" },
+        started.elapsed().as_secs_f64()
+    );
+    println!("\n{header}\n{table}");
+    let out = if plan.full && plan.only.is_none() {
+        bench_dir().join("BENCHMARKS.md")
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("BENCHMARKS-short.md")
+    };
+    write_report(&out, &format!("{header}\n{table}"));
+    eprintln!("bench: wrote {}", out.display());
+}
+
+const BEGIN: &str = "<!-- bench:begin (written by tests/bench/footprint.rs) -->";
+const END: &str = "<!-- bench:end -->";
+
+/// Replaces the generated part of `path` (between the markers), keeping
+/// the analysis around it; a new file gets the markers alone.
+fn write_report(path: &Path, generated: &str) {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let block = format!("{BEGIN}\n{generated}{END}");
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(a), Some(b)) if a < b => {
+            format!("{}{block}{}", &old[..a], &old[b + END.len()..])
+        }
+        _ => format!("{old}{block}\n"),
+    };
+    std::fs::write(path, new).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
