@@ -12,10 +12,10 @@ bash "$testbed" build
 bin_dir=$(bash "$testbed" bin)
 
 # The static release binary, built exactly as Dockerfile.distroless builds it;
-# tests/static_binary.rs checks it and runs it in an empty root.
-RUSTFLAGS="-C target-feature=+crt-static" \
-  cargo build --release --locked --target x86_64-unknown-linux-gnu --bin nexo-manager
-export NEXO_STATIC_BINARY=$PWD/target/x86_64-unknown-linux-gnu/release/nexo-manager
+# tests/static_binary.rs checks it and runs it in an empty root, and the
+# short form of the benchmark suite measures it.
+NEXO_STATIC_BINARY=$(bash tests/build-static.sh)
+export NEXO_STATIC_BINARY
 
 dir=$(mktemp -d -t nexo-testbed.XXXXXX)
 rmdir "$dir"

@@ -15,8 +15,8 @@ use support::fixture::Fixture;
 fn static_binary() -> PathBuf {
     let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
         panic!(
-            "NEXO_STATIC_BINARY is not set: build the static binary first (tests/run.sh does it with \
-             RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release --locked --target x86_64-unknown-linux-gnu --bin nexo-manager)"
+            "NEXO_STATIC_BINARY is not set: build the static binary first with tests/build-static.sh \
+             (tests/run.sh does it) and point NEXO_STATIC_BINARY at the path it prints"
         )
     });
     let path = PathBuf::from(path);
