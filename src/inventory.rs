@@ -3,10 +3,16 @@
 //!
 //! Shaping is pure ([`proxy_entry`], [`deployment_entry`], [`Topology`]);
 //! [`collect`] is the thin I/O layer: paged lists, one page in memory.
+//!
+//! Items are decoded into projections ([`ProxyItem`], [`DeploymentItem`],
+//! [`NodeItem`]) holding only the fields read here: serde skips the rest
+//! as it streams past, so a page of 500 costs a few kilobytes instead of
+//! 500 full objects (a Deployment's pod template, a Node's status), and
+//! the binary carries no decoder for the fields it never reads.
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
-use serde_json::Value;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
 
 use crate::cp::wire::DeploymentEntry;
 use crate::kube::{self, Client};
@@ -33,36 +39,122 @@ pub struct Inventory {
     pub errors: Vec<String>,
 }
 
+/// The metadata the inventory reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MetaItem {
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// `metadata.namespace`.
+    pub namespace: Option<String>,
+    /// `metadata.labels`.
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+impl MetaItem {
+    fn ownership(&self, environment_id: &str) -> Ownership {
+        ownership::classify_labels(self.labels.as_ref(), environment_id)
+    }
+}
+
+/// A NexoProxy as the inventory reads it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProxyItem {
+    /// Its metadata.
+    pub metadata: MetaItem,
+    /// `spec.replicas` and `spec.image`.
+    pub spec: ProxySpecItem,
+}
+
+/// The fields of a NexoProxy's spec the heartbeat reports.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProxySpecItem {
+    /// `spec.replicas` (1 when absent, the CRD's default).
+    pub replicas: Option<i64>,
+    /// `spec.image`.
+    pub image: Option<String>,
+}
+
+/// An `apps/v1` Deployment as the inventory reads it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct DeploymentItem {
+    /// Its metadata.
+    pub metadata: MetaItem,
+    /// `spec.replicas` and the pod template's containers.
+    pub spec: DeploymentSpecItem,
+}
+
+/// The fields of a Deployment's spec the heartbeat reports.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct DeploymentSpecItem {
+    /// `spec.replicas` (1 when absent, the API's default).
+    pub replicas: Option<i32>,
+    /// `spec.template`.
+    pub template: TemplateItem,
+}
+
+/// `spec.template` of a Deployment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TemplateItem {
+    /// `spec.template.spec`.
+    pub spec: PodSpecItem,
+}
+
+/// `spec.template.spec` of a Deployment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodSpecItem {
+    /// Its containers.
+    pub containers: Vec<ContainerItem>,
+}
+
+/// A container's name and image.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ContainerItem {
+    /// `name`.
+    pub name: String,
+    /// `image`.
+    pub image: Option<String>,
+}
+
+/// A Node as the inventory reads it: its labels.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NodeItem {
+    /// Its metadata.
+    pub metadata: MetaItem,
+}
+
 /// The heartbeat entry of an owned NexoProxy.
-pub fn proxy_entry(object: &Value) -> Option<DeploymentEntry> {
-    let meta = &object["metadata"];
+pub fn proxy_entry(p: ProxyItem) -> Option<DeploymentEntry> {
     Some(DeploymentEntry {
-        namespace: meta["namespace"].as_str()?.to_owned(),
-        name: meta["name"].as_str()?.to_owned(),
+        namespace: p.metadata.namespace?,
+        name: p.metadata.name?,
         kind: "NexoProxy".into(),
-        replicas: object["spec"]["replicas"].as_i64().unwrap_or(1),
-        image: object["spec"]["image"].as_str().map(str::to_owned),
+        replicas: p.spec.replicas.unwrap_or(1),
+        image: p.spec.image,
     })
 }
 
 /// The heartbeat entry of an owned legacy `apps/v1` Deployment: its image is
 /// that of the container named `proxy`, else of the first container.
-pub fn deployment_entry(d: &Deployment) -> Option<DeploymentEntry> {
-    let containers = d
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .map(|p| p.containers.as_slice())
-        .unwrap_or(&[]);
-    let image = containers
-        .iter()
-        .find(|c| c.name == "proxy")
-        .or_else(|| containers.first())
-        .and_then(|c| c.image.clone());
+pub fn deployment_entry(d: DeploymentItem) -> Option<DeploymentEntry> {
+    let mut containers = d.spec.template.spec.containers;
+    let i = containers.iter().position(|c| c.name == "proxy").unwrap_or(0);
+    let image = if i < containers.len() {
+        containers.swap_remove(i).image
+    } else {
+        None
+    };
     Some(DeploymentEntry {
-        namespace: d.metadata.namespace.clone()?,
-        name: d.metadata.name.clone()?,
+        namespace: d.metadata.namespace?,
+        name: d.metadata.name?,
         kind: "Deployment".into(),
         replicas: d.spec.replicas.map_or(1, i64::from),
         image,
@@ -112,7 +204,7 @@ pub struct Topology {
 
 impl Topology {
     /// Adds one node.
-    pub fn add_node(&mut self, node: &Node) {
+    pub fn add_node(&mut self, node: &NodeItem) {
         let labels = node.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
         self.region.add(label(REGION_LABEL));
@@ -138,10 +230,10 @@ pub fn collect(
     let mut inv = Inventory::default();
     for ns in namespaces {
         let proxies = format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies");
-        let result = client.list_each(&proxies, Some(&selector), PAGE, |obj| {
+        let result = client.list_each_as(&proxies, Some(&selector), PAGE, |p: ProxyItem| {
             // The selector already filters; the guard decides anyway.
-            if ownership::classify(&obj, environment_id) == Ownership::Owned {
-                inv.deployments.extend(proxy_entry(&obj));
+            if p.metadata.ownership(environment_id) == Ownership::Owned {
+                inv.deployments.extend(proxy_entry(p));
             }
         });
         if let Err(e) = result {
@@ -149,31 +241,15 @@ pub fn collect(
                 .push(describe(&format!("list nexoproxies in {ns}"), &e));
         }
         let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
-        let mut undecodable = 0;
         let result =
-            client.list_each(
-                &deployments,
-                Some(&selector),
-                PAGE,
-                |obj| match serde_json::from_value::<Deployment>(obj) {
-                    Ok(d)
-                        if ownership::classify_meta(&d.metadata, environment_id)
-                            == Ownership::Owned =>
-                    {
-                        inv.deployments.extend(deployment_entry(&d));
-                    }
-                    Ok(_) => {}
-                    Err(_) => undecodable += 1,
-                },
-            );
+            client.list_each_as(&deployments, Some(&selector), PAGE, |d: DeploymentItem| {
+                if d.metadata.ownership(environment_id) == Ownership::Owned {
+                    inv.deployments.extend(deployment_entry(d));
+                }
+            });
         if let Err(e) = result {
             inv.errors
                 .push(describe(&format!("list deployments in {ns}"), &e));
-        }
-        if undecodable > 0 {
-            inv.errors.push(format!(
-                "list deployments in {ns}: {undecodable} objects could not be decoded"
-            ));
         }
     }
     // A 410 restart may have visited items twice.
@@ -181,17 +257,8 @@ pub fn collect(
     inv.deployments.dedup();
     if want_topology {
         let mut topo = Topology::default();
-        let visit = |node: Value| match serde_json::from_value::<Node>(node) {
-            Ok(node) => topo.add_node(&node),
-            // An undecodable node makes the topology unknown, never guessed.
-            Err(_) => {
-                topo = Topology {
-                    region: Shared::Mixed,
-                    zone: Shared::Mixed,
-                }
-            }
-        };
-        match client.list_each("/api/v1/nodes", None, PAGE, visit) {
+        let visit = |node: NodeItem| topo.add_node(&node);
+        match client.list_each_as("/api/v1/nodes", None, PAGE, visit) {
             Ok(()) => {
                 inv.region = topo.region.get();
                 inv.zone = topo.zone.get();
@@ -211,9 +278,11 @@ mod tests {
 
     #[test]
     fn entries_from_objects() {
-        let p = json!({"metadata": {"name": "orders", "namespace": "shop"}, "spec": {"replicas": 3, "image": "p:1"}});
+        let p: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "orders", "namespace": "shop",
+            "managedFields": [{"manager": "x"}]}, "spec": {"replicas": 3, "image": "p:1", "port": 27017}}))
+        .unwrap();
         assert_eq!(
-            proxy_entry(&p).unwrap(),
+            proxy_entry(p).unwrap(),
             DeploymentEntry {
                 namespace: "shop".into(),
                 name: "orders".into(),
@@ -222,18 +291,27 @@ mod tests {
                 image: Some("p:1".into())
             }
         );
-        let d: Deployment = serde_json::from_value(
+        let d: DeploymentItem = serde_json::from_value(
             json!({"metadata": {"name": "billing", "namespace": "shop"}, "spec": {
             "selector": {}, "template": {"spec": {"containers": [
             {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}}),
         )
         .unwrap();
-        let e = deployment_entry(&d).unwrap();
+        let e = deployment_entry(d).unwrap();
         assert_eq!(
             (e.kind.as_str(), e.replicas, e.image.as_deref()),
             ("Deployment", 1, Some("p:0.9"))
         );
-        assert!(proxy_entry(&json!({"metadata": {"name": "x"}})).is_none());
+        let d: DeploymentItem = serde_json::from_value(json!({"metadata": {"name": "one", "namespace": "shop"},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "main", "image": "m:1"}]}}}}))
+        .unwrap();
+        let e = deployment_entry(d).unwrap();
+        assert_eq!((e.replicas, e.image.as_deref()), (2, Some("m:1")));
+        let d: DeploymentItem =
+            serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}})).unwrap();
+        assert_eq!(deployment_entry(d).unwrap().image, None);
+        let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(proxy_entry(nameless).is_none());
     }
 
     #[test]
@@ -246,7 +324,7 @@ mod tests {
             if let Some(z) = z {
                 labels.insert(ZONE_LABEL.into(), z.into());
             }
-            serde_json::from_value::<Node>(json!({"metadata": {"labels": labels}})).unwrap()
+            serde_json::from_value::<NodeItem>(json!({"metadata": {"labels": labels}})).unwrap()
         };
         let mut t = Topology::default();
         t.add_node(&node(Some("eu-west-1"), Some("eu-west-1a")));

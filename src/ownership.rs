@@ -37,7 +37,14 @@ pub fn classify(object: &Value, environment_id: &str) -> Ownership {
 
 /// Classifies a typed object from its metadata.
 pub fn classify_meta(meta: &ObjectMeta, environment_id: &str) -> Ownership {
-    let labels = meta.labels.as_ref();
+    classify_labels(meta.labels.as_ref(), environment_id)
+}
+
+/// Classifies an object from its labels.
+pub fn classify_labels(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    environment_id: &str,
+) -> Ownership {
     classify_by(
         |k| labels.and_then(|l| l.get(k)).map(String::as_str),
         environment_id,

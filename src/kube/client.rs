@@ -5,6 +5,7 @@
 //! and retries once. The CP's egress proxy settings are not used here: the API
 //! server is reached directly.
 
+use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,12 @@ use crate::backoff::{Backoff, Jitter};
 
 /// Largest response body read from the API server (one page of a list).
 pub const MAX_BODY: u64 = 32 * 1024 * 1024;
+
+/// Largest error body read (a `Status` is small; a proxy's page is cut).
+pub const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// Read buffer of a response body being decoded.
+const READ_BUFFER: usize = 16 * 1024;
 
 /// Connect timeout of every call.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -163,11 +170,25 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Value, Error> {
+        Ok(self
+            .request_as::<Value>(method, path, body)?
+            .unwrap_or(Value::Null))
+    }
+
+    /// [`Client::request`], decoding a 2xx body straight into `T` as it
+    /// arrives (no bytes buffer, no intermediate `Value`); `None` for an
+    /// empty body.
+    pub fn request_as<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<Option<T>, Error> {
         let mut backoff = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy());
         let mut attempt = 0;
         let mut reloaded = false;
         loop {
-            let err = match self.send(&method, path, body.as_ref()) {
+            let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -198,20 +219,18 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Value, Error> {
-        self.send_with(&self.quick, &method, path, body.as_ref())
+        Ok(self
+            .send_with::<Value>(&self.quick, &method, path, body.as_ref())?
+            .unwrap_or(Value::Null))
     }
 
-    fn send(&self, method: &Method, path: &str, body: Option<&Body<'_>>) -> Result<Value, Error> {
-        self.send_with(&self.agent, method, path, body)
-    }
-
-    fn send_with(
+    fn send_with<T: DeserializeOwned>(
         &self,
         agent: &ureq::Agent,
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
-    ) -> Result<Value, Error> {
+    ) -> Result<Option<T>, Error> {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
@@ -244,12 +263,12 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(MAX_BODY)
-            .read_to_vec()?;
         if !(200..300).contains(&status) {
+            let bytes = resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_ERROR_BODY)
+                .read_to_vec()?;
             // Not every error body is a Status (a proxy's page, an empty 503).
             let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
                 reason: None,
@@ -263,22 +282,33 @@ impl Client {
                 retry_after,
             });
         }
-        if bytes.is_empty() {
-            return Ok(Value::Null);
+        // Decoded as it arrives: a page of a list is never held whole, as
+        // bytes or as a tree, only as the `T` it becomes.
+        let reader = resp.body_mut().with_config().limit(MAX_BODY).reader();
+        let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
+        if reader.fill_buf().map_err(ureq::Error::Io)?.is_empty() {
+            return Ok(None);
         }
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            what: "response body",
-            source,
+        serde_json::from_reader(reader).map(Some).map_err(|source| {
+            if source.is_io() {
+                // The connection failed mid-body: a transport error, retried as one.
+                Error::Transport(ureq::Error::Io(source.into()))
+            } else {
+                Error::Decode {
+                    what: "response body",
+                    source,
+                }
+            }
         })
     }
 
-    /// GET, decoded into `T`.
+    /// GET, decoded into `T` as the body arrives.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        let v = self.request(Method::GET, path, None)?;
-        serde_json::from_value(v).map_err(|source| Error::Decode {
-            what: "object",
-            source,
-        })
+        self.request_as::<T>(Method::GET, path, None)?
+            .ok_or_else(|| Error::Decode {
+                what: "object",
+                source: serde::de::Error::custom("the body is empty"),
+            })
     }
 
     /// GET that maps 404 to `None`.
@@ -384,6 +414,18 @@ impl Client {
         limit: u32,
         continue_token: Option<&str>,
     ) -> Result<(Vec<Value>, Option<String>), Error> {
+        self.list_page_as(collection, label_selector, limit, continue_token)
+    }
+
+    /// [`Client::list_page`] with each item decoded into `T`: a projection
+    /// of the few fields the caller reads keeps a page small.
+    pub fn list_page_as<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<T>, Option<String>), Error> {
         let mut query = Query::new().param("limit", &limit.to_string());
         if let Some(selector) = label_selector {
             query = query.param("labelSelector", selector);
@@ -391,7 +433,7 @@ impl Client {
         if let Some(token) = continue_token {
             query = query.param("continue", token);
         }
-        let page: ListPage = self.get(&format!("{collection}{}", query.finish()))?;
+        let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
         let next = page.metadata.continue_token.filter(|t| !t.is_empty());
         Ok((page.items, next))
     }
@@ -407,8 +449,19 @@ impl Client {
         limit: u32,
         visit: impl FnMut(Value),
     ) -> Result<(), Error> {
+        self.list_each_as(collection, label_selector, limit, visit)
+    }
+
+    /// [`Client::list_each`] with each item decoded into `T`.
+    pub fn list_each_as<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        visit: impl FnMut(T),
+    ) -> Result<(), Error> {
         page_through(
-            |token| self.list_page(collection, label_selector, limit, token),
+            |token| self.list_page_as(collection, label_selector, limit, token),
             visit,
         )
         .inspect_err(|e| {
@@ -421,9 +474,9 @@ impl Client {
 
 /// The paging loop of [`Client::list_each`], over any page source: follows
 /// `continue` tokens, and restarts once from the beginning on 410 Gone.
-pub fn page_through(
-    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<Value>, Option<String>), Error>,
-    mut visit: impl FnMut(Value),
+pub fn page_through<T>(
+    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<T>, Option<String>), Error>,
+    mut visit: impl FnMut(T),
 ) -> Result<(), Error> {
     let mut restarted = false;
     let mut token: Option<String> = None;
@@ -447,9 +500,10 @@ pub fn page_through(
 }
 
 #[derive(serde::Deserialize)]
-struct ListPage {
-    #[serde(default)]
-    items: Vec<Value>,
+#[serde(bound(deserialize = "T: DeserializeOwned"))]
+struct ListPage<T> {
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
     #[serde(default)]
     metadata: ListMeta,
 }
