@@ -435,6 +435,21 @@ impl Agent {
                         );
                         return Ok(None);
                     }
+                    // A long batch keeps the lease: renewed between commands
+                    // once a third of it has passed.
+                    if self.elector.renewal_due() {
+                        match self
+                            .elector
+                            .try_lead(&self.kube, lease::duration_for(self.interval))
+                        {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                log::warn!("lost the lease; leaving the rest of the batch");
+                                break;
+                            }
+                            Err(e) => log::warn!("cannot renew the lease mid-batch: {e}"),
+                        }
+                    }
                     if !self.elector.leading() {
                         log::warn!(
                             "the lease is past its renew deadline; leaving the rest of the batch"
