@@ -48,6 +48,12 @@ pub const INTERVAL_MIN: Duration = Duration::from_secs(5);
 /// Bounds of the CP's interval override.
 pub const INTERVAL_MAX: Duration = Duration::from_secs(600);
 
+/// How long region and zone read from the nodes are reused before the
+/// nodes are listed again: node labels hardly ever change, and listing
+/// every node of a large cluster at every heartbeat would cost the API
+/// server and the Manager more than the whole rest of the heartbeat.
+pub const TOPOLOGY_REFRESH: Duration = Duration::from_secs(300);
+
 /// A session is renewed this long before the CP says it expires.
 const SESSION_MARGIN: Duration = Duration::from_secs(30);
 
@@ -94,6 +100,12 @@ impl From<StateError> for Fatal {
 /// Clamps the CP's interval override to [`INTERVAL_MIN`]..=[`INTERVAL_MAX`].
 pub fn clamp_interval(seconds: u64) -> Duration {
     Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
+}
+
+/// Whether the nodes should be listed for region and zone: never yet, or
+/// longer than [`TOPOLOGY_REFRESH`] ago.
+pub fn topology_due(listed_at: Option<Instant>, now: Instant) -> bool {
+    listed_at.is_none_or(|at| now.saturating_duration_since(at) >= TOPOLOGY_REFRESH)
 }
 
 /// What to do after a failed CP call.
@@ -143,6 +155,8 @@ pub struct Agent {
     probe: Option<Probe>,
     metrics: Metrics,
     elector: Elector,
+    /// Region and zone from the last node listing, and when it was made.
+    topology: Option<(Instant, Option<String>, Option<String>)>,
 }
 
 /// Reads the connect token from its source and validates it.
@@ -321,6 +335,7 @@ impl Agent {
             probe,
             metrics: Metrics::default(),
             elector,
+            topology: None,
         })
     }
 
@@ -631,13 +646,20 @@ impl Agent {
     }
 
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
-        let want_topology = self.cfg.cluster_region.is_none() || self.cfg.cluster_zone.is_none();
-        let inv = inventory::collect(
+        let configured = self.cfg.cluster_region.is_some() && self.cfg.cluster_zone.is_some();
+        let listed_at = self.topology.as_ref().map(|(at, _, _)| *at);
+        let mut inv = inventory::collect(
             &self.kube,
             &self.namespaces,
             self.token.environment_id(),
-            want_topology,
+            !configured && topology_due(listed_at, Instant::now()),
         );
+        if inv.topology_read {
+            self.topology = Some((Instant::now(), inv.region.clone(), inv.zone.clone()));
+        } else if let Some((_, region, zone)) = &self.topology {
+            inv.region = region.clone();
+            inv.zone = zone.clone();
+        }
         self.sequence += 1;
         HeartbeatRequest {
             manager_id: self
@@ -851,6 +873,15 @@ fn round_ms(d: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::backoff::Jitter;
+
+    #[test]
+    fn nodes_are_listed_first_then_every_five_minutes() {
+        let now = Instant::now();
+        assert!(topology_due(None, now));
+        assert!(!topology_due(Some(now), now));
+        assert!(!topology_due(Some(now), now + TOPOLOGY_REFRESH - Duration::from_secs(1)));
+        assert!(topology_due(Some(now), now + TOPOLOGY_REFRESH));
+    }
 
     #[test]
     fn interval_override_is_clamped() {

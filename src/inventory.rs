@@ -37,6 +37,8 @@ pub struct Inventory {
     pub zone: Option<String>,
     /// What could not be read.
     pub errors: Vec<String>,
+    /// Whether the nodes were listed (region and zone are then current).
+    pub topology_read: bool,
 }
 
 /// The metadata the inventory reads.
@@ -219,7 +221,7 @@ fn describe(what: &str, e: &kube::Error) -> String {
 }
 
 /// Collects the inventory. `want_topology` is false when both region and
-/// zone are configured.
+/// zone are configured, or when the caller's copy is recent enough.
 pub fn collect(
     client: &Client,
     namespaces: &[String],
@@ -262,9 +264,13 @@ pub fn collect(
             Ok(()) => {
                 inv.region = topo.region.get();
                 inv.zone = topo.zone.get();
+                inv.topology_read = true;
             }
             // Listing nodes is optional RBAC: without it, region and zone are omitted.
-            Err(e) if e.status() == Some(403) => log::debug!("inventory: nodes not readable: {e}"),
+            Err(e) if e.status() == Some(403) => {
+                log::debug!("inventory: nodes not readable: {e}");
+                inv.topology_read = true;
+            }
             Err(e) => inv.errors.push(describe("list nodes", &e)),
         }
     }
