@@ -10,8 +10,6 @@
 //! 500 full objects (a Deployment's pod template, a Node's status), and
 //! the binary carries no decoder for the fields it never reads.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 
 use crate::cp::wire::DeploymentEntry;
@@ -49,13 +47,37 @@ pub struct MetaItem {
     pub name: Option<String>,
     /// `metadata.namespace`.
     pub namespace: Option<String>,
-    /// `metadata.labels`.
-    pub labels: Option<BTreeMap<String, String>>,
+    /// The ownership labels; other labels are skipped.
+    pub labels: OwnershipLabels,
+}
+
+/// The labels that decide ownership.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct OwnershipLabels {
+    /// [`ownership::MANAGED_BY`].
+    #[serde(rename = "app.kubernetes.io/managed-by")]
+    pub managed_by: Option<String>,
+    /// [`ownership::OWNER_ID`].
+    #[serde(rename = "nexo.io/owner-id")]
+    pub owner_id: Option<String>,
+    /// [`ownership::PART_OF`].
+    #[serde(rename = "app.kubernetes.io/part-of")]
+    pub part_of: Option<String>,
 }
 
 impl MetaItem {
     fn ownership(&self, environment_id: &str) -> Ownership {
-        ownership::classify_labels(self.labels.as_ref(), environment_id)
+        let l = &self.labels;
+        ownership::classify_by(
+            |k| match k {
+                ownership::MANAGED_BY => l.managed_by.as_deref(),
+                ownership::OWNER_ID => l.owner_id.as_deref(),
+                ownership::PART_OF => l.part_of.as_deref(),
+                _ => None,
+            },
+            environment_id,
+        )
     }
 }
 
@@ -125,12 +147,32 @@ pub struct ContainerItem {
     pub image: Option<String>,
 }
 
-/// A Node as the inventory reads it: its labels.
+/// A Node as the inventory reads it: its topology labels.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct NodeItem {
     /// Its metadata.
-    pub metadata: MetaItem,
+    pub metadata: NodeMetaItem,
+}
+
+/// `metadata` of a Node.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NodeMetaItem {
+    /// `metadata.labels`: region and zone.
+    pub labels: TopologyLabels,
+}
+
+/// The topology labels of a Node.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TopologyLabels {
+    /// [`REGION_LABEL`].
+    #[serde(rename = "topology.kubernetes.io/region")]
+    pub region: Option<String>,
+    /// [`ZONE_LABEL`].
+    #[serde(rename = "topology.kubernetes.io/zone")]
+    pub zone: Option<String>,
 }
 
 /// The heartbeat entry of an owned NexoProxy.
@@ -207,10 +249,9 @@ pub struct Topology {
 impl Topology {
     /// Adds one node.
     pub fn add_node(&mut self, node: &NodeItem) {
-        let labels = node.metadata.labels.as_ref();
-        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-        self.region.add(label(REGION_LABEL));
-        self.zone.add(label(ZONE_LABEL));
+        let labels = &node.metadata.labels;
+        self.region.add(labels.region.as_deref());
+        self.zone.add(labels.zone.as_deref());
     }
 }
 
@@ -280,7 +321,7 @@ pub fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn entries_from_objects() {
@@ -318,6 +359,28 @@ mod tests {
         assert_eq!(deployment_entry(d).unwrap().image, None);
         let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
         assert!(proxy_entry(nameless).is_none());
+    }
+
+    #[test]
+    fn ownership_from_projected_labels() {
+        let meta = |labels: Value| {
+            serde_json::from_value::<ProxyItem>(
+                json!({"metadata": {"name": "x", "namespace": "n", "labels": labels}}),
+            )
+            .unwrap()
+            .metadata
+        };
+        let owned = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-a", "app": "y"});
+        assert_eq!(meta(owned).ownership("env-a"), Ownership::Owned);
+        let other = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"});
+        assert_eq!(
+            meta(other).ownership("env-a"),
+            Ownership::OtherEnvironment("env-b".into())
+        );
+        let legacy = json!({"app.kubernetes.io/part-of": "nexo"});
+        assert_eq!(meta(legacy).ownership("env-a"), Ownership::Legacy);
+        let half = json!({"app.kubernetes.io/managed-by": "nexo-manager"});
+        assert_eq!(meta(half).ownership("env-a"), Ownership::Unrelated);
     }
 
     #[test]

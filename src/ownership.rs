@@ -51,7 +51,8 @@ pub fn classify_labels(
     )
 }
 
-fn classify_by<'a>(label: impl Fn(&str) -> Option<&'a str>, environment_id: &str) -> Ownership {
+/// Classifies from a label lookup.
+pub fn classify_by<'a>(label: impl Fn(&str) -> Option<&'a str>, environment_id: &str) -> Ownership {
     match (label(MANAGED_BY), label(OWNER_ID)) {
         (Some(MANAGER), Some(owner)) if owner == environment_id => Ownership::Owned,
         (_, Some(owner)) => Ownership::OtherEnvironment(owner.to_owned()),
