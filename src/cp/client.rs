@@ -4,6 +4,7 @@
 //! call has a connect and a whole-request timeout (10 s and 30 s unless
 //! configured); bodies over 8 MiB are refused without being buffered whole.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -119,6 +120,9 @@ pub enum AckOutcome {
 pub struct CpClient {
     agent: ureq::Agent,
     base: String,
+    /// Size of the last heartbeat body: the next one is written into a
+    /// buffer of about that size instead of growing (and copying) one.
+    last_heartbeat: Cell<usize>,
 }
 
 impl fmt::Debug for CpClient {
@@ -169,6 +173,7 @@ impl CpClient {
         Ok(CpClient {
             agent,
             base: base.to_owned(),
+            last_heartbeat: Cell::new(0),
         })
     }
 
@@ -188,7 +193,12 @@ impl CpClient {
         session: &Secret,
         body: &HeartbeatRequest,
     ) -> Result<HeartbeatResponse, CpError> {
-        let bytes = self.post("/api/v2/manager/heartbeat", session, body)?;
+        let bytes = self.post_sized(
+            "/api/v2/manager/heartbeat",
+            session,
+            body,
+            Some(&self.last_heartbeat),
+        )?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(HeartbeatResponse::default());
         }
@@ -210,7 +220,24 @@ impl CpClient {
     }
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
-        let json = serde_json::to_vec(body).expect("wire types always serialize");
+        self.post_sized(path, bearer, body, None)
+    }
+
+    /// [`CpClient::post`], writing the body into a buffer of about the size
+    /// `last` remembers, and remembering this one's.
+    fn post_sized(
+        &self,
+        path: &str,
+        bearer: &Secret,
+        body: &impl Serialize,
+        last: Option<&Cell<usize>>,
+    ) -> Result<Vec<u8>, CpError> {
+        let capacity = last.map_or(0, |l| l.get() + l.get() / 8);
+        let mut json = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut json, body).expect("wire types always serialize");
+        if let Some(l) = last {
+            l.set(json.len());
+        }
         let req = Request::post(format!("{}{path}", self.base))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")

@@ -5,6 +5,8 @@
 //! and retries once. The CP's egress proxy settings are not used here: the API
 //! server is reached directly.
 
+use std::cell::RefCell;
+use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +25,10 @@ pub const MAX_BODY: u64 = 32 * 1024 * 1024;
 
 /// Largest error body read (a `Status` is small; a proxy's page is cut).
 pub const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// Capacity of the read buffer kept between calls: a page of 100 typical
+/// items fits; a larger page grows it for that call only.
+pub const SCRATCH_KEEP: usize = 256 * 1024;
 
 /// Connect timeout of every call.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,6 +101,10 @@ pub struct Client {
     quick: ureq::Agent,
     server: String,
     auth: Auth,
+    /// The buffer response bodies are read into, kept between calls (up to
+    /// [`SCRATCH_KEEP`]) so that reading a page does not grow a new buffer
+    /// from nothing, through the allocator and `mmap`, every time.
+    scratch: RefCell<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -146,6 +156,7 @@ impl Client {
             quick: agent_with(QUICK_TIMEOUT),
             server: config.server,
             auth: config.auth,
+            scratch: RefCell::new(Vec::new()),
         })
     }
 
@@ -179,7 +190,7 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Option<T>, Error> {
-        let mut backoff = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy());
+        let mut backoff = None;
         let mut attempt = 0;
         let mut reloaded = false;
         loop {
@@ -195,7 +206,10 @@ impl Client {
                 }
             }
             attempt += 1;
-            match retry_delay(&method, &err, attempt, &mut backoff) {
+            // Seeded only when a call fails: the common path makes no system call for it.
+            let backoff = backoff
+                .get_or_insert_with(|| Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()));
+            match retry_delay(&method, &err, attempt, backoff) {
                 Some(delay) => {
                     log::warn!("{method} {path}: {err}; retry {attempt}/{RETRIES} in {delay:?}");
                     std::thread::sleep(delay);
@@ -280,22 +294,30 @@ impl Client {
         // Decoded straight into `T`: a page of a list becomes its projections,
         // never a `Value` tree. The bytes are read whole first: serde_json
         // parses a slice several times faster than a reader (BENCHMARKS.md),
-        // and one page's bytes are freed before the heartbeat body, which is
-        // larger, is built.
-        let bytes = resp
+        // and one page's bytes are released before the heartbeat body, which
+        // is larger, is built.
+        let mut bytes = self.scratch.take();
+        bytes.clear();
+        let read = resp
             .body_mut()
             .with_config()
             .limit(MAX_BODY)
-            .read_to_vec()?;
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| Error::Decode {
-                what: "response body",
-                source,
-            })
+            .reader()
+            .read_to_end(&mut bytes);
+        let decoded = match read {
+            Err(e) => Err(Error::Transport(ureq::Error::Io(e))),
+            Ok(0) => Ok(None),
+            Ok(_) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| Error::Decode {
+                    what: "response body",
+                    source,
+                }),
+        };
+        bytes.clear();
+        bytes.shrink_to(SCRATCH_KEEP);
+        self.scratch.replace(bytes);
+        decoded
     }
 
     /// GET, decoded into `T`.
