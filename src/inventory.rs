@@ -10,6 +10,8 @@
 //! 500 full objects (a Deployment's pod template, a Node's status), and
 //! the binary carries no decoder for the fields it never reads.
 
+use std::rc::Rc;
+
 use serde::Deserialize;
 
 use crate::cp::wire::DeploymentEntry;
@@ -175,20 +177,45 @@ pub struct TopologyLabels {
     pub zone: Option<String>,
 }
 
+/// Hands out one shared copy of equal strings (namespaces, images), so
+/// that entries that agree share them. Remembers at most [`Interner::MAX`]
+/// distinct values; past that, new values are simply not shared.
+#[derive(Debug, Default)]
+pub struct Interner {
+    seen: Vec<Rc<str>>,
+}
+
+impl Interner {
+    /// Distinct values remembered.
+    pub const MAX: usize = 64;
+
+    /// The shared copy of `s`.
+    pub fn get(&mut self, s: &str) -> Rc<str> {
+        if let Some(r) = self.seen.iter().find(|r| ***r == *s) {
+            return r.clone();
+        }
+        let r: Rc<str> = Rc::from(s);
+        if self.seen.len() < Self::MAX {
+            self.seen.push(r.clone());
+        }
+        r
+    }
+}
+
 /// The heartbeat entry of an owned NexoProxy.
-pub fn proxy_entry(p: ProxyItem) -> Option<DeploymentEntry> {
+pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<DeploymentEntry> {
     Some(DeploymentEntry {
-        namespace: p.metadata.namespace?,
+        namespace: shared.get(&p.metadata.namespace?),
         name: p.metadata.name?,
-        kind: "NexoProxy".into(),
+        kind: "NexoProxy",
         replicas: p.spec.replicas.unwrap_or(1),
-        image: p.spec.image,
+        image: p.spec.image.map(|i| shared.get(&i)),
     })
 }
 
 /// The heartbeat entry of an owned legacy `apps/v1` Deployment: its image is
 /// that of the container named `proxy`, else of the first container.
-pub fn deployment_entry(d: DeploymentItem) -> Option<DeploymentEntry> {
+pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<DeploymentEntry> {
     let mut containers = d.spec.template.spec.containers;
     let i = containers.iter().position(|c| c.name == "proxy").unwrap_or(0);
     let image = if i < containers.len() {
@@ -197,11 +224,11 @@ pub fn deployment_entry(d: DeploymentItem) -> Option<DeploymentEntry> {
         None
     };
     Some(DeploymentEntry {
-        namespace: d.metadata.namespace?,
+        namespace: shared.get(&d.metadata.namespace?),
         name: d.metadata.name?,
-        kind: "Deployment".into(),
+        kind: "Deployment",
         replicas: d.spec.replicas.map_or(1, i64::from),
-        image,
+        image: image.map(|i| shared.get(&i)),
     })
 }
 
@@ -271,12 +298,13 @@ pub fn collect(
 ) -> Inventory {
     let selector = ownership::owned_selector(environment_id);
     let mut inv = Inventory::default();
+    let mut shared = Interner::default();
     for ns in namespaces {
         let proxies = format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies");
         let result = client.list_each_as(&proxies, Some(&selector), PAGE, |p: ProxyItem| {
             // The selector already filters; the guard decides anyway.
             if p.metadata.ownership(environment_id) == Ownership::Owned {
-                inv.deployments.extend(proxy_entry(p));
+                inv.deployments.extend(proxy_entry(p, &mut shared));
             }
         });
         if let Err(e) = result {
@@ -287,7 +315,7 @@ pub fn collect(
         let result =
             client.list_each_as(&deployments, Some(&selector), PAGE, |d: DeploymentItem| {
                 if d.metadata.ownership(environment_id) == Ownership::Owned {
-                    inv.deployments.extend(deployment_entry(d));
+                    inv.deployments.extend(deployment_entry(d, &mut shared));
                 }
             });
         if let Err(e) = result {
@@ -329,11 +357,11 @@ mod tests {
             "managedFields": [{"manager": "x"}]}, "spec": {"replicas": 3, "image": "p:1", "port": 27017}}))
         .unwrap();
         assert_eq!(
-            proxy_entry(p).unwrap(),
+            proxy_entry(p, &mut Interner::default()).unwrap(),
             DeploymentEntry {
                 namespace: "shop".into(),
                 name: "orders".into(),
-                kind: "NexoProxy".into(),
+                kind: "NexoProxy",
                 replicas: 3,
                 image: Some("p:1".into())
             }
@@ -344,21 +372,21 @@ mod tests {
             {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}}),
         )
         .unwrap();
-        let e = deployment_entry(d).unwrap();
+        let e = deployment_entry(d, &mut Interner::default()).unwrap();
         assert_eq!(
-            (e.kind.as_str(), e.replicas, e.image.as_deref()),
+            (e.kind, e.replicas, e.image.as_deref()),
             ("Deployment", 1, Some("p:0.9"))
         );
         let d: DeploymentItem = serde_json::from_value(json!({"metadata": {"name": "one", "namespace": "shop"},
             "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "main", "image": "m:1"}]}}}}))
         .unwrap();
-        let e = deployment_entry(d).unwrap();
+        let e = deployment_entry(d, &mut Interner::default()).unwrap();
         assert_eq!((e.replicas, e.image.as_deref()), (2, Some("m:1")));
         let d: DeploymentItem =
             serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}})).unwrap();
-        assert_eq!(deployment_entry(d).unwrap().image, None);
+        assert_eq!(deployment_entry(d, &mut Interner::default()).unwrap().image, None);
         let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
-        assert!(proxy_entry(nameless).is_none());
+        assert!(proxy_entry(nameless, &mut Interner::default()).is_none());
     }
 
     #[test]
@@ -381,6 +409,30 @@ mod tests {
         assert_eq!(meta(legacy).ownership("env-a"), Ownership::Legacy);
         let half = json!({"app.kubernetes.io/managed-by": "nexo-manager"});
         assert_eq!(meta(half).ownership("env-a"), Ownership::Unrelated);
+    }
+
+    #[test]
+    fn equal_namespaces_and_images_are_shared() {
+        let mut shared = Interner::default();
+        let item = |name: &str, image: &str| -> ProxyItem {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "shop"},
+                "spec": {"image": image}}))
+            .unwrap()
+        };
+        let a = proxy_entry(item("a", "p:1"), &mut shared).unwrap();
+        let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap();
+        let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap();
+        assert!(Rc::ptr_eq(&a.namespace, &b.namespace));
+        assert!(Rc::ptr_eq(a.image.as_ref().unwrap(), b.image.as_ref().unwrap()));
+        assert_eq!(c.image.as_deref(), Some("p:2"));
+        // Past the bound, values are still right, only no longer shared.
+        for i in 0..Interner::MAX {
+            shared.get(&format!("v{i}"));
+        }
+        let x = shared.get("late");
+        let y = shared.get("late");
+        assert_eq!((&*x, &*y), ("late", "late"));
+        assert!(!Rc::ptr_eq(&x, &y));
     }
 
     #[test]
@@ -414,7 +466,7 @@ mod tests {
         let e = |ns: &str, n: &str| DeploymentEntry {
             namespace: ns.into(),
             name: n.into(),
-            kind: "NexoProxy".into(),
+            kind: "NexoProxy",
             replicas: 1,
             image: None,
         };
