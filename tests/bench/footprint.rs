@@ -237,6 +237,8 @@ fn grow(f: &Fixture, from: usize, to: usize) {
             });
         }
     });
+    // Let etcd and the API server's caches settle before measuring.
+    std::thread::sleep(Duration::from_secs(if to - from > 1_000 { 10 } else { 2 }));
     eprintln!(
         "bench: {} NexoProxies in {} ({} created in {:.1} s)",
         to,
@@ -272,6 +274,14 @@ fn ready_fixture(prefix: &str) -> Fixture {
         client.get::<Value>(&path).ok().map(drop)
     });
     f
+}
+
+/// Fixtures live to the end of the run: deleting a namespace of hundreds
+/// of objects keeps the API server and the garbage collector busy while
+/// the next part measures.
+fn keep_fixture<'a>(keep: &'a mut Vec<Fixture>, prefix: &str) -> &'a Fixture {
+    keep.push(ready_fixture(prefix));
+    keep.last().expect("just pushed")
 }
 
 fn spawn_static(f: &Fixture, env: &BTreeMap<String, String>) -> Manager {
@@ -621,16 +631,15 @@ struct DeployFigures {
     diy_worst_ms: f64,
 }
 
-fn measure_deploys(plan: &Plan) -> DeployFigures {
-    let f = ready_fixture("bench-deploy");
-    let (env, _) = manager_env(&f, 1);
-    let mut m = spawn_static(&f, &env);
-    wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
+fn measure_deploys(plan: &Plan, f: &Fixture) -> DeployFigures {
+    let (env, _) = manager_env(f, 1);
+    let mut m = spawn_static(f, &env);
+    wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
     let mut took = Vec::new();
     for i in 0..plan.deploys {
         let id = format!("seq-{i}");
-        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, &id, &format!("d{i}")));
-        let ack = wait_acked(&f, &id, std::slice::from_ref(&id), Duration::from_secs(60)).remove(0);
+        f.sim.enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("d{i}")));
+        let ack = wait_acked(f, &id, std::slice::from_ref(&id), Duration::from_secs(60)).remove(0);
         m.check(ack["result"] == "applied", &format!("{id} applied: {ack}"));
         took.push(arrival_to_ack(&f.sim.briefs(), &id).expect("ack and heartbeat logged"));
     }
@@ -640,9 +649,9 @@ fn measure_deploys(plan: &Plan) -> DeployFigures {
     // A batch in one heartbeat answer: from that heartbeat to the last ack.
     let ids: Vec<String> = (0..plan.batch).map(|i| format!("batch-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
-        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, id, &format!("b{i}")));
+        f.sim.enqueue_command(&f.env_id, crd_deploy(f, id, &format!("b{i}")));
     }
-    let acks = wait_acked(&f, "the batch's acks", &ids, Duration::from_secs(600));
+    let acks = wait_acked(f, "the batch's acks", &ids, Duration::from_secs(600));
     m.check(
         acks.iter().all(|a| a["result"] == "applied"),
         "every batch deploy applied",
@@ -668,13 +677,13 @@ fn measure_deploys(plan: &Plan) -> DeployFigures {
     stop(&mut m);
 
     // The DIY loop, same commands.
-    let mut diy = Diy::start(&f, 0, 1);
+    let mut diy = Diy::start(f, 0, 1);
     diy.next_cycle();
     let mut diy_took = Vec::new();
     for i in 0..plan.diy_deploys {
         let id = format!("diy-{i}");
-        f.sim.enqueue_command(&f.env_id, crd_deploy(&f, &id, &format!("x{i}")));
-        let ack = wait_acked(&f, &id, std::slice::from_ref(&id), Duration::from_secs(120)).remove(0);
+        f.sim.enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("x{i}")));
+        let ack = wait_acked(f, &id, std::slice::from_ref(&id), Duration::from_secs(120)).remove(0);
         if ack["result"] != "applied" {
             diy.fail(&format!("{id} not applied: {ack}"));
         }
@@ -696,15 +705,14 @@ struct StartFigures {
     worst_ms: f64,
 }
 
-fn measure_starts(plan: &Plan) -> StartFigures {
-    let f = ready_fixture("bench-start");
-    let (env, _) = manager_env(&f, 15);
+fn measure_starts(plan: &Plan, f: &Fixture) -> StartFigures {
+    let (env, _) = manager_env(f, 15);
     let mut took = Vec::new();
     for _ in 0..plan.starts {
         let n = f.sim.heartbeat_count();
         let t0 = SystemTime::now();
-        let mut m = spawn_static(&f, &env);
-        wait_heartbeats(&f, &mut m, n + 1, Duration::from_secs(60));
+        let mut m = spawn_static(f, &env);
+        wait_heartbeats(f, &mut m, n + 1, Duration::from_secs(60));
         let first = heartbeats_of(&f.sim.briefs())[n].at;
         took.push(since(t0, first));
         stop(&mut m);
@@ -729,12 +737,11 @@ struct IdleFigures {
     threads: u64,
 }
 
-fn measure_idle(plan: &Plan) -> IdleFigures {
-    let f = ready_fixture("bench-idle");
-    let (env, port) = manager_env(&f, plan.idle_interval);
-    let mut m = spawn_static(&f, &env);
+fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
+    let (env, port) = manager_env(f, plan.idle_interval);
+    let mut m = spawn_static(f, &env);
     let pid = m.pid();
-    wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
+    wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
     // The probe listener is open and answers, then is left alone.
     let probe = std::net::TcpStream::connect(("127.0.0.1", port));
     m.check(probe.is_ok(), "the probe listener accepts connections");
@@ -842,6 +849,7 @@ fn main() {
         bin.display()
     );
     let mut rows = Vec::new();
+    let mut keep = Vec::new();
 
     if plan.runs("image") {
         let img = measure_image();
@@ -894,99 +902,14 @@ fn main() {
         ));
 
     }
-    if plan.runs("start") {
-        let starts = measure_starts(&plan);
-        rows.push(row(
-            "start to first heartbeat",
-            format!(
-                "median {:.1} ms, worst {:.1} ms of {}",
-                starts.median_ms, starts.worst_ms, plan.starts
-            ),
-            "—".into(),
-            "".into(),
-            "",
-            "spawn to the simulator's arrival time",
-        ));
-
-    }
-    if plan.runs("idle") {
-        let idle = measure_idle(&plan);
-        rows.push(row(
-            "idle: wake-ups of the wait per interval",
-            format!(
-                "{} `poll` returns for {} heartbeats, {} of them timeouts",
-                idle.polls, idle.traced, idle.poll_timeouts
-            ),
-            "—".into(),
-            "".into(),
-            "exactly 1",
-            &format!(
-                "`strace -f -e poll,ppoll` over {} intervals of {} s, probes on",
-                plan.idle_intervals, plan.idle_interval
-            ),
-        ));
-        rows.push(row(
-            "idle: context switches per interval",
-            format!(
-                "{:.1} voluntary + {:.1} involuntary",
-                idle.voluntary, idle.involuntary
-            ),
-            "—".into(),
-            "".into(),
-            "",
-            "`/proc/PID/status`; includes the heartbeat's own socket reads",
-        ));
-        rows.push(row(
-            "idle: new connections or threads; threads",
-            format!(
-                "{} `connect`/`clone` calls in {} heartbeats; {} thread",
-                idle.others, idle.traced, idle.threads
-            ),
-            "—".into(),
-            "".into(),
-            "0; 1",
-            "`strace -e connect,clone`; `/proc/PID/status` Threads",
-        ));
-
-    }
-    if plan.runs("deploy") {
-        let deploys = measure_deploys(&plan);
-        rows.push(row(
-            "command arrival to ack, three-object deploy",
-            format!(
-                "median {:.1} ms, worst {:.1} ms of {}",
-                deploys.median_ms, deploys.worst_ms, plan.deploys
-            ),
-            format!(
-                "median {:.1} ms, worst {:.1} ms of {}",
-                deploys.diy_median_ms, deploys.diy_worst_ms, plan.diy_deploys
-            ),
-            ratio(deploys.diy_median_ms, deploys.median_ms),
-            "",
-            "simulator arrival times: heartbeat answered → ack",
-        ));
-        rows.push(row(
-            &format!("{} deploys in one heartbeat answer", plan.batch),
-            format!(
-                "{:.2} s ({:.1} ms each)",
-                deploys.batch_ms / 1000.0,
-                deploys.batch_ms / plan.batch as f64
-            ),
-            "—".into(),
-            "".into(),
-            "",
-            "heartbeat answered → last ack",
-        ));
-
-    }
     if plan.runs("sizes") {
-        let f = ready_fixture("bench-size");
+        let f = keep_fixture(&mut keep, "bench-size");
         let mut have = 0;
         let mut sizes = Vec::new();
         for &size in &plan.sizes {
-            grow(&f, have, size);
+            grow(f, have, size);
             have = size;
-            let s = measure_size(&plan, &f, size, hz);
+            let s = measure_size(&plan, f, size, hz);
             eprintln!(
                 "bench: {size} proxies: ours RSS {} kB, HWM {} kB, {:.3} ms CPU/heartbeat, body {} B; DIY {} kB, {:.1} ms/cycle",
                 s.rss_kb, s.hwm_kb, s.cpu_ms, s.body, s.diy_rss_kb, s.diy_cpu_ms
@@ -1039,6 +962,91 @@ fn main() {
                 "simulator accepted connections; `/proc/PID/fd` socket inodes",
             ));
         }
+
+    }
+    if plan.runs("start") {
+        let starts = measure_starts(&plan, keep_fixture(&mut keep, "bench-start"));
+        rows.push(row(
+            "start to first heartbeat",
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                starts.median_ms, starts.worst_ms, plan.starts
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "spawn to the simulator's arrival time",
+        ));
+
+    }
+    if plan.runs("idle") {
+        let idle = measure_idle(&plan, keep_fixture(&mut keep, "bench-idle"));
+        rows.push(row(
+            "idle: wake-ups of the wait per interval",
+            format!(
+                "{} `poll` returns for {} heartbeats, {} of them timeouts",
+                idle.polls, idle.traced, idle.poll_timeouts
+            ),
+            "—".into(),
+            "".into(),
+            "exactly 1",
+            &format!(
+                "`strace -f -e poll,ppoll` over {} intervals of {} s, probes on",
+                plan.idle_intervals, plan.idle_interval
+            ),
+        ));
+        rows.push(row(
+            "idle: context switches per interval",
+            format!(
+                "{:.1} voluntary + {:.1} involuntary",
+                idle.voluntary, idle.involuntary
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "`/proc/PID/status`; includes the heartbeat's own socket reads",
+        ));
+        rows.push(row(
+            "idle: new connections or threads; threads",
+            format!(
+                "{} `connect`/`clone` calls in {} heartbeats; {} thread",
+                idle.others, idle.traced, idle.threads
+            ),
+            "—".into(),
+            "".into(),
+            "0; 1",
+            "`strace -e connect,clone`; `/proc/PID/status` Threads",
+        ));
+
+    }
+    if plan.runs("deploy") {
+        let deploys = measure_deploys(&plan, keep_fixture(&mut keep, "bench-deploy"));
+        rows.push(row(
+            "command arrival to ack, three-object deploy",
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                deploys.median_ms, deploys.worst_ms, plan.deploys
+            ),
+            format!(
+                "median {:.1} ms, worst {:.1} ms of {}",
+                deploys.diy_median_ms, deploys.diy_worst_ms, plan.diy_deploys
+            ),
+            ratio(deploys.diy_median_ms, deploys.median_ms),
+            "",
+            "simulator arrival times: heartbeat answered → ack",
+        ));
+        rows.push(row(
+            &format!("{} deploys in one heartbeat answer", plan.batch),
+            format!(
+                "{:.2} s ({:.1} ms each)",
+                deploys.batch_ms / 1000.0,
+                deploys.batch_ms / plan.batch as f64
+            ),
+            "—".into(),
+            "".into(),
+            "",
+            "heartbeat answered → last ack",
+        ));
 
     }
     let table = render(&rows);
