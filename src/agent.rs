@@ -157,8 +157,6 @@ pub struct Agent {
     elector: Elector,
     /// Region and zone from the last node listing, and when it was made.
     topology: Option<(Instant, Option<String>, Option<String>)>,
-    /// Acks marked delivered in memory but not yet in the state Secret.
-    deliveries_unsaved: bool,
 }
 
 /// Reads the connect token from its source and validates it.
@@ -338,7 +336,6 @@ impl Agent {
             metrics: Metrics::default(),
             elector,
             topology: None,
-            deliveries_unsaved: false,
         })
     }
 
@@ -371,7 +368,6 @@ impl Agent {
 
     fn stopped(&mut self) -> Result<(), Fatal> {
         log::info!("stop requested; exiting");
-        self.save_deliveries();
         self.elector.release(&self.kube);
         Ok(())
     }
@@ -477,7 +473,6 @@ impl Agent {
                     }
                     self.handle_command(&command);
                 }
-                self.save_deliveries();
                 self.metrics.pending_acks =
                     self.state.ledger.iter().filter(|e| !e.delivered).count();
                 Ok(Some(self.interval))
@@ -762,10 +757,7 @@ impl Agent {
             .store
             .update(&self.kube, &self.state, move |s| s.record(record.clone()))
         {
-            Ok(state) => {
-                self.state = state;
-                self.deliveries_unsaved = false;
-            }
+            Ok(state) => self.state = state,
             Err(e) => {
                 log::error!("command {id}: cannot record the result in the state secret: {e}");
                 self.state.record(entry.clone());
@@ -831,32 +823,17 @@ impl Agent {
         self.persist(move |s| s.set_attempts(&changed, attempt));
     }
 
-    /// Marks acks delivered. Saved with the next write of the state (the
-    /// next command's record) or at the end of the batch: one write per
-    /// command instead of two. Lost marks cost nothing but a duplicate: an
-    /// ack still marked undelivered after a crash goes again in
-    /// `pendingAcks`, and the CP takes an ack it has already had as
-    /// delivered.
+    /// Marks acks delivered and persists that.
     fn delivered(&mut self, ids: &[String]) {
         self.state.mark_delivered(ids);
-        self.deliveries_unsaved = true;
+        let ids = ids.to_vec();
+        self.persist(move |s| s.mark_delivered(&ids));
     }
 
-    /// Writes delivery marks not yet saved.
-    fn save_deliveries(&mut self) {
-        if self.deliveries_unsaved {
-            self.persist(|_| {});
-        }
-    }
-
-    /// Persists a change to the state, with the delivery marks not yet
-    /// saved; a failure is logged, the change stays in memory.
+    /// Persists a change to the state; a failure is logged, the change stays in memory.
     fn persist(&mut self, change: impl Fn(&mut State)) {
         match self.store.update(&self.kube, &self.state, change) {
-            Ok(state) => {
-                self.state = state;
-                self.deliveries_unsaved = false;
-            }
+            Ok(state) => self.state = state,
             Err(e) => log::error!("cannot update the state secret: {e}"),
         }
     }

@@ -781,13 +781,6 @@ fn sigterm_during_a_command_finishes_records_and_acks_it() {
         secret["data"]["state.json"].is_string(),
         "the result is recorded"
     );
-    // The delivery mark, kept in memory during the batch, is saved before
-    // the exit.
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state")
-        .load(&f.tb.admin())
-        .unwrap();
-    let entry = state.find("term-1").expect("term-1 in the ledger");
-    assert!(entry.delivered, "the ack is recorded as delivered: {entry:?}");
 }
 
 #[test]
