@@ -879,7 +879,10 @@ mod tests {
         let now = Instant::now();
         assert!(topology_due(None, now));
         assert!(!topology_due(Some(now), now));
-        assert!(!topology_due(Some(now), now + TOPOLOGY_REFRESH - Duration::from_secs(1)));
+        assert!(!topology_due(
+            Some(now),
+            now + TOPOLOGY_REFRESH - Duration::from_secs(1)
+        ));
         assert!(topology_due(Some(now), now + TOPOLOGY_REFRESH));
     }
 

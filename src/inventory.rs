@@ -217,7 +217,10 @@ pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<DeploymentEntr
 /// that of the container named `proxy`, else of the first container.
 pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<DeploymentEntry> {
     let mut containers = d.spec.template.spec.containers;
-    let i = containers.iter().position(|c| c.name == "proxy").unwrap_or(0);
+    let i = containers
+        .iter()
+        .position(|c| c.name == "proxy")
+        .unwrap_or(0);
     let image = if i < containers.len() {
         containers.swap_remove(i).image
     } else {
@@ -383,9 +386,14 @@ mod tests {
         let e = deployment_entry(d, &mut Interner::default()).unwrap();
         assert_eq!((e.replicas, e.image.as_deref()), (2, Some("m:1")));
         let d: DeploymentItem =
-            serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}})).unwrap();
-        assert_eq!(deployment_entry(d, &mut Interner::default()).unwrap().image, None);
-        let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
+            serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}}))
+                .unwrap();
+        assert_eq!(
+            deployment_entry(d, &mut Interner::default()).unwrap().image,
+            None
+        );
+        let nameless: ProxyItem =
+            serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
         assert!(proxy_entry(nameless, &mut Interner::default()).is_none());
     }
 
@@ -400,7 +408,8 @@ mod tests {
         };
         let owned = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-a", "app": "y"});
         assert_eq!(meta(owned).ownership("env-a"), Ownership::Owned);
-        let other = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"});
+        let other =
+            json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"});
         assert_eq!(
             meta(other).ownership("env-a"),
             Ownership::OtherEnvironment("env-b".into())
@@ -423,7 +432,10 @@ mod tests {
         let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap();
         let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap();
         assert!(Rc::ptr_eq(&a.namespace, &b.namespace));
-        assert!(Rc::ptr_eq(a.image.as_ref().unwrap(), b.image.as_ref().unwrap()));
+        assert!(Rc::ptr_eq(
+            a.image.as_ref().unwrap(),
+            b.image.as_ref().unwrap()
+        ));
         assert_eq!(c.image.as_deref(), Some("p:2"));
         // Past the bound, values are still right, only no longer shared.
         for i in 0..Interner::MAX {

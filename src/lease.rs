@@ -138,7 +138,10 @@ impl Elector {
                     return Ok(true);
                 }
                 Err(e) if e.status() == Some(409) => {
-                    log::debug!("the lease {} changed since it was renewed; reading it", self.name)
+                    log::debug!(
+                        "the lease {} changed since it was renewed; reading it",
+                        self.name
+                    )
                 }
                 Err(e) => return Err(e),
             }

@@ -785,7 +785,10 @@ fn sigterm_during_a_command_finishes_records_and_acks_it() {
         .load(&f.tb.admin())
         .unwrap();
     let entry = state.find("term-1").expect("term-1 in the ledger");
-    assert!(entry.delivered, "the ack is recorded as delivered: {entry:?}");
+    assert!(
+        entry.delivered,
+        "the ack is recorded as delivered: {entry:?}"
+    );
 }
 
 #[test]

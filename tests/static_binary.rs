@@ -5,28 +5,12 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 use support::fixture::Fixture;
-
-fn static_binary() -> PathBuf {
-    let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
-        panic!(
-            "NEXO_STATIC_BINARY is not set: build the static binary first with tests/build-static.sh \
-             (tests/run.sh does it) and point NEXO_STATIC_BINARY at the path it prints"
-        )
-    });
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "NEXO_STATIC_BINARY={} does not exist",
-        path.display()
-    );
-    path
-}
+use support::manager::static_binary;
 
 #[test]
 fn the_static_binary_has_no_dynamic_dependency() {

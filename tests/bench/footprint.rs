@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nexo_cpsim::Brief;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
-use support::manager::Manager;
+use support::manager::{Manager, static_binary};
 
 /// What one run measures.
 struct Plan {
@@ -57,7 +57,9 @@ struct Plan {
 
 impl Plan {
     fn runs(&self, part: &str) -> bool {
-        self.only.as_ref().is_none_or(|o| o.iter().any(|p| p == part))
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|p| p == part))
     }
 
     fn from_args() -> Plan {
@@ -177,23 +179,6 @@ fn sockets(pid: u32) -> BTreeSet<String> {
 
 // ------------------------------------------------------------ the world --
 
-fn static_binary() -> PathBuf {
-    let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
-        panic!(
-            "NEXO_STATIC_BINARY is not set: the benchmarks measure the shipped static binary; \
-             build it with tests/build-static.sh (tests/run.sh and tests/bench.sh do) and point \
-             NEXO_STATIC_BINARY at the path it prints"
-        )
-    });
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "NEXO_STATIC_BINARY={} does not exist",
-        path.display()
-    );
-    path
-}
-
 fn bench_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -220,7 +205,10 @@ fn grow(f: &Fixture, from: usize, to: usize) {
         return;
     }
     let started = Instant::now();
-    let collection = format!("/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies", f.ns.name);
+    let collection = format!(
+        "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
+        f.ns.name
+    );
     let writers = 4;
     let (tb, env_id) = (f.tb, f.env_id.as_str());
     std::thread::scope(|s| {
@@ -394,7 +382,9 @@ impl Diy {
         // for it); both pointers point at live locals for the whole call.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
         if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-            self.fail(&format!("did not exit cleanly (wait4 {r}, status {status})"));
+            self.fail(&format!(
+                "did not exit cleanly (wait4 {r}, status {status})"
+            ));
         }
         DiyEnd {
             max_rss_kb: usage.ru_maxrss as u64,
@@ -626,15 +616,14 @@ fn arrival_to_ack(briefs: &[Brief], id: &str) -> Option<f64> {
 }
 
 fn acked(f: &Fixture, id: &str) -> Option<Value> {
-    f.sim
-        .acks()
-        .into_iter()
-        .find(|a| a["commandId"] == id)
+    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
 }
 
 fn wait_acked(f: &Fixture, what: &str, ids: &[String], timeout: Duration) -> Vec<Value> {
     support::wait_for(timeout, what, || {
-        ids.iter().map(|id| acked(f, id)).collect::<Option<Vec<_>>>()
+        ids.iter()
+            .map(|id| acked(f, id))
+            .collect::<Option<Vec<_>>>()
     })
 }
 
@@ -653,7 +642,8 @@ fn measure_deploys(plan: &Plan, f: &Fixture) -> DeployFigures {
     let mut took = Vec::new();
     for i in 0..plan.deploys {
         let id = format!("seq-{i}");
-        f.sim.enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("d{i}")));
+        f.sim
+            .enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("d{i}")));
         let ack = wait_acked(f, &id, std::slice::from_ref(&id), Duration::from_secs(60)).remove(0);
         m.check(ack["result"] == "applied", &format!("{id} applied: {ack}"));
         took.push(arrival_to_ack(&f.sim.briefs(), &id).expect("ack and heartbeat logged"));
@@ -664,7 +654,8 @@ fn measure_deploys(plan: &Plan, f: &Fixture) -> DeployFigures {
     // A batch in one heartbeat answer: from that heartbeat to the last ack.
     let ids: Vec<String> = (0..plan.batch).map(|i| format!("batch-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
-        f.sim.enqueue_command(&f.env_id, crd_deploy(f, id, &format!("b{i}")));
+        f.sim
+            .enqueue_command(&f.env_id, crd_deploy(f, id, &format!("b{i}")));
     }
     let acks = wait_acked(f, "the batch's acks", &ids, Duration::from_secs(600));
     m.check(
@@ -697,7 +688,8 @@ fn measure_deploys(plan: &Plan, f: &Fixture) -> DeployFigures {
     let mut diy_took = Vec::new();
     for i in 0..plan.diy_deploys {
         let id = format!("diy-{i}");
-        f.sim.enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("x{i}")));
+        f.sim
+            .enqueue_command(&f.env_id, crd_deploy(f, &id, &format!("x{i}")));
         let ack = wait_acked(f, &id, std::slice::from_ref(&id), Duration::from_secs(120)).remove(0);
         if ack["result"] != "applied" {
             diy.fail(&format!("{id} not applied: {ack}"));
@@ -773,7 +765,13 @@ fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
     // System calls of the same kind of window, under strace.
     let trace = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("idle-{pid}.strace"));
     let mut strace = Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=poll,ppoll,connect,clone,clone3", "-o"])
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=poll,ppoll,connect,clone,clone3",
+            "-o",
+        ])
         .arg(&trace)
         .arg("-p")
         .arg(pid.to_string())
@@ -915,7 +913,6 @@ fn main() {
             "",
             "`gzip -9` of each layer",
         ));
-
     }
     if plan.runs("sizes") {
         let f = keep_fixture(&mut keep, "bench-size");
@@ -980,7 +977,6 @@ fn main() {
                 "simulator accepted connections; `/proc/PID/fd` socket inodes",
             ));
         }
-
     }
     if plan.runs("start") {
         let starts = measure_starts(&plan, keep_fixture(&mut keep, "bench-start"));
@@ -995,7 +991,6 @@ fn main() {
             "",
             "spawn to the simulator's arrival time",
         ));
-
     }
     if plan.runs("idle") {
         let idle = measure_idle(&plan, keep_fixture(&mut keep, "bench-idle"));
@@ -1035,7 +1030,6 @@ fn main() {
             "0; 1",
             "`strace -e connect,clone`; `/proc/PID/status` Threads",
         ));
-
     }
     if plan.runs("deploy") {
         let deploys = measure_deploys(&plan, keep_fixture(&mut keep, "bench-deploy"));
@@ -1065,7 +1059,6 @@ fn main() {
             "",
             "heartbeat answered → last ack",
         ));
-
     }
     let table = render(&rows);
     let version = &support::testbed().version;

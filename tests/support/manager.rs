@@ -18,6 +18,24 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_nexo-manager"))
 }
 
+/// The static release binary the image ships (`$NEXO_STATIC_BINARY`, built
+/// by tests/build-static.sh); panics with what to do when it is missing.
+pub fn static_binary() -> PathBuf {
+    let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
+        panic!(
+            "NEXO_STATIC_BINARY is not set: build the static binary first with tests/build-static.sh \
+             (tests/run.sh and tests/bench.sh do) and point NEXO_STATIC_BINARY at the path it prints"
+        )
+    });
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "NEXO_STATIC_BINARY={} does not exist",
+        path.display()
+    );
+    path
+}
+
 /// A Manager process, its output captured in files.
 pub struct Manager {
     binary: PathBuf,
