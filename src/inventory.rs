@@ -6,9 +6,10 @@
 //!
 //! Items are decoded into projections ([`ProxyItem`], [`DeploymentItem`],
 //! [`NodeItem`]) holding only the fields read here: serde skips the rest
-//! as it streams past, so a page of 500 costs a few kilobytes instead of
-//! 500 full objects (a Deployment's pod template, a Node's status), and
-//! the binary carries no decoder for the fields it never reads.
+//! as it parses the page, so a page of 500 is kept as its bytes and 500
+//! small structs instead of 500 full objects (a Deployment's pod template,
+//! a Node's status), and the binary carries no decoder for the fields it
+//! never reads.
 
 use std::rc::Rc;
 
