@@ -23,7 +23,8 @@ use crate::backoff::{Backoff, Jitter};
 /// Largest response body read from the API server (one page of a list).
 pub const MAX_BODY: u64 = 32 * 1024 * 1024;
 
-/// Largest error body read (a `Status` is small; a proxy's page is cut).
+/// How much of an error body is read (a `Status` is small; a longer page,
+/// a proxy's say, is cut here and still reported with its status).
 pub const MAX_ERROR_BODY: u64 = 64 * 1024;
 
 /// Capacity of the read buffer kept between calls: a page of 100 typical
@@ -273,11 +274,14 @@ impl Client {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         if !(200..300).contains(&status) {
-            let bytes = resp
-                .body_mut()
-                .with_config()
-                .limit(MAX_ERROR_BODY)
-                .read_to_vec()?;
+            // The first MAX_ERROR_BODY bytes, never an error for a longer
+            // body: the status decides what happens next, not the page size.
+            let mut bytes = Vec::new();
+            resp.body_mut()
+                .as_reader()
+                .take(MAX_ERROR_BODY)
+                .read_to_end(&mut bytes)
+                .map_err(|e| Error::Transport(ureq::Error::Io(e)))?;
             // Not every error body is a Status (a proxy's page, an empty 503).
             let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
                 reason: None,
@@ -659,6 +663,45 @@ mod tests {
             |_| {},
         );
         assert_eq!(r.unwrap_err().status(), Some(410));
+    }
+
+    /// Serves one canned HTTP answer on loopback; returns its base URL.
+    fn one_answer(answer: Vec<u8>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let _ = conn.write_all(&answer);
+        });
+        url
+    }
+
+    #[test]
+    fn a_long_error_body_keeps_its_status() {
+        let page = "x".repeat(200 * 1024);
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+            page.len()
+        );
+        let client = Client::new(KubeConfig {
+            server: one_answer(answer.into_bytes()),
+            ca_pem: None,
+            auth: Auth::None,
+            namespace: None,
+        })
+        .unwrap();
+        let err = client
+            .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
+            .unwrap_err();
+        assert_eq!(err.status(), Some(503), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("xxxx") && message.len() < 1024,
+            "{message}"
+        );
     }
 
     #[test]
