@@ -37,21 +37,16 @@ pub fn classify(object: &Value, environment_id: &str) -> Ownership {
 
 /// Classifies a typed object from its metadata.
 pub fn classify_meta(meta: &ObjectMeta, environment_id: &str) -> Ownership {
-    classify_labels(meta.labels.as_ref(), environment_id)
-}
-
-/// Classifies an object from its labels.
-pub fn classify_labels(
-    labels: Option<&std::collections::BTreeMap<String, String>>,
-    environment_id: &str,
-) -> Ownership {
+    let labels = meta.labels.as_ref();
     classify_by(
         |k| labels.and_then(|l| l.get(k)).map(String::as_str),
         environment_id,
     )
 }
 
-/// Classifies from a label lookup.
+/// Classifies from a label lookup (`label(key)` gives the value of that
+/// label): the one rule behind [`classify`], [`classify_meta`] and the
+/// inventory's projections.
 pub fn classify_by<'a>(label: impl Fn(&str) -> Option<&'a str>, environment_id: &str) -> Ownership {
     match (label(MANAGED_BY), label(OWNER_ID)) {
         (Some(MANAGER), Some(owner)) if owner == environment_id => Ownership::Owned,
