@@ -193,12 +193,13 @@ impl CpClient {
         session: &Secret,
         body: &HeartbeatRequest,
     ) -> Result<HeartbeatResponse, CpError> {
-        let bytes = self.post_sized(
-            "/api/v2/manager/heartbeat",
-            session,
-            body,
-            Some(&self.last_heartbeat),
-        )?;
+        // Written into a buffer of about the last body's size, not grown
+        // (and copied) step by step.
+        let last = self.last_heartbeat.get();
+        let mut json = Vec::with_capacity(last + last / 8);
+        serde_json::to_writer(&mut json, body).expect("wire types always serialize");
+        self.last_heartbeat.set(json.len());
+        let bytes = self.send("/api/v2/manager/heartbeat", session, json)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(HeartbeatResponse::default());
         }
@@ -220,24 +221,12 @@ impl CpClient {
     }
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
-        self.post_sized(path, bearer, body, None)
+        let json = serde_json::to_vec(body).expect("wire types always serialize");
+        self.send(path, bearer, json)
     }
 
-    /// [`CpClient::post`], writing the body into a buffer of about the size
-    /// `last` remembers, and remembering this one's.
-    fn post_sized(
-        &self,
-        path: &str,
-        bearer: &Secret,
-        body: &impl Serialize,
-        last: Option<&Cell<usize>>,
-    ) -> Result<Vec<u8>, CpError> {
-        let capacity = last.map_or(0, |l| l.get() + l.get() / 8);
-        let mut json = Vec::with_capacity(capacity);
-        serde_json::to_writer(&mut json, body).expect("wire types always serialize");
-        if let Some(l) = last {
-            l.set(json.len());
-        }
+    /// POSTs a JSON body already written; returns the 2xx body.
+    fn send(&self, path: &str, bearer: &Secret, json: Vec<u8>) -> Result<Vec<u8>, CpError> {
         let req = Request::post(format!("{}{path}", self.base))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
