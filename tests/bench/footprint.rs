@@ -340,7 +340,7 @@ impl Diy {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("run bash tests/bench/diy-agent.sh");
-        let lines = BufReader::new(child.stdout.take_or_panic());
+        let lines = BufReader::new(child.stdout.take().expect("piped stdout"));
         Diy {
             child,
             lines,
@@ -394,16 +394,6 @@ impl Diy {
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-trait TakeOrPanic<T> {
-    fn take_or_panic(&mut self) -> T;
-}
-
-impl<T> TakeOrPanic<T> for Option<T> {
-    fn take_or_panic(&mut self) -> T {
-        self.take().expect("piped stdout")
     }
 }
 
@@ -546,7 +536,7 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
     let n = (h1 - h0) as f64;
     let briefs = f.sim.briefs();
     let last = heartbeats_of(&briefs).last().map(|b| b.body_len).unwrap();
-    let reported = f.sim.heartbeats().last().unwrap()["managedProxyCount"].as_u64();
+    let reported = f.sim.last_heartbeat().unwrap()["managedProxyCount"].as_u64();
     m.check(
         reported == Some(size as u64),
         &format!("the heartbeat reports all {size} proxies (got {reported:?})"),
@@ -568,7 +558,7 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
     }
     let diy_handshakes = (f.sim.connections() - connections_before) as f64 / cycle as f64;
     let end = diy.finish();
-    let reported = f.sim.heartbeats().last().unwrap()["managedProxyCount"].as_u64();
+    let reported = f.sim.last_heartbeat().unwrap()["managedProxyCount"].as_u64();
     assert_eq!(
         reported,
         Some(size as u64),
@@ -615,14 +605,12 @@ fn arrival_to_ack(briefs: &[Brief], id: &str) -> Option<f64> {
     Some(since(hb.at, ack.at))
 }
 
-fn acked(f: &Fixture, id: &str) -> Option<Value> {
-    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
-}
-
+/// Waits until every one of `ids` is acknowledged; their acks, in order.
 fn wait_acked(f: &Fixture, what: &str, ids: &[String], timeout: Duration) -> Vec<Value> {
     support::wait_for(timeout, what, || {
+        let acks = f.sim.acks();
         ids.iter()
-            .map(|id| acked(f, id))
+            .map(|id| acks.iter().find(|a| a["commandId"] == id.as_str()).cloned())
             .collect::<Option<Vec<_>>>()
     })
 }

@@ -373,6 +373,11 @@ impl Simulator {
         lock(&self.shared.state).heartbeats.len()
     }
 
+    /// The last heartbeat body answered 200, without copying the others.
+    pub fn last_heartbeat(&self) -> Option<Value> {
+        lock(&self.shared.state).heartbeats.last().cloned()
+    }
+
     /// Heartbeat bodies answered 200.
     pub fn heartbeats(&self) -> Vec<Value> {
         lock(&self.shared.state).heartbeats.clone()
