@@ -398,10 +398,13 @@ fn cp_errors_and_timeouts_back_off_then_recover() {
         "a heartbeat accepted after the faults",
         || heartbeat_count(&f) >= 1,
     );
-    let beats: Vec<_> = requests_to(&f.sim.requests(), "/heartbeat")
+    let mut beats: Vec<_> = requests_to(&f.sim.requests(), "/heartbeat")
         .into_iter()
         .cloned()
         .collect();
+    // In arrival order: the simulator logs a request once it is answered,
+    // so the delayed heartbeat can be logged after the next attempt.
+    beats.sort_by_key(|r| r.at);
     let statuses: Vec<u16> = beats.iter().map(|r| r.status).collect();
     m.check(
         statuses.starts_with(&[500, 500, 500]),
