@@ -2,7 +2,9 @@
 //! handle commands, wait. One thread; every blocking call has a timeout;
 //! a failed heartbeat or command never ends the loop.
 
+use std::cell::{RefCell, RefMut};
 use std::fmt;
+use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -23,11 +25,11 @@ use crate::cp::{CpClient, CpError};
 use crate::inventory;
 use crate::kube::{self, Client, KubeConfig};
 use crate::lease::{self, Elector};
-use crate::probe::{Metrics, Probe};
+use crate::probe::{Probe, Role, Status};
 use crate::secret::Secret;
 use crate::state::{Binding, LedgerEntry, State, StateError, Store};
 use crate::token::ConnectToken;
-use crate::wait::{Waiter, Wake};
+use crate::wait::{Pause, Waiter, Wake};
 
 /// The capabilities this build advertises: only what is implemented and tested.
 pub const CAPABILITIES: &[&str] = &[
@@ -102,6 +104,13 @@ pub fn clamp_interval(seconds: u64) -> Duration {
     Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
 }
 
+/// How recent a standby's last successful check must be for it to be
+/// ready: one interval (checks run once per interval) plus the longest a
+/// check may take (the CP request timeout bounds the handshake).
+pub fn standby_fresh(interval: Duration, cp_request_timeout: Duration) -> Duration {
+    interval + cp_request_timeout
+}
+
 /// Whether the nodes should be listed for region and zone: never yet, or
 /// longer than [`TOPOLOGY_REFRESH`] ago.
 pub fn topology_due(listed_at: Option<Instant>, now: Instant) -> bool {
@@ -141,7 +150,8 @@ pub struct Agent {
     cfg: Config,
     kube: Client,
     cp: CpClient,
-    waiter: Waiter,
+    /// Every wait of the process; also the Kubernetes client's retry pause.
+    waiter: Rc<Waiter>,
     token: ConnectToken,
     namespaces: Vec<String>,
     instance: InstanceInfo,
@@ -152,8 +162,8 @@ pub struct Agent {
     sequence: u64,
     interval: Duration,
     backoff: Backoff,
-    probe: Option<Probe>,
-    metrics: Metrics,
+    /// What the probes answer from; shared with the waiter.
+    status: Rc<RefCell<Status>>,
     elector: Elector,
     /// Region and zone from the last node listing, and when it was made.
     topology: Option<(Instant, Option<String>, Option<String>)>,
@@ -198,8 +208,24 @@ impl Agent {
     /// Validates everything that can be checked without the network, then
     /// reads the cluster identity and the persisted state.
     pub fn start(cfg: Config) -> Result<Agent, Fatal> {
-        let mut waiter = Waiter::new()
-            .map_err(|e| Fatal::Other(format!("cannot install signal handlers: {e}")))?;
+        // The probe listener first: the kubelet's probes are answered (not
+        // ready: starting) while the cluster identity and state are read.
+        let probe = match cfg.listen_addr {
+            Some(addr) => Some(Probe::bind(addr).map_err(|e| {
+                Fatal::Config(format!("NEXO_LISTEN_ADDR: cannot listen on {addr}: {e}"))
+            })?),
+            None => None,
+        };
+        let status = Rc::new(RefCell::new(Status {
+            role: Role::Starting,
+            interval: cfg.heartbeat_interval,
+            standby_fresh: standby_fresh(cfg.heartbeat_interval, cfg.cp_request_timeout),
+            ..Status::default()
+        }));
+        let waiter = Rc::new(
+            Waiter::new(probe, Rc::clone(&status))
+                .map_err(|e| Fatal::Other(format!("cannot install signal handlers: {e}")))?,
+        );
         if cfg.control_plane_url.starts_with("http://") {
             log::warn!(
                 "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http ({}); never do this outside development",
@@ -246,7 +272,9 @@ impl Agent {
                         .into(),
                 )
             })?;
-        let kube = Client::new(kube_cfg).map_err(|e| Fatal::Config(e.to_string()))?;
+        let kube = Client::new(kube_cfg)
+            .map_err(|e| Fatal::Config(e.to_string()))?
+            .with_pause(Rc::clone(&waiter) as Rc<dyn Pause>);
 
         let host = hostname();
         let instance = InstanceInfo {
@@ -257,19 +285,14 @@ impl Agent {
         let namespaces = cfg.managed_namespaces(&own_namespace);
         let mut backoff = Backoff::control_plane();
 
-        let cluster = retry_kube(
-            &mut waiter,
-            &mut backoff,
-            "read the cluster identity",
-            || {
-                let ns: Namespace = kube.get("/api/v1/namespaces/kube-system")?;
-                let version: Info = kube.get("/version")?;
-                Ok(ClusterRef {
-                    uid: ns.metadata.uid.unwrap_or_default(),
-                    kubernetes_version: version.git_version,
-                })
-            },
-        )?;
+        let cluster = retry_kube(&waiter, &mut backoff, "read the cluster identity", || {
+            let ns: Namespace = kube.get("/api/v1/namespaces/kube-system")?;
+            let version: Info = kube.get("/version")?;
+            Ok(ClusterRef {
+                uid: ns.metadata.uid.unwrap_or_default(),
+                kubernetes_version: version.git_version,
+            })
+        })?;
         if cluster.uid.is_empty() {
             return Err(Fatal::Other(
                 "the kube-system namespace has no metadata.uid".into(),
@@ -278,7 +301,7 @@ impl Agent {
 
         let mut store = Store::new(&own_namespace, &cfg.state_secret);
         let state = retry_kube(
-            &mut waiter,
+            &waiter,
             &mut backoff,
             "read the state secret",
             || match store.load(&kube) {
@@ -311,12 +334,6 @@ impl Agent {
         );
         let interval = cfg.heartbeat_interval;
         let elector = Elector::new(&instance.namespace, &cfg.lease_name, &instance.id);
-        let probe = match cfg.listen_addr {
-            Some(addr) => Some(Probe::bind(addr).map_err(|e| {
-                Fatal::Config(format!("NEXO_LISTEN_ADDR: cannot listen on {addr}: {e}"))
-            })?),
-            None => None,
-        };
         Ok(Agent {
             cfg,
             kube,
@@ -332,8 +349,7 @@ impl Agent {
             sequence: 0,
             interval,
             backoff,
-            probe,
-            metrics: Metrics::default(),
+            status,
             elector,
             topology: None,
         })
@@ -346,23 +362,31 @@ impl Agent {
             let Some(delay) = self.cycle()? else {
                 return self.stopped();
             };
-            let deadline = Instant::now() + delay;
-            loop {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                match self
-                    .waiter
-                    .wait(remaining, self.probe.as_ref().map(Probe::listener))
-                {
-                    Ok(Wake::Stop) => return self.stopped(),
-                    Ok(Wake::Timeout) => break,
-                    Ok(Wake::Listener) => {
-                        if let Some(p) = &self.probe {
-                            p.serve(&self.metrics);
-                        }
-                    }
-                    Err(e) => return Err(Fatal::Other(format!("wait failed: {e}"))),
-                }
+            match self.waiter.wait(delay) {
+                Ok(Wake::Stop) => return self.stopped(),
+                Ok(Wake::Timeout) => {}
+                Err(e) => return Err(Fatal::Other(format!("wait failed: {e}"))),
             }
+        }
+    }
+
+    /// The status the probes answer from, for an update.
+    fn status(&self) -> RefMut<'_, Status> {
+        self.status.borrow_mut()
+    }
+
+    /// A standby's readiness check: the lease was just read with this
+    /// pod's credentials; a TLS handshake with the Control Plane (no
+    /// connect, no token) shows it could reach it.
+    fn standby_check(&mut self, lease_read: bool) {
+        self.status().role = Role::Standby;
+        self.status().bound = false;
+        if !lease_read {
+            return;
+        }
+        match self.cp.handshake() {
+            Ok(()) => self.status().standby_ok_at = Some(Instant::now()),
+            Err(e) => log::warn!("standby check: {e}"),
         }
     }
 
@@ -380,11 +404,15 @@ impl Agent {
             .elector
             .try_lead(&self.kube, lease::duration_for(self.interval))
         {
-            Ok(true) => {}
-            Ok(false) => return Ok(Some(self.interval)),
+            Ok(true) => self.status().role = Role::Leader,
+            Ok(false) => {
+                self.standby_check(true);
+                return Ok(Some(self.interval));
+            }
             Err(e) => {
                 let delay = e.retry_after().unwrap_or_else(|| self.backoff.next_delay());
                 log::warn!("cannot read or renew the lease: {e}; not acting");
+                self.standby_check(false);
                 return Ok(Some(delay.min(self.interval)));
             }
         }
@@ -427,10 +455,11 @@ impl Agent {
         match result {
             Ok(resp) => {
                 self.backoff.reset();
-                self.metrics.heartbeats_ok += 1;
-                self.metrics.last_heartbeat_ok = Some(SystemTime::now());
-                self.metrics.last_heartbeat_succeeded = true;
-                self.metrics.managed_proxies = managed;
+                {
+                    let mut status = self.status();
+                    status.heartbeat(true, Instant::now());
+                    status.managed_proxies = managed;
+                }
                 log::debug!("heartbeat {sequence} accepted");
                 let carried: Vec<String> = body_acks.iter().map(|a| a.command_id.clone()).collect();
                 if !carried.is_empty() {
@@ -444,6 +473,9 @@ impl Agent {
                     self.set_interval(secs);
                 }
                 for command in resp.commands.unwrap_or_default() {
+                    // Probes are answered between two commands (and between
+                    // two Kubernetes requests) once the last wait is 0.5 s old.
+                    self.waiter.checkpoint();
                     if self.waiter.stop_requested() {
                         log::info!(
                             "stop requested; leaving the rest of the batch to the next Manager"
@@ -473,13 +505,12 @@ impl Agent {
                     }
                     self.handle_command(&command);
                 }
-                self.metrics.pending_acks =
+                self.status().pending_acks =
                     self.state.ledger.iter().filter(|e| !e.delivered).count();
                 Ok(Some(self.interval))
             }
             Err(e) => {
-                self.metrics.heartbeats_failed += 1;
-                self.metrics.last_heartbeat_succeeded = false;
+                self.status().heartbeat(false, Instant::now());
                 let decision = retry_decision(&e, &mut self.backoff);
                 match e.status() {
                     Some(400 | 422) => {
@@ -509,6 +540,9 @@ impl Agent {
                 humantime::format_duration(interval)
             );
             self.interval = interval;
+            let mut status = self.status();
+            status.interval = interval;
+            status.standby_fresh = standby_fresh(interval, self.cfg.cp_request_timeout);
         }
     }
 
@@ -571,7 +605,7 @@ impl Agent {
                     resp.environment_id,
                     resp.manager_id
                 );
-                self.metrics.bound = true;
+                self.status().bound = true;
                 self.session = Some(Session {
                     token: Secret::new(resp.session_token),
                     manager_id: resp.manager_id,
@@ -735,7 +769,7 @@ impl Agent {
             Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
         let result = if outcome.applied { "applied" } else { "failed" };
-        self.metrics.command(class, result);
+        self.status().command(class, result);
         if outcome.applied {
             log::info!("command {id}: {result}: {}", outcome.message);
         } else {
@@ -779,7 +813,7 @@ impl Agent {
                 break;
             };
             let ack = acks::ack(&entry, &session.manager_id, attempt);
-            self.metrics.ack_attempts += 1;
+            self.status().ack_attempts += 1;
             match self.cp.ack(&session.token, &ack) {
                 Ok(AckOutcome::Forgotten) => {
                     log::warn!(
@@ -810,7 +844,12 @@ impl Agent {
                     log::warn!(
                         "command {id}: ack attempt {attempt} failed: {e}; retrying in {delay:?}"
                     );
-                    std::thread::sleep(delay);
+                    if matches!(self.waiter.wait(delay), Ok(Wake::Stop)) {
+                        log::info!(
+                            "command {id}: stop requested; the ack goes with the next Manager's heartbeats"
+                        );
+                        break;
+                    }
                 }
                 Err(e) => log::warn!("command {id}: ack attempt {attempt} failed: {e}"),
             }
@@ -842,7 +881,7 @@ impl Agent {
 /// Retries a Kubernetes read at start-up while it fails transiently;
 /// interruptible by SIGTERM.
 fn retry_kube<T>(
-    waiter: &mut Waiter,
+    waiter: &Waiter,
     backoff: &mut Backoff,
     what: &str,
     mut f: impl FnMut() -> Result<T, kube::Error>,
@@ -856,7 +895,7 @@ fn retry_kube<T>(
                     "cannot {what} yet: {e}; retrying in {}",
                     humantime::format_duration(round_ms(delay))
                 );
-                if let Ok(Wake::Stop) = waiter.wait(delay, None) {
+                if let Ok(Wake::Stop) = waiter.wait(delay) {
                     return Err(Fatal::Other(format!("stopped before being able to {what}")));
                 }
             }

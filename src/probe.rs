@@ -1,23 +1,63 @@
-//! `/healthz`, `/readyz` and `/metrics`, answered from the wait's `poll(2)`
-//! on the same thread. Each request is read with a short timeout and a size
-//! limit, answered and closed, so a slow or hostile client costs the loop at
-//! most [`READ_TIMEOUT`] per connection.
+//! `/healthz`, `/readyz` and `/metrics`, answered from every wait's
+//! `poll(2)` on the same thread (see `wait.rs`). Requests are read with a
+//! size limit under one time budget per wake-up ([`SERVE_BUDGET`]), answered
+//! and closed, so slow or silent clients cost the loop at most that budget
+//! per wake-up however many they are.
+//!
+//! Readiness ([`Status::readiness`]) is a pure function of the status the
+//! loop keeps and the clock:
+//! - a leader is ready when bound and its last heartbeat succeeded, or has
+//!   been failing for less than [`FAILING_GRACE`] intervals;
+//! - a standby is ready when it could take over: its configuration is valid
+//!   (it runs), and its last standby check (the Lease read with its
+//!   credentials, a TLS handshake with the Control Plane) succeeded within
+//!   the last interval, plus the time a check may take
+//!   ([`Status::standby_fresh`]). So the new pod of a rolling update becomes
+//!   Ready while the old one still leads, and the update can proceed.
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long a probe client may take to send its request.
-pub const READ_TIMEOUT: Duration = Duration::from_millis(250);
+/// The time all probe connections of one wake-up may take together.
+pub const SERVE_BUDGET: Duration = Duration::from_millis(250);
 /// Largest request head read.
 pub const MAX_REQUEST: usize = 4096;
 /// Connections answered per wake-up, so a flood cannot hold the loop.
 pub const MAX_PER_WAKE: usize = 16;
+/// A leader whose heartbeats have been failing for this many intervals is
+/// no longer ready.
+pub const FAILING_GRACE: u32 = 3;
 
-/// Counters and gauges of `/metrics`.
+/// What this process is doing, for readiness.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Reading the cluster identity and state; not yet in the loop.
+    #[default]
+    Starting,
+    /// Another pod holds the lease (or it could not be read).
+    Standby,
+    /// This pod holds the lease.
+    Leader,
+}
+
+/// What the loop reports to the probes: readiness inputs, and the counters
+/// and gauges of `/metrics`.
 #[derive(Debug, Default, Clone)]
-pub struct Metrics {
+pub struct Status {
+    /// Leader, standby, or still starting.
+    pub role: Role,
+    /// The heartbeat interval in force.
+    pub interval: Duration,
+    /// How recent a standby check must be for a standby to be ready: the
+    /// interval plus the time one check may take.
+    pub standby_fresh: Duration,
+    /// When the last standby check succeeded.
+    pub standby_ok_at: Option<Instant>,
+    /// When the first of the heartbeats failing now failed; `None` while
+    /// they succeed.
+    pub heartbeat_failing_since: Option<Instant>,
     /// Heartbeats answered 200.
     pub heartbeats_ok: u64,
     /// Heartbeats that failed.
@@ -38,7 +78,7 @@ pub struct Metrics {
     pub last_heartbeat_succeeded: bool,
 }
 
-impl Metrics {
+impl Status {
     /// Counts one finished command.
     pub fn command(&mut self, class: &str, result: &str) {
         let key = (class.to_owned(), result.to_owned());
@@ -48,9 +88,44 @@ impl Metrics {
         }
     }
 
-    /// Whether `/readyz` answers 200.
-    pub fn ready(&self) -> bool {
-        self.bound && self.last_heartbeat_succeeded
+    /// Whether `/readyz` answers 200 at `now`, and if not, why.
+    pub fn readiness(&self, now: Instant) -> Result<(), &'static str> {
+        match self.role {
+            Role::Starting => Err("starting: reading the cluster identity and state"),
+            Role::Standby => match self.standby_ok_at {
+                Some(at) if now.saturating_duration_since(at) <= self.standby_fresh => Ok(()),
+                Some(_) => Err(
+                    "standby: no successful lease read and control plane handshake within the last interval",
+                ),
+                None => Err(
+                    "standby: the lease read and control plane handshake have not succeeded yet",
+                ),
+            },
+            Role::Leader if !self.bound => Err("leader: not bound to the control plane"),
+            Role::Leader => match self.heartbeat_failing_since {
+                None if self.last_heartbeat_succeeded => Ok(()),
+                None => Err("leader: no heartbeat has succeeded yet"),
+                Some(since)
+                    if now.saturating_duration_since(since) < self.interval * FAILING_GRACE =>
+                {
+                    Ok(())
+                }
+                Some(_) => Err("leader: heartbeats have been failing for 3 intervals"),
+            },
+        }
+    }
+
+    /// Records a heartbeat's outcome.
+    pub fn heartbeat(&mut self, ok: bool, now: Instant) {
+        if ok {
+            self.heartbeats_ok += 1;
+            self.last_heartbeat_ok = Some(SystemTime::now());
+            self.heartbeat_failing_since = None;
+        } else {
+            self.heartbeats_failed += 1;
+            self.heartbeat_failing_since.get_or_insert(now);
+        }
+        self.last_heartbeat_succeeded = ok;
     }
 
     /// The Prometheus text exposition.
@@ -166,12 +241,17 @@ impl Probe {
         self.listener.local_addr()
     }
 
-    /// Answers the connections waiting now (at most [`MAX_PER_WAKE`]).
-    pub fn serve(&self, metrics: &Metrics) {
+    /// Answers the connections waiting now: at most [`MAX_PER_WAKE`], all
+    /// of them within [`SERVE_BUDGET`]; the rest wait for the next wake-up.
+    pub fn serve(&self, status: &Status, now: Instant) {
+        let deadline = Instant::now() + SERVE_BUDGET;
         for _ in 0..MAX_PER_WAKE {
+            if Instant::now() >= deadline {
+                return;
+            }
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = answer(stream, metrics) {
+                    if let Err(e) = answer(stream, status, now, deadline) {
                         log::debug!("probe request: {e}");
                     }
                 }
@@ -186,28 +266,42 @@ impl Probe {
 }
 
 /// The status and body for a request line's path.
-pub fn route(path: &str, metrics: &Metrics) -> (u16, &'static str, String) {
+pub fn route(path: &str, status: &Status, now: Instant) -> (u16, &'static str, String) {
     match path {
         "/healthz" => (200, "text/plain", "ok\n".into()),
-        "/readyz" if metrics.ready() => (200, "text/plain", "ready\n".into()),
-        "/readyz" => (
-            503,
-            "text/plain",
-            "not ready: not bound or the last heartbeat failed\n".into(),
-        ),
-        "/metrics" => (200, "text/plain; version=0.0.4", metrics.render()),
+        "/readyz" => match status.readiness(now) {
+            Ok(()) => (200, "text/plain", "ready\n".into()),
+            Err(why) => (503, "text/plain", format!("not ready: {why}\n")),
+        },
+        "/metrics" => (200, "text/plain; version=0.0.4", status.render()),
         _ => (404, "text/plain", "not found\n".into()),
     }
 }
 
-fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+/// The time left before `deadline`, at least 1 ms (a zero socket timeout
+/// would mean none).
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    Ok(left.max(Duration::from_millis(1)))
+}
+
+fn answer(
+    mut stream: TcpStream,
+    status: &Status,
+    now: Instant,
+    deadline: Instant,
+) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
-    stream.set_write_timeout(Some(READ_TIMEOUT))?;
     let mut buf = [0u8; MAX_REQUEST];
     let mut len = 0;
-    // Read until the end of the request head, the size limit, or the timeout.
+    // Read until the end of the request head, the size limit, or the
+    // deadline of the whole wake-up (a client dribbling bytes gets no more
+    // time than a silent one).
     while len < buf.len() && !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        stream.set_read_timeout(Some(left(deadline)?))?;
         match stream.read(&mut buf[len..]) {
             Ok(0) => break,
             Ok(n) => len += n,
@@ -223,7 +317,9 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
     let head = String::from_utf8_lossy(&buf[..len]);
     let mut parts = head.split(' ');
     let (status, content_type, body) = match (parts.next(), parts.next()) {
-        (Some("GET" | "HEAD"), Some(path)) => route(path.split('?').next().unwrap_or(""), metrics),
+        (Some("GET" | "HEAD"), Some(path)) => {
+            route(path.split('?').next().unwrap_or(""), status, now)
+        }
         _ => (400, "text/plain", "bad request\n".to_owned()),
     };
     let reason = match status {
@@ -233,6 +329,13 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
         _ => "Bad Request",
     };
     let head_only = head.starts_with("HEAD ");
+    // The answer is small; a client that does not read it gets what is left
+    // of the budget, at least 50 ms.
+    stream.set_write_timeout(Some(
+        left(deadline)
+            .unwrap_or_default()
+            .max(Duration::from_millis(50)),
+    ))?;
     write!(
         stream,
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -248,23 +351,88 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn status(role: Role) -> Status {
+        Status {
+            role,
+            interval: 15 * SEC,
+            standby_fresh: 45 * SEC,
+            ..Status::default()
+        }
+    }
+
     #[test]
     fn routes() {
-        let mut m = Metrics::default();
-        assert_eq!(route("/healthz", &m).0, 200);
-        assert_eq!(route("/readyz", &m).0, 503);
+        let now = Instant::now();
+        let mut m = status(Role::Leader);
+        assert_eq!(route("/healthz", &m, now).0, 200);
+        assert_eq!(route("/readyz", &m, now).0, 503);
         m.bound = true;
-        m.last_heartbeat_succeeded = true;
-        assert_eq!(route("/readyz", &m).0, 200);
-        assert_eq!(route("/nope", &m).0, 404);
+        m.heartbeat(true, now);
+        assert_eq!(route("/readyz", &m, now).0, 200);
+        assert_eq!(route("/nope", &m, now).0, 404);
+    }
+
+    #[test]
+    fn a_starting_pod_is_not_ready() {
+        let m = status(Role::Starting);
+        let (code, _, body) = route("/readyz", &m, Instant::now());
+        assert_eq!(code, 503);
+        assert!(body.contains("starting"), "{body}");
+    }
+
+    #[test]
+    fn a_leader_stays_ready_through_failures_shorter_than_three_intervals() {
+        let t0 = Instant::now();
+        let mut m = status(Role::Leader);
+        m.bound = true;
+        assert_eq!(
+            m.readiness(t0),
+            Err("leader: no heartbeat has succeeded yet")
+        );
+        m.heartbeat(true, t0);
+        assert_eq!(m.readiness(t0), Ok(()));
+        m.heartbeat(false, t0 + SEC);
+        m.heartbeat(false, t0 + 20 * SEC);
+        assert_eq!(
+            m.heartbeat_failing_since,
+            Some(t0 + SEC),
+            "the first failure counts"
+        );
+        assert_eq!(m.readiness(t0 + 45 * SEC), Ok(()));
+        assert_eq!(
+            m.readiness(t0 + 46 * SEC),
+            Err("leader: heartbeats have been failing for 3 intervals")
+        );
+        m.heartbeat(true, t0 + 50 * SEC);
+        assert_eq!(m.readiness(t0 + 50 * SEC), Ok(()));
+        m.bound = false;
+        assert!(m.readiness(t0 + 50 * SEC).is_err());
+    }
+
+    #[test]
+    fn a_standby_is_ready_while_its_checks_are_fresh() {
+        let t0 = Instant::now();
+        let mut m = status(Role::Standby);
+        assert!(m.readiness(t0).unwrap_err().contains("not succeeded yet"));
+        m.standby_ok_at = Some(t0);
+        assert_eq!(m.readiness(t0 + 45 * SEC), Ok(()));
+        assert!(
+            m.readiness(t0 + 46 * SEC)
+                .unwrap_err()
+                .contains("within the last interval")
+        );
+        // Not bound, no heartbeat: a standby does not need either.
+        assert!(!m.bound && m.heartbeats_ok == 0);
     }
 
     #[test]
     fn metrics_text() {
-        let mut m = Metrics {
+        let mut m = Status {
             heartbeats_ok: 3,
             managed_proxies: 2,
-            ..Metrics::default()
+            ..Status::default()
         };
         m.command("deploy", "applied");
         m.command("deploy", "applied");
@@ -284,22 +452,78 @@ mod tests {
         assert!(text.contains("# TYPE nexo_manager_pending_acks gauge\n"));
     }
 
+    fn read_reply(mut stream: TcpStream) -> String {
+        stream.set_read_timeout(Some(2 * SEC)).unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        reply
+    }
+
+    /// Serves wake-ups until `stream` has its answer (at most 20), checking
+    /// that no wake-up takes longer than the budget (plus scheduling slack).
+    fn serve_until_answered(probe: &Probe, ok: TcpStream) -> (String, usize) {
+        ok.set_nonblocking(true).unwrap();
+        for wake in 1..=20 {
+            let start = Instant::now();
+            probe.serve(&Status::default(), Instant::now());
+            let took = start.elapsed();
+            assert!(
+                took < SERVE_BUDGET + Duration::from_millis(100),
+                "wake-up {wake} took {took:?}"
+            );
+            let mut peek = [0u8; 1];
+            if ok.peek(&mut peek).is_ok_and(|n| n > 0) {
+                ok.set_nonblocking(false).unwrap();
+                return (read_reply(ok), wake);
+            }
+        }
+        panic!("the probe request was not answered in 20 wake-ups");
+    }
+
     #[test]
-    fn a_silent_client_costs_at_most_the_read_timeout() {
+    fn silent_clients_cost_at_most_the_budget_per_wake_up_in_total() {
         let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = probe.local_addr().unwrap();
-        let _silent = TcpStream::connect(addr).unwrap();
+        let _silent: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let mut ok = TcpStream::connect(addr).unwrap();
         ok.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        let start = std::time::Instant::now();
-        probe.serve(&Metrics::default());
-        assert!(start.elapsed() < READ_TIMEOUT * 3, "{:?}", start.elapsed());
-        let mut reply = String::new();
-        ok.read_to_string(&mut reply).unwrap();
+        let (reply, _) = serve_until_answered(&probe, ok);
         assert!(
             reply.starts_with("HTTP/1.1 200 OK") && reply.ends_with("ok\n"),
             "{reply}"
+        );
+    }
+
+    #[test]
+    fn a_client_dribbling_bytes_gets_no_more_than_the_budget() {
+        let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = probe.local_addr().unwrap();
+        let mut dribbler = TcpStream::connect(addr).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let feeder = std::thread::spawn(move || {
+            // One byte every 20 ms, never a whole request head.
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if dribbler.write_all(b"G").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let start = Instant::now();
+        probe.serve(&Status::default(), Instant::now());
+        let took = start.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        feeder.join().unwrap();
+        assert!(
+            took < SERVE_BUDGET + Duration::from_millis(100),
+            "took {took:?}"
+        );
+        assert!(
+            took >= SERVE_BUDGET - Duration::from_millis(50),
+            "the dribbler was given its budget: {took:?}"
         );
     }
 }

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use ureq::config::Config;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{Connector, DefaultConnector, NextTimeout};
 
 /// The capacity of [`ResolvedSocketAddrs`].
 const MAX_ADDRS: usize = 16;
@@ -58,5 +58,10 @@ impl Resolver for InlineResolver {
 
 /// An agent with `config`, the default connector and [`InlineResolver`].
 pub fn agent(config: Config) -> ureq::Agent {
-    ureq::Agent::with_parts(config, DefaultConnector::new(), InlineResolver)
+    agent_with(config, DefaultConnector::new())
+}
+
+/// An agent with `config`, `connector` and [`InlineResolver`].
+pub fn agent_with(config: Config, connector: impl Connector) -> ureq::Agent {
+    ureq::Agent::with_parts(config, connector, InlineResolver)
 }

@@ -1,12 +1,20 @@
-//! The wait between heartbeats: one `poll(2)` on the signal self-pipe and,
+//! Every wait of the process: one `poll(2)` on the signal self-pipe and,
 //! when enabled, the probe listener. No periodic wake-ups: an idle Manager
 //! makes one `poll` per heartbeat interval, plus one per probe request.
+//!
+//! The heartbeat wait, the start-up and ack retry pauses, the Kubernetes
+//! client's retry pauses and the moment between two commands of a batch all
+//! go through [`Waiter::wait`], so probes are answered and SIGTERM/SIGINT is
+//! seen in each of them.
 
+use std::cell::{Cell, RefCell};
 use std::io::{self, Read};
-use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+use crate::probe::{Probe, Status};
 
 /// Why a wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,21 +23,41 @@ pub enum Wake {
     Timeout,
     /// SIGTERM or SIGINT arrived: stop gracefully.
     Stop,
-    /// The probe listener has a connection to accept.
-    Listener,
 }
 
-/// The signal self-pipe and the optional listener.
+/// Work that has not waited for this long answers the probes waiting at its
+/// next [`Pause::checkpoint`].
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
+/// A pause that serves probes and ends early on a stop signal: what the
+/// Kubernetes client sleeps in between two attempts of a call.
+pub trait Pause {
+    /// Waits up to `timeout`; [`Wake::Stop`] when a stop was requested.
+    fn pause(&self, timeout: Duration) -> Wake;
+
+    /// Called between two steps of longer work (before every Kubernetes
+    /// request): answers waiting probe requests when the last wait was
+    /// [`CHECKPOINT_EVERY`] ago or more, and costs no system call otherwise.
+    /// A stop signal seen here is kept for the next wait.
+    fn checkpoint(&self);
+}
+
+/// The signal self-pipe, the optional probe listener and the status it
+/// answers from. Single-threaded: shared with `Rc`, methods take `&self`.
 #[derive(Debug)]
 pub struct Waiter {
     signals: UnixStream,
-    stop: bool,
+    stop: Cell<bool>,
+    probe: Option<Probe>,
+    status: Rc<RefCell<Status>>,
+    /// When the last `poll(2)` returned.
+    polled_at: Cell<Instant>,
 }
 
 impl Waiter {
     /// Routes SIGTERM and SIGINT into a self-pipe. From now on those signals
     /// no longer kill the process: they end the next (or current) wait.
-    pub fn new() -> io::Result<Waiter> {
+    pub fn new(probe: Option<Probe>, status: Rc<RefCell<Status>>) -> io::Result<Waiter> {
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
@@ -38,40 +66,46 @@ impl Waiter {
         }
         Ok(Waiter {
             signals: read,
-            stop: false,
+            stop: Cell::new(false),
+            probe,
+            status,
+            polled_at: Cell::new(Instant::now()),
         })
     }
 
-    /// Whether a stop was requested, without blocking.
-    pub fn stop_requested(&mut self) -> bool {
-        self.drain();
-        self.stop
+    /// The probe listener's address, when there is one.
+    pub fn probe_addr(&self) -> Option<std::net::SocketAddr> {
+        self.probe.as_ref().and_then(|p| p.local_addr().ok())
     }
 
-    fn drain(&mut self) {
+    /// Whether a stop was requested, without blocking.
+    pub fn stop_requested(&self) -> bool {
+        self.drain();
+        self.stop.get()
+    }
+
+    fn drain(&self) {
         let mut buf = [0u8; 16];
         loop {
-            match self.signals.read(&mut buf) {
+            match (&self.signals).read(&mut buf) {
                 Ok(0) => return,
-                Ok(_) => self.stop = true,
+                Ok(_) => self.stop.set(true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return, // WouldBlock: drained
             }
         }
     }
 
-    /// Sleeps until `timeout` passes, a stop signal arrives, or `listener`
-    /// becomes readable.
-    pub fn wait(&mut self, timeout: Duration, listener: Option<&TcpListener>) -> io::Result<Wake> {
+    /// Sleeps until `timeout` passes or a stop signal arrives, answering
+    /// probe requests as they come. It polls at least once, so a zero
+    /// timeout answers the probe requests waiting now.
+    pub fn wait(&self, timeout: Duration) -> io::Result<Wake> {
         let deadline = Instant::now() + timeout;
         loop {
             if self.stop_requested() {
                 return Ok(Wake::Stop);
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Ok(Wake::Timeout);
-            }
             let mut fds = [
                 libc::pollfd {
                     fd: self.signals.as_raw_fd(),
@@ -79,7 +113,7 @@ impl Waiter {
                     revents: 0,
                 },
                 libc::pollfd {
-                    fd: listener.map_or(-1, AsRawFd::as_raw_fd),
+                    fd: self.probe.as_ref().map_or(-1, |p| p.listener().as_raw_fd()),
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -91,6 +125,7 @@ impl Waiter {
             // negative fd (no listener) is ignored by poll(2).
             #[allow(unsafe_code)]
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            self.polled_at.set(Instant::now());
             if n < 0 {
                 let err = io::Error::last_os_error();
                 if err.kind() == io::ErrorKind::Interrupted {
@@ -98,12 +133,89 @@ impl Waiter {
                 }
                 return Err(err);
             }
-            if fds[0].revents != 0 {
-                continue; // drained at the top of the loop
-            }
             if fds[1].revents != 0 {
-                return Ok(Wake::Listener);
+                if let Some(probe) = &self.probe {
+                    probe.serve(&self.status.borrow(), Instant::now());
+                }
+            }
+            if fds[0].revents == 0 && fds[1].revents == 0 {
+                return Ok(Wake::Timeout); // poll timed out
+            }
+            if fds[0].revents == 0 && remaining.is_zero() {
+                return Ok(Wake::Timeout); // probes answered; nothing left to wait
             }
         }
+    }
+}
+
+impl Pause for Waiter {
+    fn pause(&self, timeout: Duration) -> Wake {
+        match self.wait(timeout) {
+            Ok(wake) => wake,
+            Err(e) => {
+                // poll(2) on two valid descriptors does not fail; if it ever
+                // does, sleep plainly rather than spin.
+                log::warn!("wait failed: {e}; sleeping without serving probes");
+                std::thread::sleep(timeout);
+                Wake::Timeout
+            }
+        }
+    }
+
+    fn checkpoint(&self) {
+        if self.polled_at.get().elapsed() >= CHECKPOINT_EVERY {
+            if let Err(e) = self.wait(Duration::ZERO) {
+                log::warn!("wait failed: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn answered(client: &TcpStream) -> bool {
+        client.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let got = client.peek(&mut byte).is_ok_and(|n| n > 0);
+        client.set_nonblocking(false).unwrap();
+        got
+    }
+
+    #[test]
+    fn a_checkpoint_answers_probes_only_once_the_last_wait_is_old_enough() {
+        let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = probe.local_addr().unwrap();
+        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Status::default()))).unwrap();
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        waiter.checkpoint();
+        assert!(
+            !answered(&client),
+            "a checkpoint right after a wait costs nothing"
+        );
+        std::thread::sleep(CHECKPOINT_EVERY);
+        waiter.checkpoint();
+        assert!(
+            answered(&client),
+            "a checkpoint after 0.5 s of work answers the probe"
+        );
+    }
+
+    #[test]
+    fn a_zero_wait_answers_the_probes_waiting_now() {
+        let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = probe.local_addr().unwrap();
+        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Status::default()))).unwrap();
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.write_all(b"GET /readyz HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(waiter.wait(Duration::ZERO).unwrap(), Wake::Timeout);
+        assert!(answered(&client));
     }
 }

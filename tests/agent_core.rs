@@ -737,7 +737,7 @@ fn probes_and_metrics_are_served_from_the_wait() {
     let addr = free_addr();
     let mut env = f.env();
     env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
-    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "30s".into());
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "1s".into());
     f.sim.inject(
         Fault::new(
             Endpoint::Heartbeat,
@@ -751,13 +751,17 @@ fn probes_and_metrics_are_served_from_the_wait() {
         .times(1000),
     );
     let mut m = f.spawn(&env);
-    // Heartbeats fail: alive, but not ready.
+    // Heartbeats fail for more than 3 intervals: alive, but not ready.
     m.wait_until(WAIT, "a failed heartbeat", || {
         f.sim.requests().iter().any(|r| r.status == 500)
     });
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(3500));
     assert_eq!(http_get(&addr, "/healthz").0, 200);
-    assert_eq!(http_get(&addr, "/readyz").0, 503);
+    let (status, body) = http_get(&addr, "/readyz");
+    m.check(
+        status == 503 && body.contains("heartbeats have been failing for 3 intervals"),
+        &format!("/readyz after 3.5 s of failing heartbeats: {status} {body}"),
+    );
     f.sim.clear_faults();
     m.wait_until(WAIT, "a heartbeat", || heartbeat_count(&f) >= 1);
     std::thread::sleep(Duration::from_millis(200));
@@ -782,4 +786,65 @@ fn probes_and_metrics_are_served_from_the_wait() {
     m.signal("TERM");
     let status = m.wait_exit(Duration::from_secs(5));
     m.check(status.success(), "exit 0");
+}
+
+#[test]
+fn probes_are_answered_while_acks_are_retried() {
+    let f = Fixture::new("core-probe-ack");
+    let addr = free_addr();
+    let mut env = f.env();
+    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
+    // Every ack attempt fails: the Manager spends about 7.5 s in the waits
+    // between its five attempts (0.5, 1, 2 and 4 s).
+    f.sim.inject(
+        Fault::new(
+            Endpoint::Ack,
+            FaultAction::Status {
+                status: 500,
+                code: "internal".into(),
+                message: "boom".into(),
+                retry_after: None,
+            },
+        )
+        .times(5),
+    );
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": "cmd-refused", "class": "teleport", "issuedAt": "2026-12-02T00:00:00Z"}),
+    );
+    let mut m = f.spawn(&env);
+    m.wait_until(WAIT, "the first failed ack attempt", || {
+        f.sim.requests().iter().any(|r| r.path.ends_with("/ack"))
+    });
+    let mut slowest = Duration::ZERO;
+    let mut probes = 0;
+    while f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/ack"))
+        .count()
+        < 5
+    {
+        let start = Instant::now();
+        let (status, _) = http_get(&addr, "/healthz");
+        slowest = slowest.max(start.elapsed());
+        probes += 1;
+        m.check(
+            status == 200,
+            &format!("/healthz answered {status} during the ack retries"),
+        );
+        m.check(probes < 200, "the five ack attempts did not happen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.check(
+        slowest < Duration::from_secs(1),
+        &format!(
+            "the slowest of {probes} /healthz answers during the ack retries took {slowest:?}"
+        ),
+    );
+    m.check(
+        probes >= 20,
+        &format!("only {probes} probes fitted in the retries"),
+    );
 }

@@ -20,6 +20,29 @@ fn connects_from(f: &Fixture, uid: &str) -> usize {
         .count()
 }
 
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
+    )
+}
+
 fn read_lease(f: &Fixture) -> Value {
     let path = format!(
         "/apis/coordination.k8s.io/v1/namespaces/{}/leases/nexo-manager",
@@ -37,19 +60,54 @@ fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
         e.insert("POD_NAME".into(), uid.into());
         e
     };
-    let mut a = f.spawn(&env("pod-a"));
+    let addr_a = free_addr();
+    let addr_b = free_addr();
+    let mut env_a = env("pod-a");
+    env_a.insert("NEXO_LISTEN_ADDR".into(), addr_a.clone());
+    let mut env_b = env("pod-b");
+    env_b.insert("NEXO_LISTEN_ADDR".into(), addr_b.clone());
+    let mut a = f.spawn(&env_a);
     a.wait_until(Duration::from_secs(30), "pod-a leading", || {
         !f.sim.heartbeats().is_empty()
     });
-    let mut b = f.spawn(&env("pod-b"));
+    let mut b = f.spawn(&env_b);
     let b_log = b.log_reader();
     b.wait_until(Duration::from_secs(30), "pod-b following", || {
         b_log().contains("following: the lease nexo-manager is held by pod-a")
     });
+    let conns_before = f.sim.connections();
     std::thread::sleep(Duration::from_secs(3));
     a.check(
         connects_from(&f, "pod-b") == 0,
         "the follower never connects",
+    );
+    // Both are ready: the leader bound and heartbeating, the standby able
+    // to take over (lease read, TLS handshake with the CP). A rolling
+    // update needs the new pod Ready while the old one still leads.
+    let (status, body) = http_get(&addr_a, "/readyz");
+    a.check(
+        status == 200,
+        &format!("the leader's /readyz: {status} {body}"),
+    );
+    let (status, body) = http_get(&addr_b, "/readyz");
+    b.check(
+        status == 200,
+        &format!("the standby's /readyz: {status} {body}"),
+    );
+    // The standby's checks are handshakes only: new connections, no request.
+    b.check(
+        f.sim.connections() > conns_before,
+        "the standby made a TLS handshake with the CP in 3 intervals",
+    );
+    b.check(
+        f.sim.requests().iter().all(|r| {
+            r.path.ends_with("/connect")
+                && r.json
+                    .as_ref()
+                    .is_some_and(|j| j["instance"]["id"] == "pod-a")
+                || !r.path.ends_with("/connect")
+        }),
+        "no connect from the standby",
     );
     let lease = read_lease(&f);
     assert_eq!(lease["spec"]["holderIdentity"], "pod-a");
@@ -89,4 +147,36 @@ fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
                 && a_log().matches("leading:").count() >= 2
         },
     );
+}
+
+#[test]
+fn a_standby_that_cannot_reach_the_control_plane_is_not_ready() {
+    let f = Fixture::new("leader-unready");
+    let mut env_a = f.env();
+    env_a.insert("POD_UID".into(), "pod-a".into());
+    let mut a = f.spawn(&env_a);
+    a.wait_until(Duration::from_secs(30), "pod-a leading", || {
+        !f.sim.heartbeats().is_empty()
+    });
+    // pod-b's CP address has nothing listening: its handshakes fail.
+    let closed = free_addr();
+    let addr_b = free_addr();
+    let mut env_b = f.env();
+    env_b.insert("POD_UID".into(), "pod-b".into());
+    env_b.insert("NEXO_LISTEN_ADDR".into(), addr_b.clone());
+    env_b.insert("NEXO_CONTROL_PLANE_URL".into(), format!("https://{closed}"));
+    let mut b = f.spawn(&env_b);
+    let b_log = b.log_reader();
+    b.wait_until(
+        Duration::from_secs(30),
+        "pod-b's failed standby check",
+        || b_log().contains("standby check: no tls handshake with the control plane"),
+    );
+    let (status, body) = http_get(&addr_b, "/readyz");
+    b.check(
+        status == 503 && body.contains("standby"),
+        &format!("the standby's /readyz: {status} {body}"),
+    );
+    let (status, _) = http_get(&addr_b, "/healthz");
+    b.check(status == 200, "alive all the same");
 }

@@ -7,12 +7,14 @@
 use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use ureq::http::Request;
 use ureq::tls::{RootCerts, TlsConfig};
+use ureq::unversioned::transport::{ConnectionDetails, Connector, DefaultConnector, Transport};
 
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
@@ -21,6 +23,10 @@ use crate::secret::Secret;
 
 /// Largest response body accepted from the CP.
 pub const MAX_BODY: u64 = 8 * 1024 * 1024;
+
+/// The path of the URL a handshake check is made for. No request is ever
+/// written to it: the check ends once TLS is established.
+const HANDSHAKE_PATH: &str = "/.nexo-manager-handshake-check";
 
 /// A failed CP call.
 #[derive(Debug)]
@@ -42,6 +48,8 @@ pub enum CpError {
     TooLarge,
     /// A 2xx body that is not what the protocol says.
     Decode(serde_json::Error),
+    /// A handshake check could not establish TLS.
+    Handshake(ureq::Error),
 }
 
 impl CpError {
@@ -99,11 +107,53 @@ impl fmt::Display for CpError {
                 MAX_BODY >> 20
             ),
             CpError::Decode(e) => write!(f, "control plane response is malformed: {e}"),
+            CpError::Handshake(e) => write!(f, "no tls handshake with the control plane: {e}"),
         }
     }
 }
 
-impl std::error::Error for CpError {}
+impl std::error::Error for CpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CpError::Transport(e) | CpError::Handshake(e) => Some(e),
+            CpError::Decode(e) => Some(e),
+            CpError::Status { .. } | CpError::TooLarge => None,
+        }
+    }
+}
+
+/// The last link of a handshake check's connector chain: once the default
+/// chain (proxy, TCP, TLS) has produced an established transport for the
+/// check's URL, it notes the success and ends the call, so no request is
+/// written and no token is sent. Connections for any other URL (the proxy's
+/// own, for example) pass through.
+#[derive(Debug, Default)]
+struct HandshakeGate {
+    established: Arc<AtomicBool>,
+}
+
+impl Connector<Box<dyn Transport>> for HandshakeGate {
+    type Out = Box<dyn Transport>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<Box<dyn Transport>>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        if details.uri.path() != HANDSHAKE_PATH {
+            return Ok(chained);
+        }
+        match chained {
+            Some(transport) if transport.is_tls() || !details.needs_tls() => {
+                self.established.store(true, Ordering::Relaxed);
+                Err(ureq::Error::Io(std::io::Error::other(
+                    "handshake check: connection established, no request sent",
+                )))
+            }
+            other => Ok(other),
+        }
+    }
+}
 
 /// How an ack delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +169,8 @@ pub enum AckOutcome {
 /// The Control Plane client.
 pub struct CpClient {
     agent: ureq::Agent,
+    /// The agent's configuration, for the handshake check's own agent.
+    config: ureq::config::Config,
     base: String,
     /// Size of the last heartbeat body: the next one is written into a
     /// buffer of about that size instead of growing (and copying) one.
@@ -169,9 +221,10 @@ impl CpClient {
                     .build(),
             )
             .build();
-        let agent = crate::resolve::agent(agent_config);
+        let agent = crate::resolve::agent(agent_config.clone());
         Ok(CpClient {
             agent,
+            config: agent_config,
             base: base.to_owned(),
             last_heartbeat: Cell::new(0),
         })
@@ -185,6 +238,26 @@ impl CpClient {
     ) -> Result<ConnectResponse, CpError> {
         let bytes = self.post("/api/v2/manager/connect", token, body)?;
         decode(&bytes)
+    }
+
+    /// Checks that a TLS connection to the CP can be established, through
+    /// the proxy when one is configured, with the same trust and timeouts as
+    /// every call: a standby's readiness. No request is written and no token
+    /// is sent. A fresh agent each time, so neither a pooled connection
+    /// answers for the check nor does the check leave one behind.
+    pub fn handshake(&self) -> Result<(), CpError> {
+        let gate = HandshakeGate::default();
+        let established = Arc::clone(&gate.established);
+        let agent =
+            crate::resolve::agent_with(self.config.clone(), DefaultConnector::new().chain(gate));
+        let result = agent.head(format!("{}{HANDSHAKE_PATH}", self.base)).call();
+        if established.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match result {
+            Err(e) => Err(CpError::Handshake(e)),
+            Ok(_) => Err(CpError::Handshake(ureq::Error::ConnectionFailed)),
+        }
     }
 
     /// `POST /api/v2/manager/heartbeat` with the session token.

@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::io::Read;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 use super::config::{Auth, KubeConfig};
 use super::error::{Error, Status};
 use crate::backoff::{Backoff, Jitter};
+use crate::wait::{Pause, Wake};
 
 /// Largest response body read from the API server (one page of a list).
 pub const MAX_BODY: u64 = 32 * 1024 * 1024;
@@ -106,6 +108,10 @@ pub struct Client {
     /// [`SCRATCH_KEEP`]) so that reading a page does not grow a new buffer
     /// from nothing, through the allocator and `mmap`, every time.
     scratch: RefCell<Vec<u8>>,
+    /// Where the pause between two attempts of a call is spent: the
+    /// process's waiter, so probes are answered and a stop is seen; a
+    /// plain sleep when none is set (tests, tools).
+    pause: Option<Rc<dyn Pause>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -158,7 +164,14 @@ impl Client {
             server: config.server,
             auth: config.auth,
             scratch: RefCell::new(Vec::new()),
+            pause: None,
         })
+    }
+
+    /// Spends the pauses between retries in `pause` (the process's waiter).
+    pub fn with_pause(mut self, pause: Rc<dyn Pause>) -> Client {
+        self.pause = Some(pause);
+        self
     }
 
     /// The server's base URL.
@@ -195,6 +208,9 @@ impl Client {
         let mut attempt = 0;
         let mut reloaded = false;
         loop {
+            if let Some(pause) = &self.pause {
+                pause.checkpoint();
+            }
             let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
@@ -213,7 +229,15 @@ impl Client {
             match retry_delay(&method, &err, attempt, backoff) {
                 Some(delay) => {
                     log::warn!("{method} {path}: {err}; retry {attempt}/{RETRIES} in {delay:?}");
-                    std::thread::sleep(delay);
+                    match &self.pause {
+                        Some(pause) => {
+                            if pause.pause(delay) == Wake::Stop {
+                                log::info!("{method} {path}: stop requested; not retrying");
+                                return Err(err);
+                            }
+                        }
+                        None => std::thread::sleep(delay),
+                    }
                 }
                 None => return Err(err),
             }
