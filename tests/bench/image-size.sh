@@ -12,17 +12,14 @@
 # - app layer: BINARY at /nexo-manager, owned by 65532, as the Dockerfile's
 #   COPY writes it.
 # - base layer: a reconstruction of distroless static-debian12 (nonroot)
-#   from the Debian 12 packages it is made of: base-files, netbase, tzdata
-#   and the CA bundle of ca-certificates, plus passwd, group, nsswitch.conf,
-#   /tmp and /home/nonroot; documentation and package scripts left out, as
-#   distroless leaves them out.
+#   from the Debian 12 packages it is made of (tests/image/distroless-base.sh).
 #
 # Prints key=value lines: app_files app_tar app_gz base_files base_tar
 # base_gz (bytes).
 set -euo pipefail
 [ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: image-size.sh BINARY (an existing file)" >&2; exit 2; }
 bin=$(readlink -f "$1")
-for tool in apt-get dpkg-deb tar gzip; do
+for tool in tar gzip; do
   command -v "$tool" >/dev/null || { echo "image-size.sh: '$tool' is required" >&2; exit 1; }
 done
 work=$(mktemp -d -t nexo-image.XXXXXX)
@@ -37,29 +34,8 @@ mkdir -p "$work/app"
 cp "$bin" "$work/app/nexo-manager"
 layer "$work/app" "$work/app.tar" 65532
 
-debs=(base-files netbase tzdata ca-certificates)
-cd "$work"
-if ! apt-get download "${debs[@]}" >/dev/null 2>"$work/apt.err"; then
-  apt-get update -qq >/dev/null 2>&1 || true
-  apt-get download "${debs[@]}" >/dev/null 2>"$work/apt.err" || {
-    echo "image-size.sh: cannot download ${debs[*]} from Debian's archive:" >&2
-    cat "$work/apt.err" >&2
-    exit 1
-  }
-fi
 root=$work/base
-mkdir -p "$root"
-for deb in ./*.deb; do dpkg-deb -x "$deb" "$root"; done
-# The CA bundle as update-ca-certificates writes it; the separate files go.
-mkdir -p "$root/etc/ssl/certs"
-cat "$root"/usr/share/ca-certificates/mozilla/*.crt >"$root/etc/ssl/certs/ca-certificates.crt"
-rm -rf "$root/usr/share/ca-certificates" "$root/usr/sbin" "$root/etc/ca-certificates" \
-  "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian" \
-  "$root/usr/share/info" "$root/usr/share/bash-completion"
-printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
-printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
-printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
-mkdir -p "$root/tmp" "$root/home/nonroot"
+bash "$(dirname "$0")/../image/distroless-base.sh" "$root"
 layer "$root" "$work/base.tar"
 
 size() { stat -c %s "$1"; }

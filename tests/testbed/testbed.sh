@@ -2,13 +2,27 @@
 # The test bed: a real Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager) on 127.0.0.1, for one pinned release.
 #
-#   testbed.sh build              build and cache the binaries (once per version)
-#   testbed.sh start DIR [PID]    start a control plane with its data in DIR (new or empty);
+#   testbed.sh build [--node]     build and cache the binaries (once per version)
+#   testbed.sh start DIR [--node] [PID]
+#                                 start a control plane with its data in DIR (new or empty);
 #                                 when PID is given, everything is stopped and DIR removed
-#                                 as soon as that process is gone
-#   testbed.sh stop DIR           stop what DIR's control plane started, remove DIR
+#                                 as soon as that process is gone. --node: inside a network
+#                                 namespace of its own, with a node (see below)
+#   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
+#   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
 #   testbed.sh bin                print the folder holding the cached binaries
+#
+# The node (--node): kubelet, kube-scheduler and kube-proxy of the same
+# release, Debian's containerd, runc and CNI plugins (bridge, host-local).
+# Everything, the control plane included, runs in the network namespace
+# nexo-tb-<id> with no route out: the API server listens on NODE_IP
+# (10.77.0.1, an address of the namespace's loopback), pods get addresses
+# of 10.88.0.0/24 on the bridge cni0 and reach the API server through the
+# `kubernetes` Service (10.96.0.1, kube-proxy's iptables rules). Tests that
+# use it run in the namespace too (`ip netns exec`). containerd, the kubelet
+# and kube-proxy run in a PID and mount namespace of their own, so stopping
+# ends every shim and container and takes every mount with it.
 #
 # The binaries come from the official Go modules through the Go module proxy:
 # k8s.io/kubernetes (its staging modules replaced by their published versions)
@@ -16,7 +30,8 @@
 # $NEXO_TESTBED_CACHE (default: ${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed).
 #
 # After `start`, DIR holds: admin.kubeconfig, ca.crt, admin.crt/admin.key,
-# env (APISERVER_URL, ETCD_PORT, ... and the process ids), logs/*.log.
+# env (APISERVER_URL, ETCD_PORT, ... and the process ids; NETNS, NODE_NAME,
+# NODE_IP with --node), logs/*.log.
 set -euo pipefail
 
 K8S_VERSION=v1.37.2
@@ -24,6 +39,18 @@ STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.6.16
 CACHE_ROOT=${NEXO_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed}
 BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin
+NODE_BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-node/bin
+CNI_BIN_DIR=/usr/lib/cni
+NODE_NAME=nexo-node
+NODE_IP=10.77.0.1
+POD_SUBNET=10.88.0.0/24
+SERVICE_RANGE=10.96.0.0/16
+KUBERNETES_SERVICE_IP=10.96.0.1
+PAUSE_IMAGE=nexo.test/pause:testbed
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The command prefix of every process of the test bed: empty, or
+# `ip netns exec NS` in node mode.
+IN=()
 
 die() { echo "testbed: $*" >&2; exit 1; }
 log() { echo "testbed: $*" >&2; }
@@ -36,15 +63,18 @@ need() {
 
 # ---------------------------------------------------------------- build --
 
-build_kubernetes() {
-  local mod=$CACHE_ROOT/build-k8s-$K8S_VERSION
+# The build module: k8s.io/kubernetes at K8S_VERSION, every staging module
+# that its go.mod requires at v0.0.0 replaced by its published release.
+# Args: module dir, then the commands (k8s.io/kubernetes/cmd/...) to build
+# into OUT.
+build_k8s_commands() { # moddir outdir cmd...
+  local mod=$1 out=$2
+  shift 2
   mkdir -p "$mod"
   local upstream_mod
   upstream_mod=$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
     | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   [ -f "$upstream_mod" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
-  # Every staging module the upstream go.mod requires at v0.0.0 is replaced
-  # by its published release.
   local staging
   staging=$(sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$upstream_mod" | sort -u)
   [ -n "$staging" ] || die "no staging modules found in $upstream_mod"
@@ -59,31 +89,35 @@ build_kubernetes() {
     for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
     echo ")"
   } >"$mod/go.mod"
-  cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  {
+    echo "//go:build tools"
+    echo
+    echo "package tools"
+    echo
+    echo "import ("
+    for c in "$@"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
+    echo ")"
+  } >"$mod/tools.go"
   log "resolving k8s.io/kubernetes $K8S_VERSION dependencies"
   (cd "$mod" && go mod tidy -e >/dev/null 2>"$mod/tidy.log") || { cat "$mod/tidy.log" >&2; die "go mod tidy failed"; }
   local v=$K8S_VERSION minor
   minor=${v#v1.}; minor=${minor%%.*}
+  # The version ldflags, so every binary reports K8S_VERSION (a node
+  # registers with the kubelet's version).
   local ldflags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags="$ldflags -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  log "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (slow the first time)"
-  (cd "$mod" && go build -trimpath -tags tools -ldflags "$ldflags" -o "$BIN_DIR.tmp/" \
-      k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kubectl)
+  local pkgs=()
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  log "building $* $K8S_VERSION (slow the first time)"
+  (cd "$mod" && go build -trimpath -tags tools -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
+}
+
+build_kubernetes() {
+  build_k8s_commands "$CACHE_ROOT/build-k8s-$K8S_VERSION" "$BIN_DIR.tmp" \
+    kube-apiserver kube-controller-manager kubectl
 }
 
 build_etcd() {
@@ -109,27 +143,70 @@ GO
   (cd "$mod" && go build -trimpath -tags tools -ldflags "-s -w" -o "$BIN_DIR.tmp/etcd" go.etcd.io/etcd/server/v3)
 }
 
-cmd_build() {
-  if [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ] \
-     && [ -x "$BIN_DIR/kubectl" ] && [ -x "$BIN_DIR/etcd" ]; then
-    return 0
+# The node: kubelet, kube-scheduler and kube-proxy of the same release, and
+# the pause program (the pod sandbox's init) compiled statically with
+# musl-gcc from the module's build/pause/linux/pause.c. containerd, runc and
+# the CNI plugins are Debian's packages (need_node_packages).
+build_node() {
+  rm -rf "$NODE_BIN_DIR.tmp"
+  mkdir -p "$NODE_BIN_DIR.tmp"
+  build_k8s_commands "$CACHE_ROOT/build-k8s-node-$K8S_VERSION" "$NODE_BIN_DIR.tmp" \
+    kubelet kube-scheduler kube-proxy
+  local src
+  src=$(cd "$CACHE_ROOT/build-k8s-node-$K8S_VERSION" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$src/build/pause/linux/pause.c" ] || die "no build/pause/linux/pause.c in k8s.io/kubernetes@$K8S_VERSION"
+  need musl-gcc
+  musl-gcc -static -Os -Wall -Werror -DVERSION="$K8S_VERSION-nexo-testbed" \
+    -o "$NODE_BIN_DIR.tmp/pause" "$src/build/pause/linux/pause.c"
+  strip "$NODE_BIN_DIR.tmp/pause" 2>/dev/null || true
+  rm -rf "$NODE_BIN_DIR"
+  mv "$NODE_BIN_DIR.tmp" "$NODE_BIN_DIR"
+}
+
+need_node_packages() {
+  local missing=()
+  command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  [ -x "$CNI_BIN_DIR/bridge" ] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+  command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
+  [ ${#missing[@]} -eq 0 ] || die "the node needs Debian's ${missing[*]} (apt-get install ${missing[*]}; .ci/run installs them)"
+  [ "$(id -u)" = 0 ] || die "the node needs root (network namespace, mounts, containerd)"
+}
+
+cmd_build() { # [--node]
+  local node=
+  [ "${1:-}" = --node ] && node=1
+  if ! { [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ] \
+     && [ -x "$BIN_DIR/kubectl" ] && [ -x "$BIN_DIR/etcd" ]; }; then
+    need go
+    local started=$SECONDS
+    rm -rf "$BIN_DIR.tmp"
+    mkdir -p "$BIN_DIR.tmp"
+    build_etcd
+    build_kubernetes
+    rm -rf "$BIN_DIR"
+    mv "$BIN_DIR.tmp" "$BIN_DIR"
+    log "built the control plane into $BIN_DIR in $((SECONDS - started)) s"
   fi
-  need go
-  local started=$SECONDS
-  rm -rf "$BIN_DIR.tmp"
-  mkdir -p "$BIN_DIR.tmp"
-  build_etcd
-  build_kubernetes
-  rm -rf "$BIN_DIR"
-  mv "$BIN_DIR.tmp" "$BIN_DIR"
-  log "built into $BIN_DIR in $((SECONDS - started)) s"
+  if [ -n "$node" ] && ! { [ -x "$NODE_BIN_DIR/kubelet" ] && [ -x "$NODE_BIN_DIR/kube-scheduler" ] \
+     && [ -x "$NODE_BIN_DIR/kube-proxy" ] && [ -x "$NODE_BIN_DIR/pause" ]; }; then
+    need go
+    local started=$SECONDS
+    build_node
+    log "built the node into $NODE_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  return 0
 }
 
 # ---------------------------------------------------------------- start --
 
 free_port() {
   # Ask the kernel for a free loopback port.
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  "${IN[@]}" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
 gen_certs() {
@@ -149,22 +226,25 @@ gen_certs() {
       -days 2 -extfile "$d/$name.ext" -out "$d/$name.crt" 2>/dev/null
     rm -f "$d/$name.csr" "$d/$name.ext"
   }
-  sign server "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
+  sign server "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
   sign admin "/O=system:masters/CN=nexo-testbed-admin"
+  sign kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME"
+  sign kubelet-server "/CN=$NODE_NAME" "IP:$NODE_IP,DNS:$NODE_NAME"
   sign etcd "/CN=etcd" "IP:127.0.0.1,DNS:localhost"
   $o genrsa -out "$d/sa.key" 2048 2>/dev/null
   $o rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
 }
 
-write_kubeconfig() { # file url
+write_kubeconfig() { # file url [user-cert-name]
   # JSON is valid YAML: kubectl reads it, and so does the Manager (which has
   # no YAML parser).
+  local user=${3:-admin}
   cat >"$1" <<KC
 {
   "apiVersion": "v1",
   "kind": "Config",
   "clusters": [{"name": "testbed", "cluster": {"server": "$2", "certificate-authority": "$DIR/ca.crt"}}],
-  "users": [{"name": "admin", "user": {"client-certificate": "$DIR/admin.crt", "client-key": "$DIR/admin.key"}}],
+  "users": [{"name": "admin", "user": {"client-certificate": "$DIR/$user.crt", "client-key": "$DIR/$user.key"}}],
   "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
   "current-context": "testbed"
 }
@@ -175,7 +255,7 @@ wait_ready() { # url what pid timeout_s
   local url=$1 what=$2 pid=$3 deadline=$((SECONDS + $4))
   while [ $SECONDS -lt $deadline ]; do
     kill -0 "$pid" 2>/dev/null || { tail -n 30 "$DIR/logs/$what.log" >&2; die "$what exited before it was ready (log: $DIR/logs/$what.log)"; }
-    if curl -fsS --max-time 2 --cacert "$DIR/ca.crt" --cert "$DIR/admin.crt" --key "$DIR/admin.key" \
+    if "${IN[@]}" curl -fsS --max-time 2 --cacert "$DIR/ca.crt" --cert "$DIR/admin.crt" --key "$DIR/admin.key" \
          "$url" >/dev/null 2>&1; then
       return 0
     fi
@@ -185,22 +265,168 @@ wait_ready() { # url what pid timeout_s
   die "$what not ready after $4 s (log: $DIR/logs/$what.log)"
 }
 
+node_config() { # writes the node's configuration into DIR
+  local api_url=$1
+  mkdir -p "$DIR/containerd" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/kubelet/root" "$DIR/kubelet/pki"
+  cat >"$DIR/containerd/config.toml" <<TOML
+version = 2
+root = "$DIR/containerd/root"
+state = "$DIR/containerd/state"
+[grpc]
+  address = "$DIR/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # Root here lacks CAP_SYS_RESOURCE: the kubelet's negative oom_score_adj
+  # for the sandbox would make runc fail.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNI_BIN_DIR"
+    conf_dir = "$DIR/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+TOML
+  cat >"$DIR/cni/net.d/10-nexo-testbed.conflist" <<JSON
+{
+  "cniVersion": "0.4.0",
+  "name": "nexo-testbed",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$DIR/cni/ipam",
+              "ranges": [[{"subnet": "$POD_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+JSON
+  # What worked on a cgroup v1 hybrid machine without systemd, where root
+  # lacks some capabilities: no QoS cgroups, nothing reserved, no eviction.
+  cat >"$DIR/kubelet/config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $DIR/kubelet-server.crt
+tlsPrivateKeyFile: $DIR/kubelet-server.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $DIR/ca.crt}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://$DIR/containerd/containerd.sock
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+failCgroupV1: false
+resolvConf: ""
+clusterDomain: cluster.local
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%", "nodefs.inodesFree": "0%"}
+localStorageCapacityIsolation: false
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+rotateCertificates: false
+serverTLSBootstrap: false
+YAML
+  write_kubeconfig "$DIR/kubelet.kubeconfig" "$api_url" kubelet-client
+  cat >"$DIR/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $DIR/admin.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_SUBNET
+bindAddress: $NODE_IP
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack: {maxPerCore: 0, min: 0}
+YAML
+  cat >"$DIR/node.env" <<ENV
+NODE_BIN_DIR=$NODE_BIN_DIR
+NODE_NAME=$NODE_NAME
+NODE_IP=$NODE_IP
+PAUSE_ARCHIVE=$DIR/pause.oci.tar
+ENV
+  # The pause image (the pod sandbox), written as an OCI archive from the
+  # cached static pause binary.
+  python3 "$HERE/../image/oci-image.py" --out "$DIR/pause.oci.tar" --name "$PAUSE_IMAGE" \
+    --file "$NODE_BIN_DIR/pause:/pause:0755" --entrypoint /pause --user 65535:65535 >/dev/null
+}
+
+# The network namespace: loopback up with NODE_IP on it, forwarding on,
+# no other interface (the bridge comes with the first pod), no route out.
+make_netns() {
+  "${IN[@]}" ip link set lo up
+  "${IN[@]}" ip addr add "$NODE_IP/32" dev lo
+  "${IN[@]}" sysctl -qw net.ipv4.ip_forward=1
+  "${IN[@]}" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+}
+
+wait_node_ready() { # pid timeout_s
+  local pid=$1 deadline=$((SECONDS + $2))
+  while [ $SECONDS -lt $deadline ]; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 30 "$DIR"/logs/kubelet.log "$DIR"/logs/containerd.log >&2 2>/dev/null; die "the node exited before it was Ready"; }
+    # Ready, and the not-ready taint taken off by the node lifecycle
+    # controller: pods can be scheduled.
+    if [ "$("${IN[@]}" "$BIN_DIR/kubectl" --kubeconfig "$DIR/admin.kubeconfig" get node "$NODE_NAME" \
+          -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}/{.spec.taints}' 2>/dev/null)" = True/ ]; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  tail -n 30 "$DIR/logs/kubelet.log" >&2 2>/dev/null || true
+  die "node $NODE_NAME not Ready after $2 s (logs: $DIR/logs)"
+}
+
 cmd_start() {
-  DIR=${1:?usage: testbed.sh start DIR [PID]}
-  local watch_pid=${2:-}
+  local node= watch_pid=
+  DIR=
+  for arg in "$@"; do
+    case $arg in
+      --node) node=1 ;;
+      *) if [ -z "$DIR" ]; then DIR=$arg; else watch_pid=$arg; fi ;;
+    esac
+  done
+  [ -n "$DIR" ] || die "usage: testbed.sh start DIR [--node] [PID]"
   need curl openssl python3
-  cmd_build
+  if [ -n "$node" ]; then
+    need_node_packages
+    cmd_build --node
+  else
+    cmd_build
+  fi
   mkdir -p "$DIR"
   DIR=$(cd "$DIR" && pwd)
   [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty"
   mkdir -p "$DIR/logs" "$DIR/etcd-data"
   local started=$SECONDS
-  gen_certs "$DIR"
-  local etcd_port etcd_peer api_port kcm_port
-  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
+  local host=127.0.0.1 netns=
   : >"$DIR/pids"
+  if [ -n "$node" ]; then
+    netns=nexo-tb-$(basename "$DIR" | tr -c 'a-zA-Z0-9\n' '-' | tail -c 16)
+    ip netns add "$netns" || die "cannot create the network namespace $netns"
+    echo "$netns" >"$DIR/netns"
+    IN=(ip netns exec "$netns")
+    host=$NODE_IP
+  fi
+  # From here on, a failure stops what was started and keeps the logs.
+  trap 'rm -rf "$DIR.failed-logs"; cp -r "$DIR/logs" "$DIR.failed-logs" 2>/dev/null && log "logs kept in $DIR.failed-logs"; cmd_stop "$DIR" >/dev/null 2>&1 || true' EXIT
+  [ -z "$node" ] || make_netns
+  gen_certs "$DIR"
+  local etcd_port etcd_peer api_port kcm_port sched_port
+  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
+  sched_port=$(free_port)
 
-  "$BIN_DIR/etcd" --name testbed --data-dir "$DIR/etcd-data" \
+  "${IN[@]}" "$BIN_DIR/etcd" --name testbed --data-dir "$DIR/etcd-data" \
     --listen-client-urls "https://127.0.0.1:$etcd_port" --advertise-client-urls "https://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "testbed=http://127.0.0.1:$etcd_peer" \
@@ -209,39 +435,45 @@ cmd_start() {
     >"$DIR/logs/etcd.log" 2>&1 &
   local etcd_pid=$!
   echo "$etcd_pid" >>"$DIR/pids"
-  # From here on, a failure stops what was started.
-  trap 'cmd_stop "$DIR" >/dev/null 2>&1 || true' EXIT
   wait_ready "https://127.0.0.1:$etcd_port/health" etcd "$etcd_pid" 30
 
-  "$BIN_DIR/kube-apiserver" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  # Control-plane mode: loopback only, and no `kubernetes` endpoints (127.0.0.1
+  # is not a valid endpoint). Node mode: the API server is reached at NODE_IP,
+  # by pods through the `kubernetes` Service, whose endpoints it maintains.
+  local api_net=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+  [ -z "$node" ] || api_net=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --endpoint-reconciler-type lease)
+  "${IN[@]}" "$BIN_DIR/kube-apiserver" \
+    "${api_net[@]}" --secure-port "$api_port" \
     --etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt" \
     --etcd-certfile "$DIR/admin.crt" --etcd-keyfile "$DIR/admin.key" \
     --tls-cert-file "$DIR/server.crt" --tls-private-key-file "$DIR/server.key" \
     --client-ca-file "$DIR/ca.crt" \
+    --kubelet-client-certificate "$DIR/admin.crt" --kubelet-client-key "$DIR/admin.key" \
+    --kubelet-certificate-authority "$DIR/ca.crt" \
     --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$DIR/sa.pub" --service-account-signing-key-file "$DIR/sa.key" \
     --api-audiences https://kubernetes.default.svc \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --endpoint-reconciler-type none \
+    --service-cluster-ip-range "$SERVICE_RANGE" \
     --enable-priority-and-fairness=false \
     --profiling=false \
     >"$DIR/logs/kube-apiserver.log" 2>&1 &
   local api_pid=$!
   echo "$api_pid" >>"$DIR/pids"
-  local url="https://127.0.0.1:$api_port"
+  local url="https://$host:$api_port"
   write_kubeconfig "$DIR/admin.kubeconfig" "$url"
 
   wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
 
   # The controller manager starts once the API server is ready.
-  "$BIN_DIR/kube-controller-manager" \
+  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller
+  [ -z "$node" ] || controllers=$controllers,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,pod-garbage-collector-controller,node-lifecycle-controller
+  "${IN[@]}" "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
     --authorization-kubeconfig "$DIR/admin.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" \
     --tls-cert-file "$DIR/server.crt" --tls-private-key-file "$DIR/server.key" \
-    --controllers garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller \
+    --controllers "$controllers" \
     --service-account-private-key-file "$DIR/sa.key" --root-ca-file "$DIR/ca.crt" \
     --leader-elect=false --use-service-account-credentials=false \
     --profiling=false \
@@ -250,6 +482,31 @@ cmd_start() {
   echo "$kcm_pid" >>"$DIR/pids"
 
   wait_ready "https://127.0.0.1:$kcm_port/healthz" kube-controller-manager "$kcm_pid" 60
+
+  local node_env=
+  if [ -n "$node" ]; then
+    "${IN[@]}" "$NODE_BIN_DIR/kube-scheduler" \
+      --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
+      --authorization-kubeconfig "$DIR/admin.kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false --profiling=false \
+      >"$DIR/logs/kube-scheduler.log" 2>&1 &
+    local sched_pid=$!
+    echo "$sched_pid" >>"$DIR/pids"
+    node_config "$url"
+    # nsenter, not `ip netns exec`: that one mounts a new /sys, without the
+    # cgroup hierarchies the kubelet and runc need.
+    nsenter --net="/run/netns/$netns" unshare --pid --fork --kill-child --mount --propagation private --mount-proc \
+      bash "$HERE/node.sh" "$DIR" >"$DIR/logs/node.log" 2>&1 &
+    local node_pid=$!
+    echo "$node_pid" >>"$DIR/pids"
+    wait_node_ready "$node_pid" 120
+    node_env="NETNS=$netns
+NODE_NAME=$NODE_NAME
+NODE_IP=$NODE_IP
+NODE_PID=$node_pid
+SCHEDULER_PID=$sched_pid
+CONTAINERD_ADDRESS=$DIR/containerd/containerd.sock"
+  fi
   trap - EXIT
 
   cat >"$DIR/env" <<ENV
@@ -261,6 +518,7 @@ APISERVER_PID=$api_pid
 CONTROLLER_MANAGER_PID=$kcm_pid
 KUBECTL=$BIN_DIR/kubectl
 K8S_VERSION=$K8S_VERSION
+$node_env
 ENV
 
   if [ -n "$watch_pid" ]; then
@@ -275,7 +533,11 @@ ENV
     echo "$!" >"$DIR/reaper.pid"
     disown || true
   fi
-  log "kube-apiserver $K8S_VERSION ready at $url in $((SECONDS - started)) s (data: $DIR)"
+  if [ -n "$node" ]; then
+    log "kube-apiserver $K8S_VERSION and node $NODE_NAME ready at $url in network namespace $netns in $((SECONDS - started)) s (data: $DIR)"
+  else
+    log "kube-apiserver $K8S_VERSION ready at $url in $((SECONDS - started)) s (data: $DIR)"
+  fi
 }
 
 # ----------------------------------------------------------------- stop --
@@ -296,6 +558,24 @@ cmd_stop() {
     done
     for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
   fi
+  if [ -f "$dir/netns" ]; then
+    local netns
+    netns=$(cat "$dir/netns")
+    # Whatever still runs in the namespace (a test's own processes).
+    local left
+    left=$(ip netns pids "$netns" 2>/dev/null || true)
+    [ -z "$left" ] || kill -KILL $left 2>/dev/null || true
+    ip netns del "$netns" 2>/dev/null || true
+    # The containers' cgroups, empty once their processes are gone.
+    find /sys/fs/cgroup -depth -type d -path '*/nexo-testbed/*' -exec rmdir {} + 2>/dev/null || true
+    find /sys/fs/cgroup -depth -type d -name nexo-testbed -exec rmdir {} + 2>/dev/null || true
+  fi
+  # Any mount left under DIR (none is expected: the node's live in its own
+  # mount namespace) is taken off before DIR goes.
+  local m
+  for m in $(awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
   rm -rf "$dir"
 }
 
@@ -308,11 +588,28 @@ cmd_token() {
   "$KUBECTL" --kubeconfig "$KUBECONFIG" -n "$ns" create token "$sa" --duration 1h
 }
 
+cmd_import() {
+  local dir=${1:?usage: testbed.sh import DIR ARCHIVE} archive=${2:?usage: testbed.sh import DIR ARCHIVE}
+  [ -S "$dir/containerd/containerd.sock" ] || die "$dir has no node (start it with --node)"
+  local ctr=(ctr --address "$dir/containerd/containerd.sock" -n k8s.io) out name digest
+  out=$("${ctr[@]}" images import "$archive") || die "cannot import $archive: $out"
+  # `unpacking NAME:TAG (sha256:...)...done`. The CRI finds `REPO@DIGEST`
+  # references by an image record of that name, which a pull would create
+  # and an import does not: it is added here.
+  while read -r _ name digest _; do
+    digest=${digest#(}; digest=${digest%%)*}
+    [[ $digest == sha256:* ]] || continue
+    "${ctr[@]}" images tag --force "$name" "${name%:*}@$digest" >/dev/null
+    log "imported $name as ${name%:*}@$digest"
+  done < <(printf '%s\n' "$out" | grep '^unpacking ')
+}
+
 case "${1:-}" in
-  build) cmd_build ;;
+  build) shift; cmd_build "$@" ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   token) shift; cmd_token "$@" ;;
+  import) shift; cmd_import "$@" ;;
   bin) echo "$BIN_DIR" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
