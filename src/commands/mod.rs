@@ -21,6 +21,45 @@ use crate::image::{ImageRef, valid_digest, valid_tag};
 pub const MAX_MANIFESTS: usize = 64;
 /// Largest manifest, serialized.
 pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
+/// Largest command, as raw JSON (protocol.md, "Hostile and buggy values").
+pub const MAX_COMMAND_BYTES: usize = 2 * 1024 * 1024;
+/// Most JSON values (objects, arrays, strings, numbers, literals) in one
+/// command's payload: its parsed form's budget. A payload of tiny values
+/// (`[{},{},…]`: two bytes of raw JSON, tens of bytes parsed, more again
+/// once planned and sent) is refused before it is parsed. 64 manifests of
+/// 500 values each, a generous legacy Deployment, fit.
+pub const MAX_COMMAND_VALUES: usize = 32 * 1024;
+
+/// An upper bound of the number of JSON values in `raw` (valid JSON), from
+/// one pass over its bytes with no allocation: one value, plus one for each
+/// `,` and for each non-empty `[` or `{` outside strings.
+pub fn json_values(raw: &str) -> usize {
+    let bytes = raw.as_bytes();
+    let (mut n, mut in_string, mut escaped) = (1usize, false, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' => n += 1,
+            b'[' | b'{' => {
+                let next = bytes[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
+                if !matches!(next, Some(b']' | b'}')) {
+                    n += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    n
+}
 
 /// A deployment: a name in a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,6 +234,21 @@ pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Com
             }
         }
         Some(_) => return Err(fail(invalid("requires is not a list"))),
+    }
+    if raw.len() > MAX_COMMAND_BYTES {
+        return Err(fail(invalid(format!(
+            "too large: {} bytes, more than {} MiB",
+            raw.len(),
+            MAX_COMMAND_BYTES >> 20
+        ))));
+    }
+    if let Some(payload) = env.payload {
+        let values = json_values(payload.get());
+        if values > MAX_COMMAND_VALUES {
+            return Err(fail(invalid(format!(
+                "too large: about {values} JSON values, more than {MAX_COMMAND_VALUES}"
+            ))));
+        }
     }
     let payload: Value = match env.payload {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|e| fail(invalid(e)))?,

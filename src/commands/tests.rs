@@ -174,3 +174,69 @@ fn clipping_is_char_safe() {
     assert_eq!(clip("héllo", 2), "hé…");
     assert_eq!(clip("ab", 5), "ab");
 }
+
+#[test]
+fn json_values_counts_every_value_once_at_least() {
+    for (raw, at_least) in [
+        ("1", 1),
+        ("[]", 1),
+        ("{}", 1),
+        ("[1,2,3]", 4),
+        (r#"{"a":[{},{}],"b":"x,y{["}"#, 5),
+        (r#"["\"[,", {"k": [ ]}]"#, 4),
+    ] {
+        let counted = json_values(raw);
+        let exact = exact_values(&serde_json::from_str(raw).unwrap());
+        assert_eq!(exact, at_least, "{raw}");
+        assert!(counted >= exact, "{raw}: counted {counted} < {exact}");
+        assert!(
+            counted <= exact + 1,
+            "{raw}: counted {counted}, a loose bound"
+        );
+    }
+}
+
+fn exact_values(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(a) => a.iter().map(exact_values).sum(),
+        Value::Object(o) => o.values().map(exact_values).sum(),
+        _ => 0,
+    }
+}
+
+#[test]
+fn a_command_built_to_expand_is_refused_before_it_is_parsed() {
+    // 256 KiB of empty objects: about 87,000 values in one manifest.
+    let tiny = format!("[{}{{}}]", "{},".repeat(87_000));
+    let raw = format!(
+        r#"{{"id": "cmd-x", "class": "deploy", "payload": {{"deployment": {{"name": "x", "namespace": "shop"}}, "format": "legacy", "manifests": [{{"kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"k": {tiny}}}}}]}}}}"#
+    );
+    match parse(&raw, CAPABILITIES, &managed()) {
+        Err(Refusal::Failed { id, message }) => {
+            assert_eq!(id, "cmd-x");
+            assert!(
+                message.starts_with("invalid payload: too large: about"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Over 2 MiB of raw JSON, however few values.
+    let big = format!(
+        r#"{{"id": "cmd-y", "class": "deploy", "payload": {{"deployment": {{"name": "x", "namespace": "shop"}}, "format": "legacy", "manifests": [{{"kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"k": "{}"}}}}]}}}}"#,
+        "x".repeat(MAX_COMMAND_BYTES)
+    );
+    match parse(&big, CAPABILITIES, &managed()) {
+        Err(Refusal::Failed { message, .. }) => {
+            assert!(
+                message.starts_with("invalid payload: too large:")
+                    && message.contains("more than 2 MiB"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // A real deploy is far below the budget.
+    assert!(json_values(&good_deploy().to_string()) < 100);
+    assert!(parse_value(&good_deploy()).is_ok());
+}
