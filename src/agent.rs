@@ -27,6 +27,7 @@ use crate::kube::{self, Client, KubeConfig};
 use crate::lease::{self, Elector};
 use crate::probe::{Probe, Role, Status};
 use crate::secret::Secret;
+use crate::self_rollout::{self, SelfDeployment};
 use crate::state::{Binding, LedgerEntry, State, StateError, Store};
 use crate::token::ConnectToken;
 use crate::wait::{Pause, Waiter, Wake};
@@ -167,6 +168,8 @@ pub struct Agent {
     elector: Elector,
     /// Region and zone from the last node listing, and when it was made.
     topology: Option<(Instant, Option<String>, Option<String>)>,
+    /// The rollout of the Manager's own Deployment.
+    self_rollout: self_rollout::Watch,
 }
 
 /// Reads the connect token from its source and validates it.
@@ -352,6 +355,7 @@ impl Agent {
             status,
             elector,
             topology: None,
+            self_rollout: self_rollout::Watch::default(),
         })
     }
 
@@ -688,6 +692,9 @@ impl Agent {
             self.token.environment_id(),
             !configured && topology_due(listed_at, Instant::now()),
         );
+        if let Some(report) = self.check_self_rollout() {
+            inv.errors.push(report);
+        }
         if inv.topology_read {
             self.topology = Some((Instant::now(), inv.region.clone(), inv.zone.clone()));
         } else if let Some((_, region, zone)) = &self.topology {
@@ -721,6 +728,32 @@ impl Agent {
             },
             pending_acks: self.pending_acks(),
             inventory_errors: inv.errors,
+        }
+    }
+
+    /// Reads the Manager's own Deployment when due; a stalled upgrade's
+    /// report, or why the Deployment could not be read.
+    fn check_self_rollout(&mut self) -> Option<String> {
+        let now = Instant::now();
+        if !self.self_rollout.due(now) {
+            return None;
+        }
+        let (ns, name) = (&self.instance.namespace, &self.cfg.self_deployment);
+        let path = format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}");
+        match self.kube.get_opt::<SelfDeployment>(&path) {
+            Ok(Some(d)) => {
+                self.self_rollout
+                    .observe(&d, &format!("{ns}/{name}"), now, self.interval)
+            }
+            Ok(None) => {
+                // Not run from a Deployment (development, tests).
+                self.self_rollout.unreadable(now);
+                None
+            }
+            Err(e) => {
+                self.self_rollout.unreadable(now);
+                Some(format!("own deployment {ns}/{name}: {e}"))
+            }
         }
     }
 
@@ -769,6 +802,9 @@ impl Agent {
             Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
         let result = if outcome.applied { "applied" } else { "failed" };
+        if outcome.applied && class == "upgrade" {
+            self.self_rollout.upgrade_applied();
+        }
         self.status().command(class, result);
         if outcome.applied {
             log::info!("command {id}: {result}: {}", outcome.message);

@@ -29,6 +29,7 @@ pub mod ownership;
 pub mod probe;
 pub mod resolve;
 pub mod secret;
+pub mod self_rollout;
 pub mod state;
 pub mod tls;
 pub mod token;
