@@ -408,7 +408,28 @@ impl Agent {
             .elector
             .try_lead(&self.kube, lease::duration_for(self.interval))
         {
-            Ok(true) => self.status().role = Role::Leader,
+            Ok(true) if self.status.borrow().role != Role::Leader => {
+                // Just became the leader: another pod may have finished
+                // commands since this one read the state. Read it again
+                // before acting, or a finished command would run twice.
+                match self.store.load(&self.kube) {
+                    Ok(state) => {
+                        log::info!(
+                            "leading: state read again ({} ledger entries)",
+                            state.ledger.len()
+                        );
+                        self.state = state;
+                        self.status().role = Role::Leader;
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "cannot read the state secret after taking the lease: {e}; not acting"
+                        );
+                        return Ok(Some(self.backoff.next_delay().min(self.interval)));
+                    }
+                }
+            }
+            Ok(true) => {}
             Ok(false) => {
                 self.standby_check(true);
                 return Ok(Some(self.interval));

@@ -180,3 +180,61 @@ fn a_standby_that_cannot_reach_the_control_plane_is_not_ready() {
     let (status, _) = http_get(&addr_b, "/healthz");
     b.check(status == 200, "alive all the same");
 }
+
+#[test]
+fn a_new_leader_reads_the_ledger_again_and_executes_no_finished_command() {
+    let f = Fixture::new("leader-ledger");
+    f.tb.install_crds();
+    let env = |uid: &str| {
+        let mut e = f.env();
+        e.insert("POD_UID".into(), uid.into());
+        e
+    };
+    let mut a = f.spawn(&env("pod-a"));
+    a.wait_until(Duration::from_secs(30), "pod-a leading", || {
+        !f.sim.heartbeats().is_empty()
+    });
+    // pod-b reads the state now, while the ledger is empty.
+    let mut b = f.spawn(&env("pod-b"));
+    let b_log = b.log_reader();
+    b.wait_until(Duration::from_secs(30), "pod-b following", || {
+        b_log().contains("following: the lease nexo-manager is held by pod-a")
+    });
+    let deploy = serde_json::json!({"id": "cmd-once", "class": "deploy", "issuedAt": "2026-12-03T00:00:00Z",
+        "payload": {"deployment": {"name": "orders", "namespace": f.ns.name}, "format": "crd",
+            "manifests": [{"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": "orders"},
+                "spec": {"image": support::fixture::PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": "orders-db"}}}}]}});
+    f.sim.enqueue_command(&f.env_id, deploy.clone());
+    a.wait_until(Duration::from_secs(30), "pod-a's ack", || {
+        !f.sim.acks().is_empty()
+    });
+    let first = f.sim.acks()[0].clone();
+    assert_eq!(first["resources"][0]["action"], "created", "{first}");
+    // pod-a stops cleanly; pod-b leads; the CP sends the command again.
+    a.signal("TERM");
+    a.wait_exit(Duration::from_secs(10));
+    b.wait_until(Duration::from_secs(30), "pod-b leading", || {
+        connects_from(&f, "pod-b") >= 1
+    });
+    f.sim.enqueue_command(&f.env_id, deploy);
+    let acks_of = || {
+        f.sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/commands/cmd-once/ack"))
+            .filter_map(|r| r.json)
+            .collect::<Vec<Value>>()
+    };
+    b.wait_until(Duration::from_secs(30), "pod-b's ack", || {
+        acks_of().len() >= 2
+    });
+    let again = acks_of()[1].clone();
+    b.check(
+        again["resources"] == first["resources"],
+        &format!("pod-b acknowledged the recorded result, not a second execution: {again}"),
+    );
+    b.check(
+        b_log().contains("command cmd-once already finished"),
+        "pod-b found the command in the ledger",
+    );
+}
