@@ -4,6 +4,8 @@
 #
 #   bash tests/sandbox.sh           run the scenario, then keep heartbeating until Ctrl-C
 #   bash tests/sandbox.sh --once    run the scenario and stop (used by tests/run.sh)
+#   bash tests/sandbox.sh --node    the same on the test bed's node: the Manager as a pod
+#                                   from our image, its probes, and a self-upgrade
 #
 # It starts the test bed (tests/testbed/testbed.sh, built once and cached), or
 # uses the cluster of $KUBECONFIG when NEXO_SANDBOX_USE_KUBECONFIG=1 (it then
@@ -15,8 +17,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 once=false
-[ "${1:-}" = "--once" ] && once=true
+node=false
+for arg in "$@"; do
+  case $arg in
+    --once) once=true ;;
+    --node) node=true ;;
+    --inside) ;;
+    *) echo "usage: sandbox.sh [--once] [--node]" >&2; exit 2 ;;
+  esac
+done
 testbed=tests/testbed/testbed.sh
+if $node; then
+  # The node mode lives in its own script: it runs inside the test bed's
+  # network namespace.
+  exec bash tests/sandbox-node.sh "$@"
+fi
 work=$(mktemp -d -t nexo-sandbox.XXXXXX)
 pids=()
 tb_dir=""

@@ -80,7 +80,8 @@ fn start_or_attach() -> Result<Testbed, String> {
     read_env(&dir)
 }
 
-fn read_env(dir: &Path) -> Result<Testbed, String> {
+/// The test bed described by `dir/env`.
+pub fn read_env(dir: &Path) -> Result<Testbed, String> {
     let text =
         std::fs::read_to_string(dir.join("env")).map_err(|e| format!("cannot read env: {e}"))?;
     let get = |key: &str| {

@@ -11,7 +11,7 @@
 #   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin                print the folder holding the cached binaries
+#   testbed.sh bin [--node]       print the folder holding the cached (node) binaries
 #
 # The node (--node): kubelet, kube-scheduler and kube-proxy of the same
 # release, Debian's containerd, runc and CNI plugins (bridge, host-local).
@@ -267,7 +267,7 @@ wait_ready() { # url what pid timeout_s
 
 node_config() { # writes the node's configuration into DIR
   local api_url=$1
-  mkdir -p "$DIR/containerd" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/kubelet/root" "$DIR/kubelet/pki"
+  mkdir -p "$DIR/containerd" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/kubelet/root" "$DIR/kubelet/pki" "$DIR/pod-logs"
   cat >"$DIR/containerd/config.toml" <<TOML
 version = 2
 root = "$DIR/containerd/root"
@@ -280,6 +280,10 @@ state = "$DIR/containerd/state"
   # for the sandbox would make runc fail.
   restrict_oom_score_adj = true
   enable_selinux = false
+  # The pods' network namespaces are mounted under DIR, not /run/netns:
+  # the mounts live in the node's mount namespace, so files in the host's
+  # /run/netns would outlive them.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$DIR/cni/net.d"
@@ -331,6 +335,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%", "nodefs.inodesFree": "0%"}
 localStorageCapacityIsolation: false
+podLogsDir: $DIR/pod-logs
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 5s
@@ -412,7 +417,8 @@ cmd_start() {
   local host=127.0.0.1 netns=
   : >"$DIR/pids"
   if [ -n "$node" ]; then
-    netns=nexo-tb-$(basename "$DIR" | tr -c 'a-zA-Z0-9\n' '-' | tail -c 16)
+    # One name per DIR, so that several test beds can run side by side.
+    netns=nexo-tb-$(printf '%s' "$DIR" | sha256sum | cut -c1-10)
     ip netns add "$netns" || die "cannot create the network namespace $netns"
     echo "$netns" >"$DIR/netns"
     IN=(ip netns exec "$netns")
@@ -441,7 +447,9 @@ cmd_start() {
   # is not a valid endpoint). Node mode: the API server is reached at NODE_IP,
   # by pods through the `kubernetes` Service, whose endpoints it maintains.
   local api_net=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
-  [ -z "$node" ] || api_net=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --endpoint-reconciler-type lease)
+  # (The kubelet is reached at its InternalIP: no name resolves here.)
+  [ -z "$node" ] || api_net=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --endpoint-reconciler-type lease
+    --kubelet-preferred-address-types InternalIP)
   "${IN[@]}" "$BIN_DIR/kube-apiserver" \
     "${api_net[@]}" --secure-port "$api_port" \
     --etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt" \
@@ -467,7 +475,7 @@ cmd_start() {
 
   # The controller manager starts once the API server is ready.
   local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller
-  [ -z "$node" ] || controllers=$controllers,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,pod-garbage-collector-controller,node-lifecycle-controller
+  [ -z "$node" ] || controllers=$controllers,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,pod-garbage-collector-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller
   "${IN[@]}" "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
     --authorization-kubeconfig "$DIR/admin.kubeconfig" \
@@ -545,6 +553,12 @@ ENV
 cmd_stop() {
   local dir=${1:?usage: testbed.sh stop DIR}
   [ -d "$dir" ] || return 0
+  # The node's containers, while containerd still answers: their cgroups
+  # (containerd's /k8s.io/<id>) are removed once everything has stopped.
+  local containers=
+  if [ -S "$dir/containerd/containerd.sock" ]; then
+    containers=$(timeout 5 ctr --address "$dir/containerd/containerd.sock" -n k8s.io containers ls -q 2>/dev/null || true)
+  fi
   if [ -f "$dir/pids" ]; then
     local pids
     pids=$(tac "$dir/pids")
@@ -566,10 +580,16 @@ cmd_stop() {
     left=$(ip netns pids "$netns" 2>/dev/null || true)
     [ -z "$left" ] || kill -KILL $left 2>/dev/null || true
     ip netns del "$netns" 2>/dev/null || true
-    # The containers' cgroups, empty once their processes are gone.
-    find /sys/fs/cgroup -depth -type d -path '*/nexo-testbed/*' -exec rmdir {} + 2>/dev/null || true
-    find /sys/fs/cgroup -depth -type d -name nexo-testbed -exec rmdir {} + 2>/dev/null || true
   fi
+  local id cg
+  for id in $containers; do
+    for cg in /sys/fs/cgroup/*/k8s.io/"$id"; do
+      [ -d "$cg" ] || continue
+      # The kernel takes a moment to release a cgroup whose last process died.
+      for _ in 1 2 3 4 5; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
+    done
+  done
+  [ -z "$containers" ] || rmdir /sys/fs/cgroup/*/k8s.io 2>/dev/null || true
   # Any mount left under DIR (none is expected: the node's live in its own
   # mount namespace) is taken off before DIR goes.
   local m
@@ -610,6 +630,6 @@ case "${1:-}" in
   stop) shift; cmd_stop "$@" ;;
   token) shift; cmd_token "$@" ;;
   import) shift; cmd_import "$@" ;;
-  bin) echo "$BIN_DIR" ;;
+  bin) if [ "${2:-}" = --node ]; then echo "$NODE_BIN_DIR"; else echo "$BIN_DIR"; fi ;;
   *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

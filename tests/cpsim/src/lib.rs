@@ -212,7 +212,13 @@ impl Simulator {
     pub fn start_on(config: SimConfig, addr: SocketAddr) -> std::io::Result<Simulator> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
-        let tls = config.tls.then(tls::generate);
+        // The certificate names the address the simulator listens on, when
+        // it is not loopback (a test bed's node address, say).
+        let extra: Vec<String> = match addr.ip() {
+            ip if ip.is_loopback() || ip.is_unspecified() => Vec::new(),
+            ip => vec![ip.to_string()],
+        };
+        let tls = config.tls.then(|| tls::generate(&extra));
         let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone()).unwrap_or_default();
         let scheme = if config.tls { "https" } else { "http" };
         let shared = Arc::new(Shared {

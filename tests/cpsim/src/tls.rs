@@ -14,7 +14,7 @@ pub struct Tls {
 }
 
 /// Generates the CA and the leaf.
-pub fn generate() -> Tls {
+pub fn generate(extra_names: &[String]) -> Tls {
     let ca_key = KeyPair::generate().expect("generate CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -25,9 +25,9 @@ pub fn generate() -> Tls {
     let issuer = Issuer::new(ca_params, ca_key);
 
     let leaf_key = KeyPair::generate().expect("generate server key");
-    let mut leaf_params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .expect("server params");
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    names.extend(extra_names.iter().cloned());
+    let mut leaf_params = CertificateParams::new(names).expect("server params");
     leaf_params
         .distinguished_name
         .push(DnType::CommonName, "nexo-cpsim");

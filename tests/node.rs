@@ -1,0 +1,1246 @@
+//! The Manager as users run it: a pod from our image, started by a kubelet
+//! from `manifests/`, probed, limited to 32 MiB, replaced by rolling updates.
+//!
+//! Run as `cargo test --test node` (tests/run.sh runs it with the rest). It
+//! needs root, the static binary (`NEXO_STATIC_BINARY`, built by
+//! tests/build-static.sh) and the node packages (see testbed.sh). Without
+//! `NEXO_NODE_TESTBED_DIR` it sets everything up itself: builds the images
+//! (tests/image/build-image.sh), starts a test bed with a node
+//! (`testbed.sh start DIR --node`), imports the images and runs itself
+//! again inside the test bed's network namespace, where the scenarios run
+//! one after the other on the one cluster (a filter argument picks
+//! scenarios by name). A scenario that fails prints the pods, events, the
+//! Manager's logs and the simulator's request log.
+
+mod support;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nexo_cpsim::{SimConfig, Simulator};
+use serde_json::{Value, json};
+use support::{Testbed, wait_for};
+
+/// The heartbeat interval of the Manager under test (the shipped default is
+/// 15 s; 3 s keeps failover and rollout scenarios short).
+const INTERVAL: Duration = Duration::from_secs(3);
+const NS: &str = "nexo-system";
+
+fn main() -> ExitCode {
+    match std::env::var_os("NEXO_NODE_TESTBED_DIR") {
+        None => set_up_and_run_inside(),
+        Some(dir) => run_scenarios(Path::new(&dir)),
+    }
+}
+
+// ------------------------------------------------------------- outside --
+
+/// Builds the images, starts the node test bed, imports the images, and runs
+/// this binary again inside the test bed's network namespace.
+fn set_up_and_run_inside() -> ExitCode {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let binary = support::manager::static_binary();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("node-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let images_dir = tmp.join("images");
+    let out = run_ok(
+        Command::new("bash")
+            .arg(root.join("tests/image/build-image.sh"))
+            .arg(&binary)
+            .arg(&images_dir),
+    );
+    let refs = tmp.join("images.env");
+    std::fs::write(&refs, &out).unwrap();
+    eprintln!("node: images built:\n{out}");
+
+    let dir = tmp.join("testbed");
+    let script = support::script();
+    let started = Instant::now();
+    run_ok(
+        Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .arg(&dir)
+            .arg("--node")
+            .arg(std::process::id().to_string()),
+    );
+    eprintln!("node: test bed with a node up in {:?}", started.elapsed());
+    let stop = || {
+        let _ = Command::new("bash")
+            .arg(&script)
+            .arg("stop")
+            .arg(&dir)
+            .status();
+    };
+    for archive in ["manager", "manager-b", "manager-crash", "proxy"] {
+        run_ok(
+            Command::new("bash")
+                .arg(&script)
+                .arg("import")
+                .arg(&dir)
+                .arg(images_dir.join(format!("{archive}.oci.tar"))),
+        );
+    }
+    let netns = env_value(&dir, "NETNS");
+    let status = Command::new("ip")
+        .args(["netns", "exec", &netns])
+        .arg(std::env::current_exe().unwrap())
+        .args(std::env::args().skip(1))
+        .env("NEXO_NODE_TESTBED_DIR", &dir)
+        .env("NEXO_NODE_IMAGES", &refs)
+        .status()
+        .expect("run the node tests inside the test bed's network namespace");
+    stop();
+    if status.success() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn env_value(dir: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(dir.join("env")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{} has no {key}", dir.join("env").display()))
+        .to_owned()
+}
+
+// -------------------------------------------------------------- inside --
+
+/// The images, as `REPO@DIGEST`.
+struct Images {
+    manager: String,
+    manager_b: String,
+    manager_crash: String,
+    proxy: String,
+}
+
+/// Everything the scenarios share: the cluster with the Manager installed
+/// from `manifests/`, and the CP simulator it talks to.
+struct Bed {
+    tb: Testbed,
+    node_dir: PathBuf,
+    images: Images,
+    /// Where the image archives are.
+    images_dir: PathBuf,
+    sim: Arc<Simulator>,
+    env_id: String,
+    /// `kubectl get pods -w` of the Manager's namespace, for the record of
+    /// every status a pod went through (exit codes of pods long gone).
+    watch: Option<(Child, PathBuf)>,
+}
+
+type Scenario = fn(&Bed);
+
+fn run_scenarios(dir: &Path) -> ExitCode {
+    let tb = support::read_env(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let refs = std::fs::read_to_string(std::env::var("NEXO_NODE_IMAGES").unwrap()).unwrap();
+    let image = |key: &str| {
+        refs.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} image"))
+            .to_owned()
+    };
+    let images = Images {
+        manager: image("manager"),
+        manager_b: image("manager_b"),
+        manager_crash: image("manager_crash"),
+        proxy: image("proxy"),
+    };
+    let node_ip: std::net::IpAddr = env_value(dir, "NODE_IP").parse().unwrap();
+    let sim = Arc::new(
+        Simulator::start_on(SimConfig::default(), SocketAddr::new(node_ip, 0))
+            .expect("start the CP simulator on the node address"),
+    );
+    let env_id = "node-env".to_owned();
+    let images_dir = PathBuf::from(std::env::var("NEXO_NODE_IMAGES").unwrap())
+        .parent()
+        .unwrap()
+        .join("images");
+    let mut bed = Bed {
+        tb,
+        node_dir: dir.to_owned(),
+        images,
+        images_dir,
+        sim,
+        env_id,
+        watch: None,
+    };
+    let scenarios: &[(&str, Scenario)] = &[
+        (
+            "installed_from_the_manifests_the_pod_becomes_ready_and_heartbeats",
+            installed,
+        ),
+        (
+            "crd_and_legacy_deploys_and_the_legacy_pods_become_ready",
+            deploys,
+        ),
+        (
+            "self_upgrade_is_a_rolling_update_without_a_heartbeat_gap",
+            self_upgrade,
+        ),
+        (
+            "an_upgrade_to_a_crashing_image_leaves_the_old_pod_leading",
+            crashing_upgrade,
+        ),
+        (
+            "failover_to_the_second_replica_executes_no_command_twice",
+            failover,
+        ),
+        (
+            "greedy_answers_and_a_100_command_batch_cost_no_restart",
+            greedy,
+        ),
+        ("footprint_as_the_kubelet_accounts_it", footprint),
+        (
+            "the_projected_service_account_token_is_rotated_under_it",
+            token_rotation,
+        ),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let chosen: Vec<_> = scenarios
+        .iter()
+        .filter(|(name, _)| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    println!("\nrunning {} node scenarios", chosen.len());
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in &chosen {
+        install(&mut bed);
+        let started = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&bed)));
+        match result {
+            Ok(()) => {
+                passed += 1;
+                println!("test node::{name} ... ok ({:.0?})", started.elapsed());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test node::{name} ... FAILED ({:.0?})", started.elapsed());
+                report(&bed);
+            }
+        }
+    }
+    if let Some((mut child, _)) = bed.watch.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    bed.sim.shutdown();
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out\n"
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+impl Bed {
+    /// Runs the test bed's kubectl with the admin kubeconfig.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(&self.tb.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.tb.kubeconfig)
+            .args(args)
+            .output()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {} failed: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        self.kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&all)).unwrap()
+    }
+
+    /// The Manager's pods, oldest first.
+    fn pods(&self) -> Vec<Value> {
+        let list = self.json(&[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=nexo-manager",
+        ]);
+        let mut pods = list["items"].as_array().cloned().unwrap_or_default();
+        pods.sort_by_key(|p| {
+            p["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        });
+        pods
+    }
+
+    fn lease_holder(&self) -> Option<String> {
+        let lease = self
+            .kubectl(&["-n", NS, "get", "lease", "nexo-manager", "-o", "json"])
+            .ok()?;
+        let lease: Value = serde_json::from_str(&lease).ok()?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    }
+
+    fn heartbeat_times(&self) -> Vec<SystemTime> {
+        let mut t: Vec<SystemTime> = self
+            .sim
+            .briefs()
+            .into_iter()
+            .filter(|b| b.path.ends_with("/heartbeat") && b.status == 200)
+            .map(|b| b.at)
+            .collect();
+        t.sort();
+        t
+    }
+
+    fn ack(&self, id: &str) -> Option<Value> {
+        self.sim.acks().into_iter().find(|a| a["commandId"] == id)
+    }
+
+    fn wait_ack(&self, id: &str, timeout: Duration) -> Value {
+        wait_for(timeout, &format!("the ack of {id}"), || self.ack(id))
+    }
+
+    fn command(&self, id: &str, class: &str, payload: Value) {
+        self.sim.enqueue_command(
+            &self.env_id,
+            json!({"id": id, "class": class, "issuedAt": "2026-12-03T00:00:00Z", "requires": [], "payload": payload}),
+        );
+    }
+
+    /// The pod with `uid`, if it still exists.
+    fn pod_by_uid(&self, uid: &str) -> Option<Value> {
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["uid"] == uid)
+    }
+
+    /// Every status the watch saw for the pod named `name`.
+    fn watched(&self, name: &str) -> Vec<Value> {
+        let Some((_, path)) = &self.watch else {
+            return Vec::new();
+        };
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .filter_map(Result::ok)
+            .map(|e| {
+                if e.get("object").is_some() {
+                    e["object"].clone()
+                } else {
+                    e
+                }
+            })
+            .filter(|p| p["metadata"]["name"] == name)
+            .collect()
+    }
+
+    /// The Manager's process for the pod `uid`, seen from this (host) PID
+    /// namespace: the process whose environment names that pod uid.
+    fn manager_pid(&self, uid: &str) -> Option<u32> {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            if !cmdline.starts_with(b"/nexo-manager") {
+                continue;
+            }
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let needle = format!("POD_UID={uid}");
+            if environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+                return Some(pid);
+            }
+        }
+        None
+    }
+}
+
+/// Installs `manifests/` (through a kustomize overlay that changes only the
+/// image, the CP URL and CA, the Proxy image, the heartbeat interval and
+/// the service-account token's lifetime, and fills in the connect token),
+/// and waits for the pod to be Ready.
+fn install(bed: &mut Bed) {
+    if bed.watch.is_some() {
+        return;
+    }
+    let token = bed.sim.add_environment(&bed.env_id);
+    let overlay = bed.node_dir.join("overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    let base = overlay.join("base");
+    let _ = std::fs::remove_dir_all(&base);
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests"),
+        &base,
+    );
+    let (repo, digest) = bed.images.manager.split_once('@').unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - base
+images:
+  - name: registry.example.com/nexo/manager
+    newName: {repo}
+    digest: {digest}
+configMapGenerator:
+  - name: nexo-cp-ca
+    namespace: {NS}
+    files:
+      - ca.crt
+generatorOptions:
+  disableNameSuffixHash: true
+patches:
+  - path: deployment-patch.yaml
+  - path: token-patch.yaml
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(overlay.join("ca.crt"), bed.sim.ca_pem()).unwrap();
+    // The connect token in the Secret template, as a user fills it in.
+    std::fs::write(
+        overlay.join("token-patch.yaml"),
+        format!(
+            "apiVersion: v1
+kind: Secret
+metadata:
+  name: nexo-connect-token
+  namespace: {NS}
+stringData:
+  connect-token: {token}
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        overlay.join("deployment-patch.yaml"),
+        format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nexo-manager
+  namespace: {NS}
+spec:
+  template:
+    spec:
+      containers:
+        - name: manager
+          env:
+            - name: NEXO_CONTROL_PLANE_URL
+              value: {url}
+            - name: NEXO_CONTROL_PLANE_CA_FILE
+              value: /var/run/nexo-cp-ca/ca.crt
+            - name: NEXO_PROXY_IMAGE
+              value: {proxy}
+            - name: NEXO_HEARTBEAT_INTERVAL
+              value: {interval}s
+            - name: RUST_LOG
+              value: debug
+          volumeMounts:
+            - name: cp-ca
+              mountPath: /var/run/nexo-cp-ca
+              readOnly: true
+            - name: short-lived-token
+              mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+              readOnly: true
+      # The service-account token the kubelet would mount, but living 10
+      # minutes (the API server's minimum) instead of the default hour
+      # (which the API server extends to a year): the kubelet rotates it
+      # after 8, within the test.
+      automountServiceAccountToken: false
+      volumes:
+        - name: cp-ca
+          configMap:
+            name: nexo-cp-ca
+        - name: short-lived-token
+          projected:
+            sources:
+              - serviceAccountToken:
+                  path: token
+                  expirationSeconds: 600
+              - configMap:
+                  name: kube-root-ca.crt
+                  items:
+                    - key: ca.crt
+                      path: ca.crt
+              - downwardAPI:
+                  items:
+                    - path: namespace
+                      fieldRef:
+                        fieldPath: metadata.namespace
+",
+            url = bed.sim.url(),
+            proxy = bed.images.proxy,
+            interval = INTERVAL.as_secs()
+        ),
+    )
+    .unwrap();
+    let overlay_arg = overlay.display().to_string();
+    bed.kubectl_ok(&["apply", "--server-side", "-k", &overlay_arg]);
+    // The pods' watch, kept for the whole run.
+    let watch_out = bed.node_dir.join("pods-watch.json");
+    let child = Command::new(&bed.tb.kubectl)
+        .arg("--kubeconfig")
+        .arg(&bed.tb.kubeconfig)
+        .args([
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .stdout(std::fs::File::create(&watch_out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get pods -w");
+    bed.watch = Some((child, watch_out));
+    bed.kubectl_ok(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "deployment/nexo-manager",
+        "--timeout=120s",
+    ]);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn uid(pod: &Value) -> String {
+    pod["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+fn image_of(pod: &Value) -> String {
+    pod["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn restarts(pod: &Value) -> u64 {
+    pod["status"]["containerStatuses"][0]["restartCount"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn connected_uids(bed: &Bed) -> Vec<(SystemTime, String)> {
+    bed.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/connect") && r.status == 200)
+        .filter_map(|r| Some((r.at, r.json?["instance"]["id"].as_str()?.to_owned())))
+        .collect()
+}
+
+/// The longest gap between two successful heartbeats from `since` on.
+fn longest_gap(bed: &Bed, since: SystemTime) -> Duration {
+    let times: Vec<SystemTime> = bed
+        .heartbeat_times()
+        .into_iter()
+        .filter(|t| *t >= since)
+        .collect();
+    times
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).unwrap_or_default())
+        .max()
+        .unwrap_or_default()
+}
+
+fn liveness_failures(bed: &Bed) -> Vec<String> {
+    let events = bed.json(&[
+        "-n",
+        NS,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Unhealthy",
+    ]);
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.contains("Liveness"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What a failed scenario prints.
+fn report(bed: &Bed) {
+    let mut out = String::new();
+    for args in [
+        vec!["get", "pods", "-A", "-o", "wide"],
+        vec!["-n", NS, "get", "deployment", "nexo-manager", "-o", "yaml"],
+        vec!["get", "events", "-A", "--sort-by=.lastTimestamp"],
+    ] {
+        out += &format!(
+            "--- kubectl {}\n{}\n",
+            args.join(" "),
+            bed.kubectl(&args).unwrap_or_else(|e| e)
+        );
+    }
+    for pod in bed.pods() {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        out += &format!(
+            "--- logs of {name}\n{}\n",
+            bed.kubectl(&["-n", NS, "logs", name, "--tail=80"])
+                .unwrap_or_else(|e| e)
+        );
+    }
+    let kubelet =
+        std::fs::read_to_string(bed.node_dir.join("logs/kubelet.log")).unwrap_or_default();
+    let tail: Vec<&str> = kubelet.lines().rev().take(40).collect();
+    out += &format!(
+        "--- kubelet log (last 40 lines)\n{}\n",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+    out += &format!("--- simulator requests\n{}\n", bed.sim.log_dump());
+    let _ = std::io::stdout().write_all(out.as_bytes());
+}
+
+// ----------------------------------------------------------- scenarios --
+
+/// A file of an OCI archive (`tar -xO`).
+fn archive_file(archive: &Path, name: &str) -> Vec<u8> {
+    let out = Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(name)
+        .output()
+        .expect("tar");
+    assert!(out.status.success(), "no {name} in {}", archive.display());
+    out.stdout
+}
+
+/// The image config of the Manager's archive says what the Dockerfile says:
+/// user 65532:65532, entrypoint /nexo-manager.
+fn image_config_matches_the_dockerfile(bed: &Bed) {
+    let archive = bed.images_dir.join("manager.oci.tar");
+    let index: Value = serde_json::from_slice(&archive_file(&archive, "index.json")).unwrap();
+    let blob = |digest: &Value| {
+        let hex = digest
+            .as_str()
+            .unwrap()
+            .strip_prefix("sha256:")
+            .unwrap()
+            .to_owned();
+        archive_file(&archive, &format!("blobs/sha256/{hex}"))
+    };
+    let manifest: Value = serde_json::from_slice(&blob(&index["manifests"][0]["digest"])).unwrap();
+    let config: Value = serde_json::from_slice(&blob(&manifest["config"]["digest"])).unwrap();
+    let dockerfile = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile.distroless"),
+    )
+    .unwrap();
+    let line = |keyword: &str| {
+        dockerfile
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(keyword))
+            .unwrap_or_else(|| panic!("no {keyword} in Dockerfile.distroless"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        config["config"]["User"].as_str(),
+        Some(line("USER ").as_str())
+    );
+    let entrypoint: Value = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
+    assert_eq!(config["config"]["Entrypoint"], entrypoint);
+    assert_eq!(
+        manifest["layers"].as_array().map(Vec::len),
+        Some(2),
+        "base and app layers"
+    );
+}
+
+fn installed(bed: &Bed) {
+    image_config_matches_the_dockerfile(bed);
+    let pods = bed.pods();
+    assert_eq!(pods.len(), 1, "one Manager pod");
+    let pod = &pods[0];
+    assert!(ready(pod), "the pod is Ready");
+    assert_eq!(image_of(pod), bed.images.manager);
+    let pod_uid = uid(pod);
+    wait_for(Duration::from_secs(30), "a heartbeat", || {
+        (!bed.heartbeat_times().is_empty()).then_some(())
+    });
+    // The process as the kernel sees it: user 65532, read-only root.
+    let pid = bed
+        .manager_pid(&pod_uid)
+        .expect("the Manager's process on the node");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uids.split_whitespace().skip(1).all(|u| u == "65532"),
+        "runs as 65532: {uids}"
+    );
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let root = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/"))
+        .expect("a root mount");
+    assert!(
+        root.split(' ')
+            .nth(5)
+            .is_some_and(|o| o.split(',').any(|o| o == "ro")),
+        "the root filesystem is read-only: {root}"
+    );
+    // It reached the API server through the `kubernetes` Service (its only
+    // way there: KUBERNETES_SERVICE_HOST), and the CP simulator directly.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == b"KUBERNETES_SERVICE_HOST=10.96.0.1"),
+        "the in-cluster configuration points at the kubernetes Service"
+    );
+    let hb = bed.sim.last_heartbeat().unwrap();
+    let kube_system = bed.json(&["get", "namespace", "kube-system"]);
+    assert_eq!(hb["cluster"]["uid"], kube_system["metadata"]["uid"], "{hb}");
+    assert_eq!(
+        connected_uids(bed).last().map(|(_, u)| u.clone()),
+        Some(pod_uid.clone())
+    );
+    assert_eq!(bed.lease_holder().as_deref(), Some(pod_uid.as_str()));
+    assert_eq!(restarts(pod), 0);
+}
+
+fn legacy_deployment(name: &str, image: &str) -> Value {
+    // Meets the restricted Pod Security profile of the namespace.
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "proxy", "image": image, "imagePullPolicy": "IfNotPresent",
+                    "ports": [{"containerPort": 27017}],
+                    "readinessProbe": {"tcpSocket": {"port": 27017}, "periodSeconds": 1},
+                    "resources": {"limits": {"memory": "16Mi"}},
+                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                        "capabilities": {"drop": ["ALL"]}}}]}}}})
+}
+
+fn deploys(bed: &Bed) {
+    let proxy = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": "orders"},
+        "spec": {"image": bed.images.proxy, "replicas": 1, "mongodb": {"secretRef": {"name": "orders-db"}}}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-db"}, "stringData": {"uri": "mongodb://db:27017"}});
+    bed.command("node-crd-1", "deploy", json!({"deployment": {"name": "orders", "namespace": NS}, "format": "crd", "manifests": [proxy, secret]}));
+    let ack = bed.wait_ack("node-crd-1", Duration::from_secs(30));
+    assert_eq!(ack["result"], "applied", "{ack}");
+    bed.kubectl_ok(&["-n", NS, "get", "nexoproxy", "orders"]);
+
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"},
+        "spec": {"selector": {"app": "billing"}, "ports": [{"port": 27017}]}});
+    bed.command(
+        "node-legacy-1",
+        "deploy",
+        json!({"deployment": {"name": "billing", "namespace": NS}, "format": "legacy",
+        "manifests": [legacy_deployment("billing", &bed.images.proxy), svc]}),
+    );
+    let ack = bed.wait_ack("node-legacy-1", Duration::from_secs(30));
+    assert_eq!(ack["result"], "applied", "{ack}");
+    wait_for(
+        Duration::from_secs(60),
+        "the legacy Deployment's pod Ready",
+        || {
+            let d = bed.json(&["-n", NS, "get", "deployment", "billing"]);
+            (d["status"]["readyReplicas"].as_u64() == Some(1)).then_some(())
+        },
+    );
+    // Both are in the inventory the next heartbeats report.
+    wait_for(
+        Duration::from_secs(30),
+        "both deployments in a heartbeat",
+        || {
+            let hb = bed.sim.last_heartbeat()?;
+            (hb["managedProxyCount"] == 2).then_some(())
+        },
+    );
+}
+
+/// Upgrades to `image`; returns the ack.
+fn upgrade(bed: &Bed, id: &str, image: &str) -> Value {
+    bed.command(
+        id,
+        "upgrade",
+        json!({"bundleVersion": "0.3.0", "managerImage": image}),
+    );
+    bed.wait_ack(id, Duration::from_secs(30))
+}
+
+fn self_upgrade(bed: &Bed) {
+    let old = bed
+        .pods()
+        .into_iter()
+        .find(ready)
+        .expect("a Ready Manager pod");
+    let old_uid = uid(&old);
+    let old_name = old["metadata"]["name"].as_str().unwrap().to_owned();
+    let since = SystemTime::now();
+    let ack = upgrade(bed, "node-upgrade-b", &bed.images.manager_b);
+    assert_eq!(ack["result"], "applied", "{ack}");
+    let new = wait_for(Duration::from_secs(120), "the new pod leading", || {
+        let pods = bed.pods();
+        let new = pods
+            .iter()
+            .find(|p| image_of(p) == bed.images.manager_b && ready(p))?;
+        let holder = bed.lease_holder()?;
+        (holder == uid(new) && bed.pod_by_uid(&old_uid).is_none()).then(|| new.clone())
+    });
+    let new_uid = uid(&new);
+    wait_for(
+        Duration::from_secs(30),
+        "a connect and heartbeats from the new pod",
+        || {
+            let (at, _) = connected_uids(bed)
+                .into_iter()
+                .rev()
+                .find(|(_, u)| *u == new_uid)?;
+            (bed.heartbeat_times().iter().filter(|t| **t > at).count() >= 2).then_some(())
+        },
+    );
+    let gap = longest_gap(bed, since);
+    assert!(
+        gap <= INTERVAL * 3,
+        "the longest heartbeat gap of the upgrade was {gap:?} (interval {INTERVAL:?})"
+    );
+    // The old pod's container ended with exit code 0 (SIGTERM, clean stop).
+    let exit = wait_for(
+        Duration::from_secs(30),
+        "the old pod's exit code in the watch",
+        || {
+            bed.watched(&old_name).iter().rev().find_map(|p| {
+                p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
+            })
+        },
+    );
+    assert_eq!(exit, 0, "the old pod exited 0");
+    assert_eq!(restarts(&new), 0);
+}
+
+fn crashing_upgrade(bed: &Bed) {
+    let leader = bed.lease_holder().expect("a leader");
+    let ack = upgrade(bed, "node-upgrade-crash", &bed.images.manager_crash);
+    assert_eq!(ack["result"], "applied", "{ack}");
+    // The new pod crashes at start and never becomes Ready.
+    wait_for(
+        Duration::from_secs(90),
+        "the crashing pod restarted",
+        || {
+            bed.pods()
+                .iter()
+                .find(|p| image_of(p) == bed.images.manager_crash)
+                .is_some_and(|p| restarts(p) >= 1 && !ready(p))
+                .then_some(())
+        },
+    );
+    let before = bed.heartbeat_times().len();
+    let since = SystemTime::now();
+    std::thread::sleep(INTERVAL * 4);
+    assert!(
+        bed.heartbeat_times().len() >= before + 2,
+        "the old pod keeps heartbeating"
+    );
+    assert!(longest_gap(bed, since) <= INTERVAL * 3);
+    assert_eq!(
+        bed.lease_holder().as_deref(),
+        Some(leader.as_str()),
+        "the old pod keeps the lease"
+    );
+    // The stalled rollout is in the heartbeat.
+    let stalled = wait_for(
+        Duration::from_secs(60),
+        "the stalled upgrade in a heartbeat",
+        || {
+            let hb = bed.sim.last_heartbeat()?;
+            hb["inventoryErrors"]
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|e| e.contains("upgrade stalled"))
+                .map(str::to_owned)
+        },
+    );
+    assert!(stalled.contains(&bed.images.manager_crash), "{stalled}");
+    // Rolled back by another upgrade to the running image.
+    let ack = upgrade(bed, "node-upgrade-back", &bed.images.manager_b);
+    assert_eq!(ack["result"], "applied", "{ack}");
+    bed.kubectl_ok(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "deployment/nexo-manager",
+        "--timeout=90s",
+    ]);
+    wait_for(
+        Duration::from_secs(30),
+        "no stalled upgrade in the heartbeat",
+        || {
+            let hb = bed.sim.last_heartbeat()?;
+            let stalled = hb["inventoryErrors"].as_array().is_some_and(|e| {
+                e.iter()
+                    .filter_map(Value::as_str)
+                    .any(|e| e.contains("upgrade stalled"))
+            });
+            (!stalled).then_some(())
+        },
+    );
+}
+
+fn failover(bed: &Bed) {
+    bed.kubectl_ok(&["-n", NS, "scale", "deployment/nexo-manager", "--replicas=2"]);
+    wait_for(Duration::from_secs(90), "two Ready Manager pods", || {
+        (bed.pods().iter().filter(|p| ready(p)).count() == 2).then_some(())
+    });
+    let proxy = |name: &str| {
+        json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+            "spec": {"image": bed.images.proxy, "replicas": 1, "mongodb": {"secretRef": {"name": "x-db"}}}})
+    };
+    let payload = json!({"deployment": {"name": "inventory", "namespace": NS}, "format": "crd", "manifests": [proxy("inventory")]});
+    bed.command("node-failover-1", "deploy", payload.clone());
+    let first = bed.wait_ack("node-failover-1", Duration::from_secs(30));
+    assert_eq!(first["result"], "applied", "{first}");
+    let leader = bed.lease_holder().unwrap();
+    let pod = bed.pod_by_uid(&leader).unwrap();
+    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+    let since = SystemTime::now();
+    bed.kubectl_ok(&["-n", NS, "delete", "pod", &name, "--wait=false"]);
+    let new_leader = wait_for(Duration::from_secs(60), "another pod leading", || {
+        bed.lease_holder().filter(|h| *h != leader)
+    });
+    wait_for(
+        Duration::from_secs(30),
+        "heartbeats from the new leader",
+        || {
+            let (at, _) = connected_uids(bed)
+                .into_iter()
+                .rev()
+                .find(|(_, u)| *u == new_leader)?;
+            (bed.heartbeat_times().iter().filter(|t| **t > at).count() >= 1).then_some(())
+        },
+    );
+    let gap = longest_gap(bed, since);
+    assert!(
+        gap <= INTERVAL * 3 + Duration::from_secs(1),
+        "failover took a heartbeat gap of {gap:?}"
+    );
+    // The CP sends the same command again: the new leader acknowledges the
+    // recorded result and executes nothing (a second execution would
+    // report `unchanged`, not `created`).
+    bed.command("node-failover-1", "deploy", payload);
+    let again = wait_for(
+        Duration::from_secs(30),
+        "the second ack of node-failover-1",
+        || {
+            let acks: Vec<Value> = bed
+                .sim
+                .requests()
+                .into_iter()
+                .filter(|r| r.path.contains("/commands/node-failover-1/ack"))
+                .filter_map(|r| r.json)
+                .collect();
+            (acks.len() >= 2).then(|| acks.last().unwrap().clone())
+        },
+    );
+    assert_eq!(
+        again["resources"], first["resources"],
+        "the recorded result, not a second execution"
+    );
+    assert_eq!(first["resources"][0]["action"], "created");
+    bed.kubectl_ok(&["-n", NS, "scale", "deployment/nexo-manager", "--replicas=1"]);
+    wait_for(Duration::from_secs(60), "one Manager pod", || {
+        (bed.pods().len() == 1).then_some(())
+    });
+}
+
+fn greedy(bed: &Bed) {
+    let leader = bed.lease_holder().unwrap();
+    let pod = bed.pod_by_uid(&leader).unwrap();
+    let restarts_before = restarts(&pod);
+    // A 100-command batch in one answer: deploys of a NexoProxy each.
+    let proxy = |name: &str| {
+        json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+            "spec": {"image": bed.images.proxy, "replicas": 1, "mongodb": {"secretRef": {"name": "x-db"}}}})
+    };
+    for i in 0..100 {
+        let name = format!("batch-{i}");
+        bed.command(&format!("node-batch-{i}"), "deploy", json!({"deployment": {"name": name, "namespace": NS}, "format": "crd", "manifests": [proxy(&name)]}));
+    }
+    wait_for(Duration::from_secs(120), "100 acks", || {
+        (0..100)
+            .all(|i| bed.ack(&format!("node-batch-{i}")).is_some())
+            .then_some(())
+    });
+    for i in 0..100 {
+        let ack = bed.ack(&format!("node-batch-{i}")).unwrap();
+        assert_eq!(ack["result"], "applied", "{ack}");
+    }
+    // The largest answer the protocol allows: close to 8 MiB, commands of
+    // up to 2 MiB raw; each refused or applied, none takes the process down.
+    let filler = "x".repeat(1 << 20);
+    for i in 0..6 {
+        let name = format!("big-{i}");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": filler}});
+        bed.command(&format!("node-big-{i}"), "deploy", json!({"deployment": {"name": name, "namespace": NS}, "format": "crd", "manifests": [proxy(&name), cm]}));
+    }
+    // A command built to expand: a 256 KiB manifest of tiny values.
+    let tiny = Value::Array(vec![json!({}); 87_000]);
+    bed.command("node-expand", "deploy", json!({"deployment": {"name": "expand", "namespace": NS}, "format": "legacy",
+        "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "expand"}, "data": {"k": tiny}}]}));
+    wait_for(
+        Duration::from_secs(180),
+        "acks of the greedy commands",
+        || {
+            ((0..6).all(|i| bed.ack(&format!("node-big-{i}")).is_some())
+                && bed.ack("node-expand").is_some())
+            .then_some(())
+        },
+    );
+    let ack = bed.ack("node-expand").unwrap();
+    assert_eq!(ack["result"], "failed", "{ack}");
+    assert!(
+        ack["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid payload: too large"),
+        "{ack}"
+    );
+    let pod = bed.pod_by_uid(&leader).expect("the same pod still runs");
+    assert_eq!(restarts(&pod), restarts_before, "no restart");
+    assert!(
+        pod["status"]["containerStatuses"][0]["lastState"]["terminated"].is_null(),
+        "no OOM kill: {}",
+        pod["status"]["containerStatuses"][0]
+    );
+    let failures = liveness_failures(bed);
+    assert!(failures.is_empty(), "liveness failed: {failures:?}");
+}
+
+/// The Manager's cgroup directory for `controller` (cgroup v1), from its
+/// process.
+fn cgroup_dir(pid: u32, controller: &str) -> PathBuf {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no {controller} cgroup in {cgroups}"));
+    Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join(path.trim_start_matches('/'))
+}
+
+/// Figures, not assertions on speed: the memory of the Manager's container
+/// as the kubelet reports it (`/metrics/resource`, what metrics-server and
+/// `kubectl top` show) and as its cgroup accounts it, and the image sizes.
+/// The one assertion is the shipped limit.
+fn footprint(bed: &Bed) {
+    let leader = bed.lease_holder().unwrap();
+    let pod = bed.pod_by_uid(&leader).unwrap();
+    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+    let metrics = bed.kubectl_ok(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/nexo-node/proxy/metrics/resource",
+    ]);
+    let working_set: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("container_memory_working_set_bytes{")
+                && l.contains("container=\"manager\"")
+                && l.contains(&format!("pod=\"{name}\""))
+        })
+        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
+        .expect("the manager container's working set in /metrics/resource");
+    let pid = bed.manager_pid(&leader).unwrap();
+    let memcg = cgroup_dir(pid, "memory");
+    let read = |file: &str| -> u64 {
+        std::fs::read_to_string(memcg.join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (usage, peak, limit) = (
+        read("memory.usage_in_bytes"),
+        read("memory.max_usage_in_bytes"),
+        read("memory.limit_in_bytes"),
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let mib = |b: f64| b / 1048576.0;
+    println!("node footprint (pod {name}, after the scenarios above):");
+    println!(
+        "  working set (kubelet /metrics/resource): {:.2} MiB",
+        mib(working_set)
+    );
+    println!(
+        "  memory cgroup: usage {:.2} MiB, peak {:.2} MiB (memory.max_usage_in_bytes), limit {:.0} MiB",
+        mib(usage as f64),
+        mib(peak as f64),
+        mib(limit as f64)
+    );
+    println!(
+        "  process: VmRSS {}, VmHWM {}",
+        field("VmRSS:"),
+        field("VmHWM:")
+    );
+    for archive in ["manager.oci.tar", "proxy.oci.tar"] {
+        let size = std::fs::metadata(bed.images_dir.join(archive))
+            .unwrap()
+            .len();
+        println!(
+            "  image archive {archive}: {size} B ({:.2} MiB, layers as uncompressed tar)",
+            mib(size as f64)
+        );
+    }
+    assert_eq!(limit, 32 << 20, "the shipped 32 MiB limit is in force");
+    assert!(peak < limit, "the peak {peak} B stayed under the limit");
+}
+
+fn token_rotation(bed: &Bed) {
+    let leader = bed.lease_holder().unwrap();
+    let pid = bed.manager_pid(&leader).expect("the leader's process");
+    let token_path = format!("/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount/token");
+    let first = std::fs::read_to_string(&token_path).expect("the projected token");
+    let exp = jwt_exp(&first);
+    // The kubelet replaces the token at 80 % of its lifetime; the Manager
+    // must go on working after the first token has expired.
+    let deadline = Duration::from_secs(exp.saturating_sub(unix_now()) + 60);
+    eprintln!(
+        "node: waiting up to {deadline:?} for the projected token to be rotated and the first one to expire"
+    );
+    wait_for(deadline, "the kubelet rotating the projected token", || {
+        let now = std::fs::read_to_string(&token_path).ok()?;
+        (now != first).then_some(())
+    });
+    while unix_now() < exp + 5 {
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    bed.command("node-after-rotation", "deploy", json!({"deployment": {"name": "rotated", "namespace": NS}, "format": "crd",
+        "manifests": [{"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": "rotated"},
+            "spec": {"image": bed.images.proxy, "replicas": 1, "mongodb": {"secretRef": {"name": "x-db"}}}}]}));
+    let ack = bed.wait_ack("node-after-rotation", Duration::from_secs(60));
+    assert_eq!(ack["result"], "applied", "{ack}");
+    assert_eq!(
+        bed.lease_holder().as_deref(),
+        Some(leader.as_str()),
+        "the same pod leads"
+    );
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The `exp` claim of a JWT (no verification: the test only reads when the
+/// kubelet's token expires).
+fn jwt_exp(token: &str) -> u64 {
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let bytes = base64url(payload);
+    let claims: Value = serde_json::from_slice(&bytes).expect("JWT claims");
+    claims["exp"].as_u64().expect("an exp claim")
+}
+
+fn base64url(s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => continue,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
