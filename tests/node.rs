@@ -1082,26 +1082,6 @@ fn greedy(bed: &Bed) {
     assert!(failures.is_empty(), "liveness failed: {failures:?}");
 }
 
-/// The Manager's cgroup directory for `controller` (cgroup v1), from its
-/// process.
-fn cgroup_dir(pid: u32, controller: &str) -> PathBuf {
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let path = cgroups
-        .lines()
-        .find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == controller)
-                .then(|| path.to_owned())
-        })
-        .unwrap_or_else(|| panic!("no {controller} cgroup in {cgroups}"));
-    Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join(path.trim_start_matches('/'))
-}
-
 /// Figures, not assertions on speed: the memory of the Manager's container
 /// as the kubelet reports it (`/metrics/resource`, what metrics-server and
 /// `kubectl top` show) and as its cgroup accounts it, and the image sizes.
@@ -1125,7 +1105,9 @@ fn footprint(bed: &Bed) {
         .and_then(|l| l.split(' ').nth(1)?.parse().ok())
         .expect("the manager container's working set in /metrics/resource");
     let pid = bed.manager_pid(&leader).unwrap();
-    let memcg = cgroup_dir(pid, "memory");
+    // The container's memory cgroup (v1), as runc mounts it into the
+    // container: this process's /sys is the network namespace's.
+    let memcg = PathBuf::from(format!("/proc/{pid}/root/sys/fs/cgroup/memory"));
     let read = |file: &str| -> u64 {
         std::fs::read_to_string(memcg.join(file))
             .unwrap()
