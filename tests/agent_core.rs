@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nexo_cpsim::{Endpoint, Fault, FaultAction, SimConfig};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
+use support::{free_addr, http_get};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -706,29 +707,6 @@ fn the_tls_connection_is_reused_across_heartbeats() {
         conns == 1,
         &format!("{conns} TLS connections for connect + 4 heartbeats"),
     );
-}
-
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
-    )
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::fixture::Fixture;
+use support::{free_addr, http_get};
 
 fn connects_from(f: &Fixture, uid: &str) -> usize {
     f.sim
@@ -18,29 +19,6 @@ fn connects_from(f: &Fixture, uid: &str) -> usize {
                 && r.json.as_ref().is_some_and(|b| b["instance"]["id"] == uid)
         })
         .count()
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
-    )
 }
 
 fn read_lease(f: &Fixture) -> Value {

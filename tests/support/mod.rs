@@ -230,3 +230,28 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A free loopback address (`127.0.0.1:PORT`) for a probe listener.
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// `GET path` on `addr`: the status and the body.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
+    )
+}
