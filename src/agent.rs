@@ -771,6 +771,13 @@ impl Agent {
                 self.self_rollout.unreadable(now);
                 None
             }
+            Err(e) if e.status() == Some(403) => {
+                // RBAC without the shipped `get` on it: the watch is left
+                // out, as region and zone are when nodes may not be listed.
+                log::debug!("own deployment {ns}/{name} may not be read: {e}");
+                self.self_rollout.unreadable(now);
+                None
+            }
             Err(e) => {
                 self.self_rollout.unreadable(now);
                 Some(format!("own deployment {ns}/{name}: {e}"))
