@@ -86,6 +86,7 @@ configMapGenerator:
 generatorOptions: {disableNameSuffixHash: true}
 patches:
   - path: patch.yaml
+  - path: token.yaml
 YAML
 cat >"$overlay/patch.yaml" <<YAML
 apiVersion: apps/v1
@@ -105,7 +106,8 @@ spec:
             - {name: cp-ca, mountPath: /var/run/nexo-cp-ca, readOnly: true}
       volumes:
         - {name: cp-ca, configMap: {name: nexo-cp-ca}}
----
+YAML
+cat >"$overlay/token.yaml" <<YAML
 apiVersion: v1
 kind: Secret
 metadata: {name: nexo-connect-token, namespace: $ns}
