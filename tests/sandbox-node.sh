@@ -181,6 +181,9 @@ for _ in $(seq 1 240); do
 done
 sleep 4
 show_pod
+say "  what the new pod says:"
+k -n "$ns" logs "$(k -n "$ns" get pods -l app.kubernetes.io/name=nexo-manager -o jsonpath='{.items[-1:].metadata.name}')" \
+  | grep -E 'starting|leading|connected|state read' | sed 's/^[^ ]* [A-Z]* *nexo_manager::[a-z_]*: /    /' || true
 after=$(curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 say "heartbeats during the upgrade: $((after - before)); the longest gap between two:"
 curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c '
