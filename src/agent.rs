@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::version::Info;
 use serde_json::value::RawValue;
 
 use crate::acks;
-use crate::backoff::{Backoff, Jitter};
+use crate::backoff::{Backoff, Jitter, retry_after_delay};
 use crate::commands::execute::{self, Outcome};
 use crate::commands::{self, Refusal};
 use crate::config::{Config, TokenSource};
@@ -131,10 +131,7 @@ pub enum Retry {
 pub fn retry_decision(err: &CpError, backoff: &mut Backoff) -> Retry {
     match err.status() {
         Some(400 | 422) => Retry::NextInterval,
-        Some(429 | 503) => match err.retry_after() {
-            Some(d) => Retry::After(d),
-            None => Retry::After(backoff.next_delay()),
-        },
+        Some(429 | 503) => Retry::After(retry_after_delay(err.retry_after(), backoff)),
         _ => Retry::After(backoff.next_delay()),
     }
 }
@@ -435,7 +432,7 @@ impl Agent {
                 return Ok(Some(self.interval));
             }
             Err(e) => {
-                let delay = e.retry_after().unwrap_or_else(|| self.backoff.next_delay());
+                let delay = retry_after_delay(e.retry_after(), &mut self.backoff);
                 log::warn!("cannot read or renew the lease: {e}; not acting");
                 self.standby_check(false);
                 return Ok(Some(delay.min(self.interval)));
@@ -592,6 +589,17 @@ impl Agent {
             cluster: self.cluster.clone(),
         };
         match self.cp.connect(self.token.secret(), &body) {
+            Ok(resp) if !wire::valid_session_token(&resp.session_token) => {
+                // Never put it in a header (a CR or LF there would abort the
+                // request builder): a failed connect, retried with backoff.
+                let delay = self.backoff.next_delay();
+                log::error!(
+                    "the Control Plane answered connect with an unusable sessionToken ({} bytes, not an RFC 6750 b64token of at most 4096 characters); retrying in {}",
+                    resp.session_token.len(),
+                    humantime::format_duration(round_ms(delay))
+                );
+                Ok(Err(delay))
+            }
             Ok(resp) => {
                 if resp.environment_id != self.token.environment_id() {
                     return Err(Fatal::Binding(format!(
@@ -954,7 +962,7 @@ fn retry_kube<T>(
         match f() {
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() => {
-                let delay = e.retry_after().unwrap_or_else(|| backoff.next_delay());
+                let delay = retry_after_delay(e.retry_after(), backoff);
                 log::warn!(
                     "cannot {what} yet: {e}; retrying in {}",
                     humantime::format_duration(round_ms(delay))
@@ -1023,16 +1031,16 @@ mod tests {
         );
         assert_eq!(
             b.failures(),
-            0,
-            "neither Retry-After nor 400 counts as a backoff step"
+            2,
+            "429 and 503 advance the backoff, even with a Retry-After; 400 does not"
         );
         assert!(
-            matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(1))
+            matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(4))
         );
         assert!(
-            matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d <= Duration::from_secs(2))
+            matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(8))
         );
-        assert_eq!(b.failures(), 2);
+        assert_eq!(b.failures(), 4);
     }
 
     #[test]

@@ -92,11 +92,35 @@ impl Backoff {
 /// relative to `now`. A date in the past means no wait.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
+        // Any number of digits: a value past u64 is as long as the cap.
+        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs).min(RETRY_AFTER_MAX));
     }
     let at = parse_http_date(value)?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(RETRY_AFTER_MAX),
+    )
+}
+
+/// The shortest wait a `Retry-After` can ask for (protocol.md, "Hostile and
+/// buggy values").
+pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
+/// The longest wait a `Retry-After` can ask for.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(600);
+
+/// The wait after a 429 or 503: its `Retry-After` within
+/// [[`RETRY_AFTER_MIN`], [`RETRY_AFTER_MAX`]]; when absent, zero, past or
+/// unparsable, the backoff's next delay but at least [`RETRY_AFTER_MIN`].
+/// The backoff advances either way, as for any failure.
+pub fn retry_after_delay(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
+    let backoff_delay = backoff.next_delay();
+    match retry_after {
+        Some(d) if d >= RETRY_AFTER_MIN => d.min(RETRY_AFTER_MAX),
+        _ => backoff_delay.max(RETRY_AFTER_MIN),
+    }
 }
 
 /// IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -112,6 +136,9 @@ fn parse_http_date(s: &str) -> Option<SystemTime> {
     .position(|m| *m == month_name)? as u64
         + 1;
     let year: u64 = parts.next()?.parse().ok()?;
+    if year > 9999 {
+        return None;
+    }
     let mut hms = parts.next()?.split(':').map(|p| p.parse::<u64>().ok());
     let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
     if parts.next()? != "GMT"
@@ -183,9 +210,59 @@ mod tests {
         );
         assert_eq!(
             parse_retry_after("Wed, 02 Dec 2026 14:20:00 GMT", UNIX_EPOCH),
-            Some(Duration::from_secs(1_796_221_200))
+            Some(RETRY_AFTER_MAX),
+            "a date decades ahead waits 10 minutes"
+        );
+        assert_eq!(
+            parse_retry_after(
+                "Wed, 02 Dec 2026 14:20:00 GMT",
+                UNIX_EPOCH + Duration::from_secs(1_796_221_200 - 42)
+            ),
+            Some(Duration::from_secs(42))
         );
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-1", now), None);
+    }
+
+    #[test]
+    fn retry_after_is_bounded_whatever_the_value() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        for huge in [
+            "18446744073709551615",
+            "99999999999999999999999999",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(huge, now),
+                Some(RETRY_AFTER_MAX),
+                "{huge}"
+            );
+        }
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 99999 08:00:00 GMT", now),
+            None
+        );
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::seeded(7),
+        );
+        // Zero, a past date, an unparsable value: at least 1 s, the backoff advances.
+        assert!(retry_after_delay(Some(Duration::ZERO), &mut b) >= RETRY_AFTER_MIN);
+        assert!(retry_after_delay(None, &mut b) >= RETRY_AFTER_MIN);
+        assert_eq!(b.failures(), 2);
+        assert_eq!(
+            retry_after_delay(Some(Duration::from_secs(7)), &mut b),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            retry_after_delay(Some(Duration::from_secs(86_400)), &mut b),
+            RETRY_AFTER_MAX
+        );
+        assert_eq!(
+            b.failures(),
+            4,
+            "consecutive 429/503 answers advance the backoff"
+        );
     }
 }

@@ -100,7 +100,11 @@ impl Waiter {
     /// probe requests as they come. It polls at least once, so a zero
     /// timeout answers the probe requests waiting now.
     pub fn wait(&self, timeout: Duration) -> io::Result<Wake> {
-        let deadline = Instant::now() + timeout;
+        // No timeout can overflow the clock: at worst, wait a day and loop.
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400));
         loop {
             if self.stop_requested() {
                 return Ok(Wake::Stop);

@@ -826,3 +826,68 @@ fn probes_are_answered_while_acks_are_retried() {
         &format!("only {probes} probes fitted in the retries"),
     );
 }
+
+#[test]
+fn a_retry_after_past_any_clock_waits_ten_minutes_and_a_stop_still_ends_it() {
+    let f = Fixture::new("core-retry-after");
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Status {
+            status: 429,
+            code: "overloaded".into(),
+            message: "later".into(),
+            retry_after: Some("18446744073709551615".into()),
+        },
+    ));
+    let mut m = f.spawn(&f.env());
+    let log = m.log_reader();
+    m.wait_until(WAIT, "the 429 and its clamped wait", || {
+        log().contains("next heartbeat in 10m")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    m.signal("TERM");
+    let started = Instant::now();
+    let status = m.wait_exit(Duration::from_secs(5));
+    m.check(
+        status.success(),
+        &format!("exit 0 on SIGTERM during the 10-minute wait: {status}"),
+    );
+    m.check(
+        started.elapsed() < Duration::from_secs(5),
+        "the stop ended the wait",
+    );
+}
+
+#[test]
+fn a_session_token_that_cannot_be_a_header_is_a_failed_connect_not_an_abort() {
+    let f = Fixture::new("core-session-token");
+    let body = json!({"environmentId": f.env_id, "managerId": "mgr-x",
+        "sessionToken": "abc\r\nX-Injected: 1", "sessionExpiresAt": "2099-01-01T00:00:00Z"});
+    f.sim.inject(Fault::new(
+        Endpoint::Connect,
+        FaultAction::Raw {
+            status: 200,
+            body: body.to_string(),
+        },
+    ));
+    let mut m = f.spawn(&f.env());
+    let log = m.log_reader();
+    m.wait_until(WAIT, "a heartbeat after the retried connect", || {
+        heartbeat_count(&f) >= 1
+    });
+    m.check(
+        log().contains("unusable sessionToken"),
+        "the bad token was refused",
+    );
+    m.check(
+        !log().contains("X-Injected"),
+        "the token's text is not logged",
+    );
+    let connects = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/connect"))
+        .count();
+    m.check(connects >= 2, &format!("{connects} connects"));
+}

@@ -50,6 +50,9 @@ pub enum CpError {
     Decode(serde_json::Error),
     /// A handshake check could not establish TLS.
     Handshake(ureq::Error),
+    /// The request could not be built: a value for its path or a header
+    /// that is not valid there. Never sent.
+    BadRequest,
 }
 
 impl CpError {
@@ -108,6 +111,10 @@ impl fmt::Display for CpError {
             ),
             CpError::Decode(e) => write!(f, "control plane response is malformed: {e}"),
             CpError::Handshake(e) => write!(f, "no tls handshake with the control plane: {e}"),
+            CpError::BadRequest => write!(
+                f,
+                "request to the control plane not sent: a path or header value is not valid there"
+            ),
         }
     }
 }
@@ -117,7 +124,7 @@ impl std::error::Error for CpError {
         match self {
             CpError::Transport(e) | CpError::Handshake(e) => Some(e),
             CpError::Decode(e) => Some(e),
-            CpError::Status { .. } | CpError::TooLarge => None,
+            CpError::Status { .. } | CpError::TooLarge | CpError::BadRequest => None,
         }
     }
 }
@@ -300,12 +307,15 @@ impl CpClient {
 
     /// POSTs a JSON body already written; returns the 2xx body.
     fn send(&self, path: &str, bearer: &Secret, json: Vec<u8>) -> Result<Vec<u8>, CpError> {
+        // The base URL is validated at start-up, ids and session tokens on
+        // arrival; should anything still not fit a request, it is an error,
+        // never a panic.
         let req = Request::post(format!("{}{path}", self.base))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
             .header("Authorization", format!("Bearer {}", bearer.expose()))
             .body(json)
-            .expect("a valid base URL and fixed headers");
+            .map_err(|_| CpError::BadRequest)?;
         let mut resp = self.agent.run(req).map_err(CpError::Transport)?;
         let status = resp.status().as_u16();
         if resp.body().content_length().is_some_and(|n| n > MAX_BODY) {

@@ -228,18 +228,74 @@ pub struct ErrorBody {
     pub retryable: Option<bool>,
 }
 
-/// Whether `id` is a valid command id: 1 to 128 of `[A-Za-z0-9._-]`.
+/// Whether `id` is a valid command id, `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`:
+/// it starts with a letter or digit, so `.` and `..` are not ids (they
+/// would name another path in the ack URL).
 pub fn valid_command_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
+        && id.as_bytes()[0].is_ascii_alphanumeric()
         && id
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+/// Whether `token` can be sent as `Authorization: Bearer <token>`: 1 to
+/// 4096 characters of RFC 6750's `b64token` (`[A-Za-z0-9._~+/-]+=*`). A
+/// session token that is not, whatever the CP meant, makes the connect a
+/// failed one: it never reaches a header.
+pub fn valid_session_token(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    (1..=4096).contains(&token.len())
+        && !body.is_empty()
+        && body.bytes().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn command_ids_start_with_a_letter_or_digit() {
+        for ok in ["cmd-01J", "a", "0.1_x-y", &"x".repeat(128)] {
+            assert!(valid_command_id(ok), "{ok}");
+        }
+        for bad in [
+            ".",
+            "..",
+            "-x",
+            "_x",
+            ".hidden",
+            "",
+            "a/b",
+            "a b",
+            &"x".repeat(129),
+        ] {
+            assert!(!valid_command_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn session_tokens_must_fit_a_bearer_header() {
+        for ok in ["s", "abc.DEF-123_~+/", "dG9rZW4=", "x=="] {
+            assert!(valid_session_token(ok), "{ok}");
+        }
+        let long = "x".repeat(4097);
+        for bad in [
+            "",
+            "=",
+            "a\r\nX-Evil: 1",
+            "a b",
+            "tök",
+            "a\u{0}",
+            "a=b",
+            long.as_str(),
+        ] {
+            assert!(!valid_session_token(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn heartbeat_response_fields_are_optional_and_unknown_ignored() {

@@ -295,8 +295,7 @@ impl Client {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| crate::backoff::parse_retry_after(v, std::time::SystemTime::now()));
         if !(200..300).contains(&status) {
             // The first MAX_ERROR_BODY bytes, never an error for a longer
             // body: the status decides what happens next, not the page size.
