@@ -105,13 +105,6 @@ pub fn clamp_interval(seconds: u64) -> Duration {
     Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
 }
 
-/// How recent a standby's last successful check must be for it to be
-/// ready: one interval (checks run once per interval) plus the longest a
-/// check may take (the CP request timeout bounds the handshake).
-pub fn standby_fresh(interval: Duration, cp_request_timeout: Duration) -> Duration {
-    interval + cp_request_timeout
-}
-
 /// Whether the nodes should be listed for region and zone: never yet, or
 /// longer than [`TOPOLOGY_REFRESH`] ago.
 pub fn topology_due(listed_at: Option<Instant>, now: Instant) -> bool {
@@ -219,7 +212,8 @@ impl Agent {
         let status = Rc::new(RefCell::new(Status {
             role: Role::Starting,
             interval: cfg.heartbeat_interval,
-            standby_fresh: standby_fresh(cfg.heartbeat_interval, cfg.cp_request_timeout),
+            // The CP request timeout bounds the handshake of a standby check.
+            check_time: cfg.cp_request_timeout,
             ..Status::default()
         }));
         let waiter = Rc::new(
@@ -562,9 +556,7 @@ impl Agent {
                 humantime::format_duration(interval)
             );
             self.interval = interval;
-            let mut status = self.status();
-            status.interval = interval;
-            status.standby_fresh = standby_fresh(interval, self.cfg.cp_request_timeout);
+            self.status().interval = interval;
         }
     }
 

@@ -12,7 +12,7 @@
 //!   (it runs), and its last standby check (the Lease read with its
 //!   credentials, a TLS handshake with the Control Plane) succeeded within
 //!   the last interval, plus the time a check may take
-//!   ([`Status::standby_fresh`]). So the new pod of a rolling update becomes
+//!   ([`Status::check_time`]). So the new pod of a rolling update becomes
 //!   Ready while the old one still leads, and the update can proceed.
 
 use std::fmt::Write as _;
@@ -50,9 +50,10 @@ pub struct Status {
     pub role: Role,
     /// The heartbeat interval in force.
     pub interval: Duration,
-    /// How recent a standby check must be for a standby to be ready: the
-    /// interval plus the time one check may take.
-    pub standby_fresh: Duration,
+    /// The longest one standby check may take (the CP request timeout): a
+    /// standby is ready while its last check succeeded within the interval
+    /// plus this.
+    pub check_time: Duration,
     /// When the last standby check succeeded.
     pub standby_ok_at: Option<Instant>,
     /// When the first of the heartbeats failing now failed; `None` while
@@ -74,8 +75,6 @@ pub struct Status {
     pub last_heartbeat_ok: Option<SystemTime>,
     /// Connected to the CP with a session.
     pub bound: bool,
-    /// The last heartbeat succeeded.
-    pub last_heartbeat_succeeded: bool,
 }
 
 impl Status {
@@ -93,7 +92,11 @@ impl Status {
         match self.role {
             Role::Starting => Err("starting: reading the cluster identity and state"),
             Role::Standby => match self.standby_ok_at {
-                Some(at) if now.saturating_duration_since(at) <= self.standby_fresh => Ok(()),
+                Some(at)
+                    if now.saturating_duration_since(at) <= self.interval + self.check_time =>
+                {
+                    Ok(())
+                }
                 Some(_) => Err(
                     "standby: no successful lease read and control plane handshake within the last interval",
                 ),
@@ -103,7 +106,7 @@ impl Status {
             },
             Role::Leader if !self.bound => Err("leader: not bound to the control plane"),
             Role::Leader => match self.heartbeat_failing_since {
-                None if self.last_heartbeat_succeeded => Ok(()),
+                None if self.heartbeats_ok > 0 => Ok(()),
                 None => Err("leader: no heartbeat has succeeded yet"),
                 Some(since)
                     if now.saturating_duration_since(since) < self.interval * FAILING_GRACE =>
@@ -125,7 +128,6 @@ impl Status {
             self.heartbeats_failed += 1;
             self.heartbeat_failing_since.get_or_insert(now);
         }
-        self.last_heartbeat_succeeded = ok;
     }
 
     /// The Prometheus text exposition.
@@ -357,7 +359,7 @@ mod tests {
         Status {
             role,
             interval: 15 * SEC,
-            standby_fresh: 45 * SEC,
+            check_time: 30 * SEC,
             ..Status::default()
         }
     }
