@@ -23,7 +23,21 @@ pub fn ack(entry: &LedgerEntry, manager_id: &str, attempt: u32) -> Ack {
         manager_id: manager_id.to_owned(),
         command_id: entry.command_id.clone(),
         result: entry.result.clone(),
-        message: entry.message.clone(),
+        message: if entry.more_resources.is_empty() {
+            entry.message.clone()
+        } else {
+            let rest: Vec<String> = entry
+                .more_resources
+                .iter()
+                .map(|(action, n)| format!("{n} {action}"))
+                .collect();
+            let n: u64 = entry.more_resources.values().sum();
+            format!(
+                "{} ({n} more resources not listed: {})",
+                entry.message,
+                rest.join(", ")
+            )
+        },
         completed_at: entry.completed_at.clone(),
         attempt,
         resources: entry.resources.clone(),

@@ -28,7 +28,7 @@ use crate::lease::{self, Elector};
 use crate::probe::{Probe, Role, Status};
 use crate::secret::Secret;
 use crate::self_rollout::{self, SelfDeployment};
-use crate::state::{Binding, LedgerEntry, State, StateError, Store};
+use crate::state::{self, Binding, LedgerEntry, State, StateError, Store};
 use crate::token::ConnectToken;
 use crate::wait::{Pause, Waiter, Wake};
 
@@ -149,6 +149,8 @@ pub struct Agent {
     cluster: ClusterRef,
     store: Store,
     state: State,
+    /// A state write that failed, reported in heartbeats until one succeeds.
+    state_error: Option<String>,
     session: Option<Session>,
     sequence: u64,
     interval: Duration,
@@ -293,7 +295,7 @@ impl Agent {
             ));
         }
 
-        let mut store = Store::new(&own_namespace, &cfg.state_secret);
+        let mut store = Store::new(&own_namespace, &cfg.state_secret, token.environment_id());
         let state = retry_kube(
             &waiter,
             &mut backoff,
@@ -339,6 +341,7 @@ impl Agent {
             cluster,
             store,
             state,
+            state_error: None,
             session: None,
             sequence: 0,
             interval,
@@ -716,6 +719,9 @@ impl Agent {
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }
+        if let Some(report) = &self.state_error {
+            inv.errors.push(report.clone());
+        }
         if inv.topology_read {
             self.topology = Some((Instant::now(), inv.region.clone(), inv.zone.clone()));
         } else if let Some((_, region, zone)) = &self.topology {
@@ -788,18 +794,28 @@ impl Agent {
     /// Validates, executes (once: a recorded id is only acknowledged again),
     /// records and acknowledges one command.
     fn handle_command(&mut self, raw: &RawValue) {
+        let started = Instant::now();
         let parsed = commands::parse(raw.get(), CAPABILITIES, &self.namespaces);
         let id = match &parsed {
             Ok(cmd) => cmd.id.clone(),
             Err(Refusal::Failed { id, .. }) => id.clone(),
             Err(Refusal::NoId(why)) => {
+                // Not its text: a command may carry Secret data.
                 log::error!(
-                    "skipping a command without a valid id ({why}): {}",
-                    commands::clip(raw.get(), 200)
+                    "skipping a command without a valid id ({why}; {} bytes)",
+                    raw.get().len()
                 );
+                crate::metrics::refused("no_id");
                 return;
             }
         };
+        let _scope = crate::logging::CommandScope::enter(
+            &id,
+            parsed
+                .as_ref()
+                .ok()
+                .and_then(|c| c.action.deployment_name()),
+        );
         if let Some(entry) = self.state.find(&id).cloned() {
             log::info!(
                 "command {id} already finished ({}); acknowledging its recorded result again",
@@ -826,9 +842,15 @@ impl Agent {
                 };
                 execute::run(&ctx, &cmd)
             }
-            Err(Refusal::Failed { message, .. }) => Outcome::failed(message, Vec::new()),
+            Err(Refusal::Failed { message, .. }) => {
+                crate::metrics::refused(crate::metrics::refusal_reason(&message));
+                Outcome::failed(message, Vec::new())
+            }
             Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
+        if !outcome.applied && outcome.message.starts_with("refused") {
+            crate::metrics::refused("ownership");
+        }
         let result = if outcome.applied { "applied" } else { "failed" };
         if outcome.applied && class == "upgrade" {
             self.self_rollout.upgrade_applied();
@@ -847,21 +869,23 @@ impl Agent {
             completed_at: now_rfc3339(),
             delivered: false,
             attempts: 0,
+            more_resources: Default::default(),
         };
         // Recorded before the ack: a crash from here on neither re-executes
-        // the command nor loses its ack.
-        let record = entry.clone();
-        match self
-            .store
-            .update(&self.kube, &self.state, move |s| s.record(record.clone()))
-        {
-            Ok(state) => self.state = state,
-            Err(e) => {
-                log::error!("command {id}: cannot record the result in the state secret: {e}");
-                self.state.record(entry.clone());
-            }
+        // the command nor loses its ack. The ledger keeps the entry cut to
+        // its budget; this first ack carries every resource.
+        let record = entry
+            .clone()
+            .bounded(state::MESSAGE_MAX, state::RESOURCES_MAX);
+        if let Err(e) = self.store_update(move |s| s.record(record.clone())) {
+            log::error!("command {id}: cannot record the result in the state secret: {e}");
+            self.state.record(entry.clone());
+            self.state_error = Some(format!(
+                "state secret: the result of command {id} is not recorded: {e}"
+            ));
         }
         self.deliver(entry);
+        crate::metrics::command_duration(class, started.elapsed());
     }
 
     /// Delivers one ack: up to [`acks::ATTEMPTS`] attempts with backoff, then
@@ -933,11 +957,39 @@ impl Agent {
         self.persist(move |s| s.mark_delivered(&ids));
     }
 
-    /// Persists a change to the state; a failure is logged, the change stays in memory.
+    /// Persists a change to the state; a failure is logged and reported
+    /// in the next heartbeat, the change stays in memory.
     fn persist(&mut self, change: impl Fn(&mut State)) {
-        match self.store.update(&self.kube, &self.state, change) {
-            Ok(state) => self.state = state,
-            Err(e) => log::error!("cannot update the state secret: {e}"),
+        if let Err(e) = self.store_update(change) {
+            log::error!("cannot update the state secret: {e}");
+            self.state_error = Some(format!("state secret: cannot write it: {e}"));
+        }
+    }
+
+    /// Writes a change to the state, trying once more after a pause when
+    /// the first try (the client's own retries included) fails. On success
+    /// the state in memory is the one written and a reported failure is
+    /// cleared.
+    fn store_update(&mut self, change: impl Fn(&mut State)) -> Result<(), StateError> {
+        let mut result = self.store.update(&self.kube, &self.state, &change);
+        if let Err(e) = &result {
+            log::warn!("cannot write the state secret: {e}; trying again in 1s");
+            if matches!(self.waiter.wait(Duration::from_secs(1)), Ok(Wake::Stop)) {
+                crate::metrics::state_write_failed();
+                return result.map(|_| ());
+            }
+            result = self.store.update(&self.kube, &self.state, &change);
+        }
+        match result {
+            Ok(state) => {
+                self.state = state;
+                self.state_error = None;
+                Ok(())
+            }
+            Err(e) => {
+                crate::metrics::state_write_failed();
+                Err(e)
+            }
         }
     }
 }

@@ -117,10 +117,14 @@ pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(600);
 /// The backoff advances either way, as for any failure.
 pub fn retry_after_delay(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
     let backoff_delay = backoff.next_delay();
-    match retry_after {
+    let delay = match retry_after {
         Some(d) if d >= RETRY_AFTER_MIN => d.min(RETRY_AFTER_MAX),
         _ => backoff_delay.max(RETRY_AFTER_MIN),
+    };
+    if retry_after.is_some() {
+        crate::metrics::retry_after(delay);
     }
+    delay
 }
 
 /// IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.

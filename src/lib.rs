@@ -25,6 +25,7 @@ pub mod inventory;
 pub mod kube;
 pub mod lease;
 pub mod logging;
+pub mod metrics;
 pub mod ownership;
 pub mod probe;
 pub mod resolve;

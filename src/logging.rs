@@ -1,36 +1,141 @@
 //! Log output: text or one JSON object a line, on stderr, filtered by `RUST_LOG`.
+//!
+//! Values from the CP and the cluster reach log messages (ids, names,
+//! Kubernetes messages); a line is always one line: control characters in
+//! a text message are escaped ([`escape`]), and JSON escapes them anyway.
+//! While a command runs ([`CommandScope`]), JSON lines carry its
+//! `commandId` and `deploymentName` as fields. Timestamps have milliseconds.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::io::Write;
 use std::time::SystemTime;
 
 use crate::config::LogFormat;
+
+thread_local! {
+    /// The command being handled (the process has one thread).
+    static COMMAND: RefCell<Option<(String, Option<String>)>> = const { RefCell::new(None) };
+}
+
+/// Marks the log lines written while it lives as those of one command.
+#[derive(Debug)]
+pub struct CommandScope(());
+
+impl CommandScope {
+    /// Starts the scope of command `id`, of deployment `deployment` if it names one.
+    pub fn enter(id: &str, deployment: Option<&str>) -> CommandScope {
+        COMMAND.with(|c| *c.borrow_mut() = Some((id.to_owned(), deployment.map(str::to_owned))));
+        CommandScope(())
+    }
+}
+
+impl Drop for CommandScope {
+    fn drop(&mut self) {
+        COMMAND.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+/// `s` with every control character (and the Unicode line and paragraph
+/// separators) escaped as Rust does (`\n`, `\u{1b}`), so that a value
+/// cannot start a new line or move the cursor. Borrowed when clean.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One log line, without its newline.
+pub fn line(format: LogFormat, ts: &str, level: log::Level, target: &str, message: &str) -> String {
+    match format {
+        LogFormat::Text => format!("{ts} {level:<5} {target}: {}", escape(message)),
+        LogFormat::Json => {
+            let mut line = serde_json::json!({
+                "ts": ts,
+                "level": level.as_str(),
+                "target": target,
+                "msg": message,
+            });
+            COMMAND.with(|c| {
+                if let Some((id, deployment)) = &*c.borrow() {
+                    line["commandId"] = id.as_str().into();
+                    if let Some(d) = deployment {
+                        line["deploymentName"] = d.as_str().into();
+                    }
+                }
+            });
+            line.to_string()
+        }
+    }
+}
 
 /// Installs the logger. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     builder.format(move |buf, record| {
-        let ts = humantime::format_rfc3339_seconds(SystemTime::now());
-        match format {
-            LogFormat::Text => {
-                writeln!(
-                    buf,
-                    "{ts} {:<5} {}: {}",
-                    record.level(),
-                    record.target(),
-                    record.args()
-                )
-            }
-            LogFormat::Json => {
-                let line = serde_json::json!({
-                    "ts": ts.to_string(),
-                    "level": record.level().as_str(),
-                    "target": record.target(),
-                    "msg": record.args().to_string(),
-                });
-                writeln!(buf, "{line}")
-            }
-        }
+        let ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        let message = record.args().to_string();
+        writeln!(
+            buf,
+            "{}",
+            line(format, &ts, record.level(), record.target(), &message)
+        )
     });
     builder.init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_cannot_forge_a_line() {
+        assert!(matches!(escape("orders-1"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape("a\nINFO b\r\u{1b}[2J\u{2028}"),
+            "a\\nINFO b\\r\\u{1b}[2J\\u{2028}"
+        );
+        let text = line(
+            LogFormat::Text,
+            "t",
+            log::Level::Info,
+            "x",
+            "command a\n2026-12-03T00:00:00.000Z INFO forged",
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let json = line(LogFormat::Json, "t", log::Level::Warn, "x", "a\nb");
+        assert_eq!(json.lines().count(), 1, "{json}");
+    }
+
+    #[test]
+    fn json_lines_carry_the_command_while_it_runs() {
+        let outside = line(LogFormat::Json, "t", log::Level::Info, "x", "m");
+        assert!(!outside.contains("commandId"), "{outside}");
+        {
+            let _scope = CommandScope::enter("cmd-1", Some("orders"));
+            let inside: serde_json::Value =
+                serde_json::from_str(&line(LogFormat::Json, "t", log::Level::Info, "x", "m"))
+                    .unwrap();
+            assert_eq!(inside["commandId"], "cmd-1");
+            assert_eq!(inside["deploymentName"], "orders");
+            let text = line(LogFormat::Text, "t", log::Level::Info, "x", "m");
+            assert!(
+                !text.contains("cmd-1"),
+                "text lines name the command themselves"
+            );
+        }
+        let after = line(LogFormat::Json, "t", log::Level::Info, "x", "m");
+        assert!(!after.contains("commandId"), "{after}");
+    }
 }

@@ -85,6 +85,7 @@ fn main() -> ExitCode {
 /// Parses the configuration, starts the agent and runs it until a signal
 /// or a fatal error.
 fn run() -> Result<(), Fatal> {
+    nexo_manager::metrics::started();
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {

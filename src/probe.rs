@@ -209,6 +209,13 @@ impl Status {
             "Unix time of the last successful heartbeat.",
             &one(last.to_string()),
         );
+        metric(
+            "nexo_manager_leader",
+            "gauge",
+            "1 while this process holds the lease and acts, else 0.",
+            &one(u8::from(self.role == Role::Leader).to_string()),
+        );
+        crate::metrics::render(&mut out);
         out
     }
 }

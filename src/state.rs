@@ -4,13 +4,22 @@
 //! The Secret holds one key, `state.json`. It is written with optimistic
 //! concurrency: every update carries the `resourceVersion` it was read at,
 //! and a 409 re-reads and re-applies the change a bounded number of times.
+//! A Secret deleted under the Manager is created again.
+//!
+//! Budget (protocol.md, "State budget"): the document stays under
+//! [`STATE_BUDGET`] bytes whatever the commands were. An entry's message is
+//! cut to [`MESSAGE_MAX`] bytes and its resources to [`RESOURCES_MAX`]
+//! (the rest counted by action); past the budget the oldest delivered
+//! entries leave first, then undelivered ones lose their resource lists.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use crate::cp::wire::AckResource;
+use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 use crate::ownership;
 
@@ -22,6 +31,15 @@ pub const LEDGER_MIN: usize = 256;
 
 /// Update attempts on 409 Conflict.
 pub const CONFLICT_RETRIES: usize = 5;
+
+/// Largest state document, bytes of JSON (the Secret's limit is 1 MiB).
+pub const STATE_BUDGET: usize = 900 * 1024;
+
+/// Longest message kept in a ledger entry, bytes.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// Most resources kept in a ledger entry; the rest are counted by action.
+pub const RESOURCES_MAX: usize = 64;
 
 /// The binding of this Manager to its environment and cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -55,6 +73,60 @@ pub struct LedgerEntry {
     /// Delivery attempts made so far.
     #[serde(default)]
     pub attempts: u32,
+    /// Resources past [`RESOURCES_MAX`], counted by action.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub more_resources: BTreeMap<String, u64>,
+}
+
+/// The size of `value`'s JSON, counted without writing it anywhere.
+fn json_size(value: &impl Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary, with `…` when cut.
+pub fn cut(s: &mut String, max: usize) {
+    if s.len() <= max {
+        return;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push('…');
+}
+
+impl LedgerEntry {
+    /// The entry within its budget: message cut to `message_max` bytes,
+    /// resources to `resources_max` (the rest counted by action).
+    pub fn bounded(mut self, message_max: usize, resources_max: usize) -> LedgerEntry {
+        cut(&mut self.message, message_max);
+        if self.resources.len() > resources_max {
+            for r in self.resources.drain(resources_max..) {
+                *self.more_resources.entry(r.action).or_default() += 1;
+            }
+        }
+        self
+    }
+
+    /// Its JSON size, bytes.
+    fn size(&self) -> usize {
+        json_size(self)
+    }
 }
 
 /// The state document.
@@ -83,7 +155,8 @@ pub enum StateError {
     Kube(kube::Error),
     /// The Secret exists but its `state.json` is unreadable.
     Corrupt(String),
-    /// The Secret exists and is not the Manager's (no ownership label).
+    /// The Secret exists and is not this Manager's (no `managed-by`
+    /// label, or another environment's owner id).
     NotOurs(String),
     /// Still conflicting after [`CONFLICT_RETRIES`] attempts.
     Conflict,
@@ -115,12 +188,17 @@ impl From<kube::Error> for StateError {
 }
 
 impl State {
-    /// Records a finished command, trimming the ledger: beyond
-    /// [`LEDGER_MIN`] entries the oldest delivered ones are dropped; an
-    /// undelivered ack is never dropped.
+    /// Records a finished command (cut to its budget), trimming the
+    /// ledger: beyond [`LEDGER_MIN`] entries, or past [`STATE_BUDGET`]
+    /// bytes, the oldest delivered ones are dropped.
     pub fn record(&mut self, entry: LedgerEntry) {
+        self.record_within(entry, STATE_BUDGET)
+    }
+
+    /// [`State::record`] with another byte budget.
+    pub fn record_within(&mut self, entry: LedgerEntry, budget: usize) {
         self.ledger.retain(|e| e.command_id != entry.command_id);
-        self.ledger.push(entry);
+        self.ledger.push(entry.bounded(MESSAGE_MAX, RESOURCES_MAX));
         let mut excess = self.ledger.len().saturating_sub(LEDGER_MIN);
         self.ledger.retain(|e| {
             if excess > 0 && e.delivered {
@@ -130,6 +208,49 @@ impl State {
                 true
             }
         });
+        self.fit(budget);
+    }
+
+    /// Brings the document under `budget` bytes: the oldest delivered
+    /// entries leave first; then the oldest undelivered acks keep only
+    /// their counts and a short message (an ack is never dropped: it waits
+    /// in `pendingAcks`); the newest entry is never touched.
+    pub fn fit(&mut self, budget: usize) {
+        if json_size(self) <= budget {
+            return;
+        }
+        let fixed = json_size(&State {
+            version: self.version,
+            binding: self.binding.clone(),
+            ledger: Vec::new(),
+        });
+        let sizes: Vec<usize> = self.ledger.iter().map(|e| e.size() + 1).collect();
+        let mut total = fixed + sizes.iter().sum::<usize>();
+        if total <= budget {
+            return;
+        }
+        let last = self.ledger.len().saturating_sub(1);
+        let mut keep = vec![true; self.ledger.len()];
+        for (i, e) in self.ledger.iter().enumerate().take(last) {
+            if total <= budget {
+                break;
+            }
+            if e.delivered {
+                keep[i] = false;
+                total -= sizes[i];
+            }
+        }
+        for (i, e) in self.ledger.iter_mut().enumerate().take(last) {
+            if total <= budget {
+                break;
+            }
+            if keep[i] {
+                *e = std::mem::replace(e, LedgerEntry::placeholder()).bounded(128, 0);
+                total = total - sizes[i] + e.size() + 1;
+            }
+        }
+        let mut keep = keep.into_iter();
+        self.ledger.retain(|_| keep.next().unwrap_or(true));
     }
 
     /// Marks the acks of these commands delivered.
@@ -156,23 +277,53 @@ impl State {
     }
 }
 
+impl LedgerEntry {
+    fn placeholder() -> LedgerEntry {
+        LedgerEntry {
+            command_id: String::new(),
+            result: String::new(),
+            message: String::new(),
+            resources: Vec::new(),
+            completed_at: String::new(),
+            delivered: false,
+            attempts: 0,
+            more_resources: BTreeMap::new(),
+        }
+    }
+}
+
 /// The state Secret of one Manager.
 #[derive(Debug)]
 pub struct Store {
     path: String,
     collection: String,
     name: String,
+    environment_id: String,
+    resource_version: Option<String>,
+}
+
+/// The part of a written Secret the store keeps: its new version (the
+/// answer's `data` is skipped, not decoded).
+#[derive(Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
     resource_version: Option<String>,
 }
 
 impl Store {
-    /// The Secret `name` in `namespace`.
-    pub fn new(namespace: &str, name: &str) -> Store {
+    /// The Secret `name` in `namespace`, of environment `environment_id`.
+    pub fn new(namespace: &str, name: &str, environment_id: &str) -> Store {
         let collection = format!("/api/v1/namespaces/{namespace}/secrets");
         Store {
             path: format!("{collection}/{name}"),
             collection,
             name: name.to_owned(),
+            environment_id: environment_id.to_owned(),
             resource_version: None,
         }
     }
@@ -194,11 +345,10 @@ impl Store {
             Err(e) => return Err(e.into()),
         };
         let labels = secret.metadata.labels.as_ref();
-        if labels
-            .and_then(|l| l.get(ownership::MANAGED_BY))
-            .map(String::as_str)
-            != Some(ownership::MANAGER)
-        {
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        // 0.3 wrote no owner id; it is added by the next write.
+        let owner_ok = label(ownership::OWNER_ID).is_none_or(|o| o == self.environment_id);
+        if label(ownership::MANAGED_BY) != Some(ownership::MANAGER) || !owner_ok {
             return Err(StateError::NotOurs(self.name.clone()));
         }
         self.resource_version = secret.metadata.resource_version;
@@ -229,6 +379,13 @@ impl Store {
                     state = self.load(client)?;
                     change(&mut state);
                 }
+                Err(e) if e.is_not_found() && self.resource_version.is_some() => {
+                    log::warn!(
+                        "state secret {} was deleted; creating it again from the state in memory",
+                        self.name
+                    );
+                    self.resource_version = None;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -236,15 +393,21 @@ impl Store {
     }
 
     fn write(&mut self, client: &Client, state: &State) -> Result<(), kube::Error> {
-        let doc = serde_json::to_vec(state).expect("state always serializes");
+        let doc = serde_json::to_vec(state).map_err(|source| kube::Error::Decode {
+            what: "state document",
+            source,
+        })?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 labels: Some(
-                    [(
-                        ownership::MANAGED_BY.to_owned(),
-                        ownership::MANAGER.to_owned(),
-                    )]
+                    [
+                        (
+                            ownership::MANAGED_BY.to_owned(),
+                            ownership::MANAGER.to_owned(),
+                        ),
+                        (ownership::OWNER_ID.to_owned(), self.environment_id.clone()),
+                    ]
                     .into(),
                 ),
                 resource_version: self.resource_version.clone(),
@@ -254,16 +417,25 @@ impl Store {
             data: Some([(KEY.to_owned(), ByteString(doc))].into()),
             ..Secret::default()
         };
-        let mut body = serde_json::to_value(&secret).expect("a Secret always serializes");
-        body["apiVersion"] = "v1".into();
-        body["kind"] = "Secret".into();
-        let written = match &self.resource_version {
-            None => client.create(&self.collection, &body)?,
-            Some(_) => client.replace(&self.path, &body)?,
+        // k8s-openapi writes `apiVersion` and `kind` itself.
+        let body = serde_json::to_vec(&secret).map_err(|source| kube::Error::Decode {
+            what: "state secret",
+            source,
+        })?;
+        drop(secret);
+        let (method, path) = match &self.resource_version {
+            None => (Method::POST, self.collection.as_str()),
+            Some(_) => (Method::PUT, self.path.as_str()),
         };
-        self.resource_version = written["metadata"]["resourceVersion"]
-            .as_str()
-            .map(str::to_owned);
+        let written = client.request_as::<Written>(
+            method,
+            path,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &body,
+            }),
+        )?;
+        self.resource_version = written.and_then(|w| w.metadata.resource_version);
         Ok(())
     }
 }
@@ -281,7 +453,88 @@ mod tests {
             completed_at: "2026-12-02T00:00:00Z".into(),
             delivered,
             attempts: 1,
+            more_resources: BTreeMap::new(),
         }
+    }
+
+    fn big(id: usize, delivered: bool) -> LedgerEntry {
+        let r = |i: usize| AckResource {
+            api_version: "nexo.io/v1alpha1".into(),
+            kind: "NexoProxy".into(),
+            namespace: "shop".into(),
+            name: format!("proxy-with-a-long-name-{i:04}"),
+            action: if i % 3 == 0 {
+                "unchanged"
+            } else {
+                "configured"
+            }
+            .into(),
+        };
+        LedgerEntry {
+            message: "é".repeat(10_000),
+            resources: (0..1000).map(r).collect(),
+            ..entry(id, delivered)
+        }
+    }
+
+    fn doc_size(s: &State) -> usize {
+        let size = serde_json::to_vec(s).unwrap().len();
+        assert_eq!(size, json_size(s));
+        size
+    }
+
+    #[test]
+    fn an_entry_is_cut_to_its_budget() {
+        let e = big(1, false).bounded(MESSAGE_MAX, RESOURCES_MAX);
+        assert!(e.message.len() <= MESSAGE_MAX, "{}", e.message.len());
+        assert!(e.message.ends_with('…'));
+        assert_eq!(e.resources.len(), RESOURCES_MAX);
+        assert_eq!(
+            e.more_resources["configured"] + e.more_resources["unchanged"],
+            936
+        );
+        let ack = crate::acks::ack(&e, "m", 1);
+        assert!(
+            ack.message
+                .ends_with("(936 more resources not listed: 624 configured, 312 unchanged)"),
+            "{}",
+            &ack.message[ack.message.len() - 80..]
+        );
+        let mut short = "ab".to_owned();
+        cut(&mut short, 5);
+        assert_eq!(short, "ab");
+    }
+
+    #[test]
+    fn the_document_stays_under_budget_whatever_the_commands() {
+        // Rollouts of 1000 proxies with long messages: at their cut size,
+        // the 256 entries the ledger keeps would be far over the budget.
+        assert!(
+            big(0, true).bounded(MESSAGE_MAX, RESOURCES_MAX).size() * LEDGER_MIN > 2 * STATE_BUDGET
+        );
+        // The rule, on a budget of a tenth (the same code, ten times quicker).
+        const BUDGET: usize = STATE_BUDGET / 10;
+        let mut s = State::default();
+        for i in 0..150 {
+            s.record_within(big(i, true), BUDGET);
+        }
+        assert!(doc_size(&s) <= BUDGET, "{}", doc_size(&s));
+        assert!(doc_size(&s) > BUDGET * 9 / 10, "{}", doc_size(&s));
+        assert!(s.find("cmd-149").is_some(), "the newest entry stays");
+        assert!(s.find("cmd-0").is_none(), "the oldest delivered left first");
+        assert_eq!(s.find("cmd-149").unwrap().resources.len(), RESOURCES_MAX);
+        // Undelivered acks are never dropped: past the budget they keep
+        // their counts and a short message.
+        let mut s = State::default();
+        for i in 0..40 {
+            s.record_within(big(i, false), BUDGET);
+        }
+        assert!(doc_size(&s) <= BUDGET, "{}", doc_size(&s));
+        assert_eq!(s.ledger.len(), 40);
+        let oldest = s.find("cmd-0").unwrap();
+        assert!(oldest.resources.is_empty() && oldest.message.len() <= 128);
+        assert_eq!(oldest.more_resources.values().sum::<u64>(), 1000);
+        assert_eq!(s.find("cmd-39").unwrap().resources.len(), RESOURCES_MAX);
     }
 
     #[test]

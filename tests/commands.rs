@@ -781,7 +781,7 @@ fn sigterm_during_a_command_finishes_records_and_acks_it() {
         secret["data"]["state.json"].is_string(),
         "the result is recorded"
     );
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state")
+    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&f.tb.admin())
         .unwrap();
     let entry = state.find("term-1").expect("term-1 in the ledger");

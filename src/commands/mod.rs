@@ -133,6 +133,19 @@ impl Action {
             Action::Uninstall(_) => "uninstall",
         }
     }
+
+    /// The one deployment it is about, for log fields: a deploy's or an
+    /// uninstall's, a rollout's single target.
+    pub fn deployment_name(&self) -> Option<&str> {
+        match self {
+            Action::Deploy(d) => Some(&d.deployment.name),
+            Action::Uninstall(t) => Some(&t.name),
+            Action::Rollout(Rollout {
+                targets: Some(t), ..
+            }) if t.len() == 1 => Some(&t[0].name),
+            _ => None,
+        }
+    }
 }
 
 /// A validated command.
@@ -158,17 +171,30 @@ pub enum Refusal {
     },
 }
 
+/// The command's fields as slices of its raw text: nothing is built from
+/// them before the size budget is checked.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Envelope<'a> {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    class: Option<Value>,
-    #[serde(default)]
-    requires: Option<Value>,
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    class: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    requires: Option<&'a RawValue>,
     #[serde(default, borrow)]
     payload: Option<&'a RawValue>,
+}
+
+/// A field's raw JSON as a string, if it is one (`null` counts as absent).
+fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(None),
+        Some(text) if text.starts_with('"') => serde_json::from_str(text)
+            .map(Some)
+            .map_err(|_| clip(text, 64)),
+        Some(text) => Err(clip(text, 64)),
+    }
 }
 
 fn invalid(why: impl std::fmt::Display) -> String {
@@ -188,34 +214,46 @@ pub fn clip(s: &str, max: usize) -> String {
 pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
     let env: Envelope = serde_json::from_str(raw)
         .map_err(|e| Refusal::NoId(format!("not a command object: {e}")))?;
-    let id = match &env.id {
-        Some(Value::String(id)) if crate::cp::wire::valid_command_id(id) => id.clone(),
-        Some(other) => {
-            return Err(Refusal::NoId(format!(
-                "invalid id {}",
-                clip(&other.to_string(), 140)
-            )));
+    let id = match raw_string(env.id) {
+        Ok(Some(id)) if crate::cp::wire::valid_command_id(&id) => id,
+        Ok(Some(id)) => {
+            return Err(Refusal::NoId(format!("invalid id {:?}", clip(&id, 140))));
         }
-        None => return Err(Refusal::NoId("no id".into())),
+        Err(text) => return Err(Refusal::NoId(format!("invalid id {text}"))),
+        Ok(None) => return Err(Refusal::NoId("no id".into())),
     };
     let fail = |message: String| Refusal::Failed {
         id: id.clone(),
         message,
     };
-    let class = match &env.class {
-        Some(Value::String(c)) => c.as_str(),
-        Some(other) => {
-            return Err(fail(format!(
-                "unsupported class: {}",
-                clip(&other.to_string(), 64)
-            )));
-        }
-        None => return Err(fail("unsupported class: (missing)".into())),
+    // The budget first: nothing below builds more than it allows.
+    if raw.len() > MAX_COMMAND_BYTES {
+        return Err(fail(invalid(format!(
+            "too large: {} bytes, more than {} MiB",
+            raw.len(),
+            MAX_COMMAND_BYTES >> 20
+        ))));
+    }
+    let values = json_values(raw);
+    if values > MAX_COMMAND_VALUES {
+        return Err(fail(invalid(format!(
+            "too large: about {values} JSON values, more than {MAX_COMMAND_VALUES}"
+        ))));
+    }
+    let class = match raw_string(env.class) {
+        Ok(Some(c)) => c,
+        Err(text) => return Err(fail(format!("unsupported class: {text}"))),
+        Ok(None) => return Err(fail("unsupported class: (missing)".into())),
     };
+    let class = class.as_str();
     if !matches!(class, "deploy" | "rollout" | "upgrade" | "uninstall") {
         return Err(fail(format!("unsupported class: {}", clip(class, 64))));
     }
-    match &env.requires {
+    let requires: Option<Value> = match env.requires {
+        None => None,
+        Some(r) => Some(serde_json::from_str(r.get()).map_err(|e| fail(invalid(e)))?),
+    };
+    match &requires {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {
             for cap in list {
@@ -234,21 +272,6 @@ pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Com
             }
         }
         Some(_) => return Err(fail(invalid("requires is not a list"))),
-    }
-    if raw.len() > MAX_COMMAND_BYTES {
-        return Err(fail(invalid(format!(
-            "too large: {} bytes, more than {} MiB",
-            raw.len(),
-            MAX_COMMAND_BYTES >> 20
-        ))));
-    }
-    if let Some(payload) = env.payload {
-        let values = json_values(payload.get());
-        if values > MAX_COMMAND_VALUES {
-            return Err(fail(invalid(format!(
-                "too large: about {values} JSON values, more than {MAX_COMMAND_VALUES}"
-            ))));
-        }
     }
     let payload: Value = match env.payload {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|e| fail(invalid(e)))?,

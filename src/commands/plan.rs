@@ -105,6 +105,57 @@ pub fn refusal_reason(existing: &Value, environment_id: &str, gate_open: bool) -
     }
 }
 
+/// Why an owned object belongs to another deployment than `deployment`
+/// (protocol.md, "Ownership"): its `nexo.io/deployment` label names another
+/// one, or it has a controller ownerReference to something other than that
+/// deployment's NexoProxy. An object without the label (or a controller) is
+/// not claimed by any other deployment.
+pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
+    let meta = &existing["metadata"];
+    if let Some(label) = meta["labels"][ownership::DEPLOYMENT].as_str()
+        && label != deployment
+    {
+        return Some(format!(
+            "belongs to deployment {}",
+            crate::logging::escape(label)
+        ));
+    }
+    let controller = meta["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["controller"] == true)?;
+    let ours = controller["kind"] == "NexoProxy"
+        && controller["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("nexo.io/"))
+        && controller["name"] == deployment;
+    (!ours).then(|| {
+        format!(
+            "is controlled by {} {}",
+            crate::logging::escape(controller["kind"].as_str().unwrap_or("?")),
+            crate::logging::escape(controller["name"].as_str().unwrap_or("?"))
+        )
+    })
+}
+
+/// Why an existing object may not be written by a command of `deployment`:
+/// [`refusal_reason`], then the per-deployment rule ([`other_deployment`])
+/// for objects this environment owns.
+pub fn refusal_for(
+    existing: &Value,
+    environment_id: &str,
+    deployment: &str,
+    gate_open: bool,
+) -> Option<String> {
+    refusal_reason(existing, environment_id, gate_open).or_else(|| {
+        match ownership::classify(existing, environment_id) {
+            Ownership::Owned => other_deployment(existing, deployment),
+            _ => None,
+        }
+    })
+}
+
 /// One write of a deploy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Write {
@@ -147,7 +198,7 @@ pub fn deploy(
     for (manifest, existing) in d.manifests.iter().zip(existing) {
         let reference = ObjectRef::of(manifest);
         if let Some(obj) = existing
-            && let Some(why) = refusal_reason(obj, environment_id, gate_open)
+            && let Some(why) = refusal_for(obj, environment_id, &d.deployment.name, gate_open)
         {
             reasons.push(format!(
                 "{} {}/{} {why}",
@@ -247,8 +298,8 @@ pub fn rollout(
                 ));
                 refused.push(reference.ack("absent"));
             }
-            Some(obj) => match ownership::classify(obj, environment_id) {
-                Ownership::Owned => changes.push(ImageChange {
+            Some(obj) => match refusal_for(obj, environment_id, &t.name, false) {
+                None => changes.push(ImageChange {
                     version: obj["metadata"]["resourceVersion"]
                         .as_str()
                         .unwrap_or_default()
@@ -256,8 +307,7 @@ pub fn rollout(
                     changed: obj["spec"]["image"].as_str() != Some(image),
                     reference,
                 }),
-                _ => {
-                    let why = refusal_reason(obj, environment_id, false).unwrap_or_default();
+                Some(why) => {
                     reasons.push(format!("NexoProxy {}/{} {why}", t.namespace, t.name));
                     refused.push(reference.ack("refused"));
                 }
@@ -324,29 +374,26 @@ pub fn uninstall(
     labelled: &[(ObjectRef, Value)],
     environment_id: &str,
 ) -> Result<Removal, Refused> {
-    let refuse = |reference: ObjectRef, obj: &Value| {
-        let why = refusal_reason(obj, environment_id, false).unwrap_or_default();
-        Refused {
-            message: format!(
-                "refused, nothing deleted: {} {}/{} {why}",
-                reference.kind, reference.namespace, reference.name
-            ),
-            resources: vec![reference.ack("refused")],
-        }
+    let refuse = |reference: ObjectRef, why: String| Refused {
+        message: format!(
+            "refused, nothing deleted: {} {}/{} {why}",
+            reference.kind, reference.namespace, reference.name
+        ),
+        resources: vec![reference.ack("refused")],
     };
     if let Some(p) = proxy {
         let reference = ObjectRef::proxy(t);
-        return match ownership::classify(p, environment_id) {
-            Ownership::Owned => Ok(Removal::Proxy(reference)),
-            _ => Err(refuse(reference, p)),
+        return match refusal_for(p, environment_id, &t.name, false) {
+            None => Ok(Removal::Proxy(reference)),
+            Some(why) => Err(refuse(reference, why)),
         };
     }
     let Some(d) = deployment else {
         return Ok(Removal::Absent);
     };
     let reference = ObjectRef::new("apps/v1", "Deployment", &t.namespace, &t.name);
-    if ownership::classify(d, environment_id) != Ownership::Owned {
-        return Err(refuse(reference, d));
+    if let Some(why) = refusal_for(d, environment_id, &t.name, false) {
+        return Err(refuse(reference, why));
     }
     let mut refs = vec![reference];
     refs.extend(
@@ -354,6 +401,7 @@ pub fn uninstall(
             .iter()
             .filter(|(_, o)| ownership::classify(o, environment_id) == Ownership::Owned)
             .filter(|(_, o)| o["metadata"]["labels"][ownership::DEPLOYMENT] == t.name.as_str())
+            .filter(|(_, o)| other_deployment(o, &t.name).is_none())
             .map(|(r, _)| r.clone()),
     );
     Ok(Removal::Legacy(refs))
@@ -447,6 +495,91 @@ mod tests {
                 .as_deref(),
             Some("7")
         );
+    }
+
+    #[test]
+    fn an_object_of_another_deployment_is_refused_by_every_class() {
+        // beta's deploy names alpha's ConfigMap: refused, never relabelled.
+        let mut alpha = owned();
+        alpha["nexo.io/deployment"] = json!("alpha");
+        let alphas = obj("ConfigMap", "orders-config", alpha.clone());
+        let r = deploy(&d(false), &[Some(alphas.clone()), None], ENV, false).unwrap_err();
+        assert!(
+            r.message.contains("belongs to deployment alpha"),
+            "{}",
+            r.message
+        );
+        assert_eq!(r.resources.len(), 1);
+        assert_eq!(r.resources[0].action, "refused");
+        // The same with the label right but a controller elsewhere.
+        let mut controlled = obj("ConfigMap", "orders-config", owned());
+        controlled["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
+        let r = deploy(&d(false), &[Some(controlled.clone()), None], ENV, false).unwrap_err();
+        assert!(
+            r.message.contains("controlled by NexoProxy alpha"),
+            "{}",
+            r.message
+        );
+        // Its own controller, its own label, or no label at all: fine.
+        let mut mine = obj("ConfigMap", "orders-config", owned());
+        mine["metadata"]["ownerReferences"] = owner_reference("orders", "u-orders");
+        mine["metadata"]["labels"]["nexo.io/deployment"] = json!("orders");
+        assert!(deploy(&d(false), &[Some(mine), None], ENV, false).is_ok());
+        // A non-controller reference does not claim the object.
+        let mut referenced = obj("ConfigMap", "orders-config", owned());
+        referenced["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}]);
+        assert!(deploy(&d(false), &[Some(referenced), None], ENV, false).is_ok());
+        // A rollout or uninstall of "orders" whose NexoProxy says "alpha".
+        let t = Target {
+            name: "orders".into(),
+            namespace: "shop".into(),
+        };
+        let mut proxy = obj("NexoProxy", "orders", alpha.clone());
+        proxy["spec"] = json!({"image": "p:1"});
+        let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", ENV).unwrap_err();
+        assert_eq!(r.resources[0].action, "refused");
+        assert!(
+            r.message.contains("belongs to deployment alpha"),
+            "{}",
+            r.message
+        );
+        let r = uninstall(&t, Some(&proxy), None, &[], ENV).unwrap_err();
+        assert!(
+            r.message.contains("belongs to deployment alpha"),
+            "{}",
+            r.message
+        );
+        let dep = obj("Deployment", "orders", alpha);
+        assert!(uninstall(&t, None, Some(&dep), &[], ENV).is_err());
+        // A labelled object controlled by something else is left alone.
+        let mut labels = owned();
+        labels["nexo.io/deployment"] = json!("orders");
+        let mine = obj("Deployment", "orders", labels.clone());
+        let mut svc = obj("Service", "orders", labels);
+        svc["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
+        let Removal::Legacy(refs) = uninstall(
+            &t,
+            None,
+            Some(&mine),
+            &[(ObjectRef::new("v1", "Service", "shop", "orders"), svc)],
+            ENV,
+        )
+        .unwrap() else {
+            panic!("an owned legacy Deployment is removed")
+        };
+        assert_eq!(refs.len(), 1, "{refs:?}");
+        // A hostile label value cannot forge a line of the ack message.
+        let mut forged = owned();
+        forged["nexo.io/deployment"] = json!("x\nINFO fake");
+        let r = deploy(
+            &d(false),
+            &[Some(obj("ConfigMap", "orders-config", forged)), None],
+            ENV,
+            false,
+        )
+        .unwrap_err();
+        assert!(!r.message.contains('\n'), "{}", r.message);
     }
 
     #[test]

@@ -316,8 +316,21 @@ impl CpClient {
             .header("Authorization", format!("Bearer {}", bearer.expose()))
             .body(json)
             .map_err(|_| CpError::BadRequest)?;
-        let mut resp = self.agent.run(req).map_err(CpError::Transport)?;
+        let endpoint = match path.rsplit('/').next() {
+            Some("connect") => "connect",
+            Some("heartbeat") => "heartbeat",
+            Some("ack") => "ack",
+            _ => "other",
+        };
+        let mut resp = match self.agent.run(req) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::metrics::request("cp", endpoint, None);
+                return Err(CpError::Transport(e));
+            }
+        };
         let status = resp.status().as_u16();
+        crate::metrics::request("cp", endpoint, Some(status));
         if resp.body().content_length().is_some_and(|n| n > MAX_BODY) {
             return Err(CpError::TooLarge);
         }

@@ -74,18 +74,21 @@ pub fn retry_delay(
     }
     let idempotent = method != Method::POST;
     match err {
+        // Retry-After within [1 s, RETRY_CAP] (the process-wide rule, capped
+        // lower so that one call stays bounded).
         Error::Api {
             status: 429,
             retry_after,
             ..
-        } => Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP))),
+        } => Some(crate::backoff::retry_after_delay(*retry_after, backoff).min(RETRY_CAP)),
         Error::Api {
             status,
             retry_after,
             ..
-        } if *status >= 500 && idempotent => {
-            Some(retry_after.map_or_else(|| backoff.next_delay(), |d| d.min(RETRY_CAP)))
-        }
+        } if *status >= 500 && idempotent => Some(match retry_after {
+            Some(_) => crate::backoff::retry_after_delay(*retry_after, backoff).min(RETRY_CAP),
+            None => backoff.next_delay(),
+        }),
         Error::Transport(_) if idempotent => Some(backoff.next_delay()),
         _ => None,
     }
@@ -289,8 +292,23 @@ impl Client {
                 agent.run(req)
             }
         };
-        let mut resp = result?;
+        let verb = match *method {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            Method::PUT => "PUT",
+            Method::PATCH => "PATCH",
+            Method::DELETE => "DELETE",
+            _ => "OTHER",
+        };
+        let mut resp = match result {
+            Ok(r) => r,
+            Err(e) => {
+                crate::metrics::request("kubernetes", verb, None);
+                return Err(e.into());
+            }
+        };
         let status = resp.status().as_u16();
+        crate::metrics::request("kubernetes", verb, Some(status));
         let retry_after = resp
             .headers()
             .get("retry-after")
@@ -626,8 +644,16 @@ mod tests {
             Some(RETRY_CAP),
             "Retry-After is capped"
         );
+        // Every 429 advanced the backoff: this is its third step.
         assert!(
-            retry_delay(&Method::GET, &api(503, None), 1, &mut b).is_some_and(|d| d <= RETRY_BASE)
+            retry_delay(&Method::GET, &api(503, None), 1, &mut b)
+                .is_some_and(|d| d <= RETRY_BASE * 4)
+        );
+        let mut fresh = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
+        assert!(
+            retry_delay(&Method::GET, &api(429, Some(0)), 1, &mut fresh)
+                .is_some_and(|d| d >= Duration::from_secs(1)),
+            "Retry-After: 0 never retries faster than once a second"
         );
         assert!(retry_delay(&Method::PATCH, &api(500, None), 2, &mut b).is_some());
         assert_eq!(
