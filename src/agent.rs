@@ -471,7 +471,13 @@ impl Agent {
             }
             other => other,
         };
-        match result {
+        // A 200 whose body does not decode is a failed heartbeat too.
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(e) => return Ok(Some(self.heartbeat_failed(&e))),
+        };
+        match answer.parse() {
+            Err(e) => Ok(Some(self.heartbeat_failed(&e))),
             Ok(resp) => {
                 self.backoff.reset();
                 {
@@ -491,7 +497,17 @@ impl Agent {
                 if let Some(secs) = resp.heartbeat_interval_seconds {
                     self.set_interval(secs);
                 }
-                for command in resp.commands.unwrap_or_default() {
+                let commands = resp.commands.unwrap_or_default();
+                if commands.skipped > 0 {
+                    log::warn!(
+                        "the answer to heartbeat {sequence} holds {} commands; taking the first {}, skipping {} unacknowledged (the Control Plane sends them again)",
+                        commands.taken.len() + commands.skipped,
+                        wire::MAX_COMMANDS,
+                        commands.skipped
+                    );
+                    crate::metrics::skipped_commands(commands.skipped);
+                }
+                for command in commands.taken {
                     // Probes are answered between two commands (and between
                     // two Kubernetes requests) once the last wait is 0.5 s old.
                     self.waiter.checkpoint();
@@ -522,32 +538,34 @@ impl Agent {
                         );
                         break;
                     }
-                    self.handle_command(&command);
+                    self.handle_command(command);
                 }
                 self.status().pending_acks =
                     self.state.ledger.iter().filter(|e| !e.delivered).count();
                 Ok(Some(self.interval))
             }
-            Err(e) => {
-                self.status().heartbeat(false, Instant::now());
-                let decision = retry_decision(&e, &mut self.backoff);
-                match e.status() {
-                    Some(400 | 422) => {
-                        log::error!("heartbeat refused as malformed ({e}); not resending it")
-                    }
-                    _ => log::warn!("heartbeat failed: {e}"),
-                }
-                Ok(Some(match decision {
-                    Retry::After(d) => {
-                        log::info!(
-                            "next heartbeat in {}",
-                            humantime::format_duration(round_ms(d))
-                        );
-                        d
-                    }
-                    Retry::NextInterval => self.interval,
-                }))
+        }
+    }
+
+    /// A failed heartbeat: counted, logged; the wait before the next one.
+    fn heartbeat_failed(&mut self, e: &CpError) -> Duration {
+        self.status().heartbeat(false, Instant::now());
+        let decision = retry_decision(e, &mut self.backoff);
+        match e.status() {
+            Some(400 | 422) => {
+                log::error!("heartbeat refused as malformed ({e}); not resending it")
             }
+            _ => log::warn!("heartbeat failed: {e}"),
+        }
+        match decision {
+            Retry::After(d) => {
+                log::info!(
+                    "next heartbeat in {}",
+                    humantime::format_duration(round_ms(d))
+                );
+                d
+            }
+            Retry::NextInterval => self.interval,
         }
     }
 
@@ -566,8 +584,10 @@ impl Agent {
     fn send_heartbeat(
         &mut self,
         body: &HeartbeatRequest,
-    ) -> Result<wire::HeartbeatResponse, CpError> {
-        let session = self.session.as_ref().expect("connected before a heartbeat");
+    ) -> Result<crate::cp::client::HeartbeatAnswer, CpError> {
+        let Some(session) = self.session.as_ref() else {
+            return Err(CpError::BadRequest);
+        };
         self.cp.heartbeat(&session.token, body)
     }
 

@@ -272,7 +272,7 @@ impl CpClient {
         &self,
         session: &Secret,
         body: &HeartbeatRequest,
-    ) -> Result<HeartbeatResponse, CpError> {
+    ) -> Result<HeartbeatAnswer, CpError> {
         // Written into a buffer of about the last body's size, not grown
         // (and copied) step by step.
         let last = self.last_heartbeat.get();
@@ -280,10 +280,7 @@ impl CpClient {
         serde_json::to_writer(&mut json, body).expect("wire types always serialize");
         self.last_heartbeat.set(json.len());
         let bytes = self.send("/api/v2/manager/heartbeat", session, json)?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(HeartbeatResponse::default());
-        }
-        decode(&bytes)
+        Ok(HeartbeatAnswer(bytes))
     }
 
     /// `POST /api/v2/manager/commands/{id}/ack`. The id was validated as
@@ -356,6 +353,21 @@ impl CpClient {
             message: err.message,
             retry_after,
         })
+    }
+}
+
+/// A heartbeat's 2xx answer, as bytes: its commands are decoded from it in
+/// place ([`HeartbeatAnswer::parse`]), never copied.
+#[derive(Debug)]
+pub struct HeartbeatAnswer(pub Vec<u8>);
+
+impl HeartbeatAnswer {
+    /// The answer's fields, borrowing its bytes; an empty body has none.
+    pub fn parse(&self) -> Result<HeartbeatResponse<'_>, CpError> {
+        if self.0.iter().all(u8::is_ascii_whitespace) {
+            return Ok(HeartbeatResponse::default());
+        }
+        serde_json::from_slice(&self.0).map_err(CpError::Decode)
     }
 }
 

@@ -155,18 +155,78 @@ pub struct HeartbeatRequest {
     pub inventory_errors: Vec<String>,
 }
 
-/// `POST /api/v2/manager/heartbeat` 200 body; every field optional. A
-/// `commands` that is not a list fails to decode: a failed heartbeat.
+/// Most commands taken from one heartbeat answer; the rest are skipped
+/// unacknowledged (the CP sends them again).
+pub const MAX_COMMANDS: usize = 1000;
+
+/// `POST /api/v2/manager/heartbeat` 200 body; every field optional,
+/// borrowed from the answer's bytes. A `commands` that is not a list fails
+/// to decode: a failed heartbeat.
 #[derive(Debug, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct HeartbeatResponse {
-    /// Interval override, seconds (clamped to 5..=600 by the caller).
-    #[serde(default)]
+pub struct HeartbeatResponse<'a> {
+    /// Interval override, whole seconds (clamped to 5..=600 by the
+    /// caller); anything but a non-negative integer is ignored.
+    #[serde(default, deserialize_with = "lenient_seconds")]
     pub heartbeat_interval_seconds: Option<u64>,
-    /// Commands, kept as raw JSON text and decoded one by one, so that one
-    /// bad command (too deep, a lone surrogate) cannot spoil the batch.
-    #[serde(default)]
-    pub commands: Option<Vec<Box<RawValue>>>,
+    /// Commands, kept as slices of the answer and decoded one by one, so
+    /// that one bad command (too deep, a lone surrogate) cannot spoil the
+    /// batch and the batch is never copied.
+    #[serde(default, borrow)]
+    pub commands: Option<Commands<'a>>,
+}
+
+/// The first [`MAX_COMMANDS`] commands of an answer, and how many followed.
+#[derive(Debug, Default)]
+pub struct Commands<'a> {
+    /// The commands taken, raw.
+    pub taken: Vec<&'a RawValue>,
+    /// Commands past the limit, skipped without being read into memory.
+    pub skipped: usize,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Commands<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Commands<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of commands")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Commands::default();
+                loop {
+                    if out.taken.len() < MAX_COMMANDS {
+                        match seq.next_element::<&'de RawValue>()? {
+                            Some(c) => out.taken.push(c),
+                            None => break,
+                        }
+                    } else {
+                        match seq.next_element::<serde::de::IgnoredAny>()? {
+                            Some(_) => out.skipped += 1,
+                            None => break,
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Visit(std::marker::PhantomData))
+    }
+}
+
+fn lenient_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let raw = <&RawValue>::deserialize(d)?;
+    let text = raw.get();
+    Ok(if text.bytes().all(|b| b.is_ascii_digit()) {
+        // An integer too large for u64 is still an integer: the longest.
+        Some(text.parse().unwrap_or(u64::MAX))
+    } else {
+        None
+    })
 }
 
 /// One resource in an ack.
@@ -305,14 +365,46 @@ mod tests {
         let body = format!(
             r#"{{"heartbeatIntervalSeconds": 30, "commands": [{{"id": "a", "payload": {deep}}}, {{"id": "b\ud800"}}], "future": 1}}"#
         );
-        let r: HeartbeatResponse = serde_json::from_str(&body).unwrap();
+        let r: HeartbeatResponse = serde_json::from_slice(body.as_bytes()).unwrap();
         assert_eq!(r.heartbeat_interval_seconds, Some(30));
         assert_eq!(
-            r.commands.unwrap().len(),
+            r.commands.unwrap().taken.len(),
             2,
             "bad commands do not spoil the batch"
         );
         assert!(serde_json::from_str::<HeartbeatResponse>(r#"{"commands": {"id": "a"}}"#).is_err());
+    }
+
+    #[test]
+    fn an_answer_gives_at_most_1000_commands_and_counts_the_rest() {
+        let one = r#"{"id":"c","class":"deploy","payload":{}}"#;
+        let body = format!(
+            r#"{{"commands":[{}]}}"#,
+            vec![one; MAX_COMMANDS + 234].join(",")
+        );
+        let r: HeartbeatResponse = serde_json::from_slice(body.as_bytes()).unwrap();
+        let c = r.commands.unwrap();
+        assert_eq!((c.taken.len(), c.skipped), (MAX_COMMANDS, 234));
+        assert_eq!(c.taken[999].get(), one, "a slice of the answer, not a copy");
+    }
+
+    #[test]
+    fn a_non_integer_interval_is_ignored_not_a_failed_heartbeat() {
+        for (raw, want) in [
+            ("30", Some(30)),
+            ("0", Some(0)),
+            ("99999999999999999999999", Some(u64::MAX)),
+            ("30.5", None),
+            ("-5", None),
+            ("\"30\"", None),
+            ("null", None),
+            ("[30]", None),
+            ("1e3", None),
+        ] {
+            let body = format!(r#"{{"heartbeatIntervalSeconds": {raw}}}"#);
+            let r: HeartbeatResponse = serde_json::from_str(&body).unwrap();
+            assert_eq!(r.heartbeat_interval_seconds, want, "{raw}");
+        }
     }
 
     #[test]
