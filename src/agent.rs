@@ -862,11 +862,11 @@ impl Agent {
                 };
                 execute::run(&ctx, &cmd)
             }
-            Err(Refusal::Failed { message, .. }) => {
+            // A NoId refusal returned above; both carry their message.
+            Err(Refusal::Failed { message, .. } | Refusal::NoId(message)) => {
                 crate::metrics::refused(crate::metrics::refusal_reason(&message));
                 Outcome::failed(message, Vec::new())
             }
-            Err(Refusal::NoId(_)) => unreachable!("handled above"),
         };
         if !outcome.applied && outcome.message.starts_with("refused") {
             crate::metrics::refused("ownership");

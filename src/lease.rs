@@ -14,7 +14,15 @@
 //!   on stale leadership);
 //! - retry period: a follower checks once per heartbeat interval.
 //!
-//! The decision ([`decide`]) is a pure function of the lease and the clock.
+//! Expiry is judged as client-go judges it: by this process's monotonic
+//! clock, from the moment it saw the lease record last change, never by
+//! comparing the holder's `renewTime` with this node's wall clock (nodes'
+//! clocks differ). A leader counts its renew deadline from the moment it
+//! sent its last successful renewal, which is before any follower can have
+//! seen it, so it stops acting before its lease can be taken.
+//!
+//! The decision ([`decide`]) is a pure function of the lease, when it was
+//! seen to change, and the clock.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -74,8 +82,9 @@ pub enum Decision {
     },
 }
 
-/// Decides from the lease (absent: never created) and the clock.
-pub fn decide(record: Option<&Record>, me: &str, now: SystemTime) -> Decision {
+/// Decides from the lease (absent: never created), the local time at which
+/// this record was first seen (`observed_at`), and the local clock.
+pub fn decide(record: Option<&Record>, me: &str, observed_at: Instant, now: Instant) -> Decision {
     let Some(r) = record else {
         return Decision::Lead { takeover: true };
     };
@@ -83,7 +92,10 @@ pub fn decide(record: Option<&Record>, me: &str, now: SystemTime) -> Decision {
         None => Decision::Lead { takeover: true },
         Some(h) if h == me => Decision::Lead { takeover: false },
         Some(h) => {
-            let expired = r.renewed.is_none_or(|t| t + r.duration <= now);
+            // A duration too long for the clock never expires.
+            let expired = observed_at
+                .checked_add(r.duration)
+                .is_some_and(|t| t <= now);
             if expired {
                 Decision::Lead { takeover: true }
             } else {
@@ -105,6 +117,8 @@ pub struct Elector {
     following: Option<String>,
     /// The lease as the server returned it after this Manager's last write.
     written: Option<Value>,
+    /// The lease record last read, and the local time it was first seen so.
+    observed: Option<(Record, Instant)>,
 }
 
 impl Elector {
@@ -120,6 +134,7 @@ impl Elector {
             duration: Duration::from_secs(5),
             following: None,
             written: None,
+            observed: None,
         }
     }
 
@@ -129,12 +144,13 @@ impl Elector {
         // (it has not expired), so the renewal is one PUT on the version
         // written last; a 409 (someone wrote since) falls back to reading.
         if let Some(mut lease) = self.written.take().filter(|_| self.leading()) {
+            let sent = Instant::now();
             lease["spec"]["renewTime"] =
                 json!(humantime::format_rfc3339_micros(SystemTime::now()).to_string());
             lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
             match client.replace(&self.path, &lease) {
                 Ok(written) => {
-                    self.renewed(written, duration);
+                    self.renewed(written, duration, sent);
                     return Ok(true);
                 }
                 Err(e) if e.status() == Some(409) => {
@@ -148,8 +164,14 @@ impl Elector {
         }
         let existing = client.get_opt::<Value>(&self.path)?;
         let record = existing.as_ref().map(Record::from_object);
+        let seen = Instant::now();
+        let observed_at = match (&record, &self.observed) {
+            (Some(r), Some((last, at))) if r == last => *at,
+            _ => seen,
+        };
+        self.observed = record.clone().map(|r| (r, observed_at));
         let now = SystemTime::now();
-        match decide(record.as_ref(), &self.identity, now) {
+        match decide(record.as_ref(), &self.identity, observed_at, seen) {
             Decision::Follow { holder } => {
                 if self.following.as_deref() != Some(holder.as_str()) {
                     log::info!("following: the lease {} is held by {holder}", self.name);
@@ -173,6 +195,7 @@ impl Elector {
                     .and_then(|l| l["spec"]["acquireTime"].as_str())
                     .filter(|_| !takeover);
                 lease["spec"]["acquireTime"] = json!(acquired.map(str::to_owned).unwrap_or(stamp));
+                let sent = Instant::now();
                 let written = match &existing {
                     None => client.create(&self.collection, &lease),
                     Some(old) => {
@@ -191,7 +214,7 @@ impl Elector {
                             );
                         }
                         self.following = None;
-                        self.renewed(written, duration);
+                        self.renewed(written, duration, sent);
                         Ok(true)
                     }
                     // Another candidate wrote first.
@@ -205,9 +228,9 @@ impl Elector {
         }
     }
 
-    fn renewed(&mut self, written: Value, duration: Duration) {
+    fn renewed(&mut self, written: Value, duration: Duration, sent: Instant) {
         self.written = Some(written).filter(|w| w["metadata"]["resourceVersion"].is_string());
-        self.renewed_at = Some(Instant::now());
+        self.renewed_at = Some(sent);
         self.duration = duration;
     }
 
@@ -239,7 +262,9 @@ impl Elector {
             return;
         }
         lease["spec"]["holderIdentity"] = Value::Null;
-        let bytes = serde_json::to_vec(&lease).expect("a Value always serializes");
+        let Ok(bytes) = serde_json::to_vec(&lease) else {
+            return;
+        };
         let body = Body {
             content_type: "application/json",
             bytes: &bytes,
@@ -266,23 +291,55 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let now = SystemTime::now();
-        assert_eq!(decide(None, "a", now), Decision::Lead { takeover: true });
+        let now = Instant::now();
+        let ago = |s: u64| now - Duration::from_secs(s);
         assert_eq!(
-            decide(Some(&record(Some("a"), 1)), "a", now),
+            decide(None, "a", now, now),
+            Decision::Lead { takeover: true }
+        );
+        assert_eq!(
+            decide(Some(&record(Some("a"), 1)), "a", ago(1), now),
             Decision::Lead { takeover: false }
         );
         assert_eq!(
-            decide(Some(&record(Some("b"), 1)), "a", now),
+            decide(Some(&record(Some("b"), 1)), "a", ago(1), now),
             Decision::Follow { holder: "b".into() }
         );
         assert_eq!(
-            decide(Some(&record(Some("b"), 20)), "a", now),
-            Decision::Lead { takeover: true }
+            decide(Some(&record(Some("b"), 1)), "a", ago(20), now),
+            Decision::Lead { takeover: true },
+            "unchanged for longer than its duration, as seen here"
         );
         assert_eq!(
-            decide(Some(&record(None, 1)), "a", now),
+            decide(Some(&record(None, 1)), "a", now, now),
             Decision::Lead { takeover: true }
+        );
+    }
+
+    #[test]
+    fn expiry_is_judged_by_the_local_clock_not_the_holders() {
+        let now = Instant::now();
+        // The holder's clock is an hour behind: its renewTime looks stale,
+        // but the record just changed, so it is alive.
+        let behind = record(Some("b"), 3600);
+        assert_eq!(
+            decide(Some(&behind), "a", now, now),
+            Decision::Follow { holder: "b".into() }
+        );
+        // An hour ahead: the renewTime looks fresh for an hour, but the
+        // record has not changed for longer than its duration.
+        let mut ahead = record(Some("b"), 0);
+        ahead.renewed = Some(SystemTime::now() + Duration::from_secs(3600));
+        assert_eq!(
+            decide(Some(&ahead), "a", now - Duration::from_secs(16), now),
+            Decision::Lead { takeover: true }
+        );
+        // A duration no clock can add never expires, and does not panic.
+        let mut forever = record(Some("b"), 0);
+        forever.duration = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            decide(Some(&forever), "a", now, now),
+            Decision::Follow { holder: "b".into() }
         );
     }
 

@@ -13,6 +13,18 @@
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+// No panic is reachable from input (protocol.md, "Hostile and buggy
+// values"): outside tests, no unwrap, expect, panic or unreachable at all.
+// tests/source_rules.rs checks the same without clippy.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable
+    )
+)]
 
 pub mod acks;
 pub mod agent;

@@ -133,18 +133,63 @@ fn summary(resources: &[AckResource]) -> String {
     parts.join(", ")
 }
 
+/// Runs `attempt` again, from its reads, when a write's precondition
+/// failed (an object appeared, changed or was replaced since it was read):
+/// the checks are made again on what the cluster holds now.
+fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Raced>) -> Outcome {
+    for n in 1..=CONFLICT_RETRIES {
+        match attempt() {
+            Ok(outcome) => return outcome,
+            Err(Raced(outcome)) if n < CONFLICT_RETRIES => {
+                log::info!(
+                    "{what}: the cluster changed between read and write ({}); reading again",
+                    outcome.message
+                );
+            }
+            Err(Raced(outcome)) => {
+                return Outcome::failed(
+                    format!(
+                        "{} (the cluster kept changing between read and write, {CONFLICT_RETRIES} attempts)",
+                        outcome.message
+                    ),
+                    outcome.resources,
+                );
+            }
+        }
+    }
+    Outcome::failed(format!("{what}: no attempt made"), vec![])
+}
+
+/// A write whose precondition failed: the outcome it would report.
+struct Raced(Outcome);
+
+/// The object to write: for an existing one, with the uid and
+/// resourceVersion it was read at, so that the write fails if it was
+/// replaced or changed since.
+fn guarded(w: &plan::Write, mut object: Value) -> Value {
+    if let (Some(uid), Some(version)) = (&w.existing_uid, &w.existing_version) {
+        object["metadata"]["uid"] = uid.as_str().into();
+        object["metadata"]["resourceVersion"] = version.as_str().into();
+    }
+    object
+}
+
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
+    with_fresh_reads("deploy", || deploy_once(ctx, d))
+}
+
+fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     let mut existing = Vec::with_capacity(d.manifests.len());
     for m in &d.manifests {
         let r = ObjectRef::of(m);
         match ctx.kube.get_opt::<Value>(&r.path()) {
             Ok(o) => existing.push(o),
-            Err(e) => return Outcome::failed(api_error("cannot read", &r, &e), vec![]),
+            Err(e) => return Ok(Outcome::failed(api_error("cannot read", &r, &e), vec![])),
         }
     }
     let writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption) {
         Ok(w) => w,
-        Err(refused) => return refused.into(),
+        Err(refused) => return Ok(refused.into()),
     };
     // The uid of an existing NexoProxy lets the dry run carry the owner reference.
     let mut proxy_uid = existing
@@ -153,9 +198,12 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
         .find(|o| o["kind"] == "NexoProxy")
         .and_then(|o| o["metadata"]["uid"].as_str())
         .map(str::to_owned);
+    drop(existing);
     let mut forced = Vec::new();
+    // The managedFields an apply would give each absent object.
+    let mut apply_fields: Vec<Option<Value>> = Vec::with_capacity(writes.len());
     for w in &writes {
-        let mut object = w.object.clone();
+        let mut object = guarded(w, w.object.clone());
         if w.owned_by_proxy
             && let Some(uid) = &proxy_uid
         {
@@ -170,27 +218,53 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
             forced.push(w.reference.clone());
             dry = ctx.kube.apply(&w.reference.path(), &object, true, true);
         }
-        if let Err(e) = dry {
-            return Outcome::failed(
-                format!(
-                    "dry run refused, nothing applied: {}",
-                    api_error("", &w.reference, &e).trim_start()
-                ),
-                vec![w.reference.ack("refused")],
-            );
+        match dry {
+            Ok(mut dry) => apply_fields.push(match w.existing_version {
+                None => Some(dry["metadata"]["managedFields"].take()),
+                Some(_) => None,
+            }),
+            Err(e) if e.is_precondition_failure() => {
+                return Err(Raced(Outcome::failed(
+                    api_error("dry run of", &w.reference, &e),
+                    vec![],
+                )));
+            }
+            Err(e) => {
+                return Ok(Outcome::failed(
+                    format!(
+                        "dry run refused, nothing applied: {}",
+                        api_error("", &w.reference, &e).trim_start()
+                    ),
+                    vec![w.reference.ack("refused")],
+                ));
+            }
         }
     }
     let mut resources = Vec::with_capacity(writes.len());
-    for w in &writes {
-        let mut object = w.object.clone();
+    for (w, fields) in writes.iter().zip(&apply_fields) {
+        let mut object = guarded(w, w.object.clone());
         if w.owned_by_proxy {
             let Some(uid) = &proxy_uid else {
-                return Outcome::failed("the NexoProxy has no uid after apply", resources);
+                return Ok(Outcome::failed(
+                    "the NexoProxy has no uid after apply",
+                    resources,
+                ));
             };
             object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
         }
         let force = w.adopt || forced.contains(&w.reference);
-        match ctx.kube.apply(&w.reference.path(), &object, force, false) {
+        // An absent object is created, not applied: if it appeared since it
+        // was read, the create fails instead of writing over it.
+        let written = match &w.existing_version {
+            None => ctx.kube.create_as_applied(
+                &w.reference.collection(),
+                &w.reference.name,
+                &object,
+                fields.as_ref(),
+            ),
+            Some(_) => ctx.kube.apply(&w.reference.path(), &object, force, false),
+        };
+        match written {
             Ok(applied) => {
                 if w.reference.kind == "NexoProxy" {
                     proxy_uid = applied["metadata"]["uid"].as_str().map(str::to_owned);
@@ -204,28 +278,34 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
                 };
                 resources.push(w.reference.ack(action));
             }
+            Err(e) if e.is_precondition_failure() => {
+                return Err(Raced(Outcome::failed(
+                    api_error("cannot write", &w.reference, &e),
+                    resources,
+                )));
+            }
             Err(e) => {
                 let done = resources.len();
                 resources.push(w.reference.ack("refused"));
-                return Outcome::failed(
+                return Ok(Outcome::failed(
                     format!(
                         "{} after {done} of {} objects were applied",
                         api_error("cannot apply", &w.reference, &e),
                         writes.len()
                     ),
                     resources,
-                );
+                ));
             }
         }
     }
-    Outcome::applied(
+    Ok(Outcome::applied(
         format!(
             "applied {} objects ({})",
             resources.len(),
             summary(&resources)
         ),
         resources,
-    )
+    ))
 }
 
 fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
@@ -368,6 +448,18 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
 }
 
 fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
+    with_fresh_reads("uninstall", || uninstall_once(ctx, t))
+}
+
+/// The uid and resourceVersion an object was read at.
+fn read_at(o: &Value) -> Option<(&str, &str)> {
+    Some((
+        o["metadata"]["uid"].as_str()?,
+        o["metadata"]["resourceVersion"].as_str()?,
+    ))
+}
+
+fn uninstall_once(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
     let proxy_ref = ObjectRef::proxy(t);
     let deployment_ref = ObjectRef::new("apps/v1", "Deployment", &t.namespace, &t.name);
     let read = |r: &ObjectRef| {
@@ -377,14 +469,14 @@ fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
     };
     let proxy = match read(&proxy_ref) {
         Ok(p) => p,
-        Err(m) => return Outcome::failed(m, vec![]),
+        Err(m) => return Ok(Outcome::failed(m, vec![])),
     };
     let deployment = if proxy.is_some() {
         None
     } else {
         match read(&deployment_ref) {
             Ok(d) => d,
-            Err(m) => return Outcome::failed(m, vec![]),
+            Err(m) => return Ok(Outcome::failed(m, vec![])),
         }
     };
     let mut labelled = Vec::new();
@@ -404,10 +496,10 @@ fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
                     labelled.push((ObjectRef::new("v1", kind, &t.namespace, name), o));
                 });
             if let Err(e) = listed {
-                return Outcome::failed(
+                return Ok(Outcome::failed(
                     format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name),
                     vec![],
-                );
+                ));
             }
         }
     }
@@ -419,30 +511,60 @@ fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
         ctx.environment_id,
     ) {
         Ok(r) => r,
-        Err(refused) => return refused.into(),
+        Err(refused) => return Ok(refused.into()),
     };
     let refs = match removal {
         Removal::Absent => {
-            return Outcome::applied(
+            return Ok(Outcome::applied(
                 format!("{}/{} is not installed", t.namespace, t.name),
                 vec![proxy_ref.ack("absent")],
-            );
+            ));
         }
         Removal::Proxy(r) => vec![r],
         Removal::Legacy(refs) => refs,
     };
     let mut resources = Vec::new();
     for r in refs {
-        match ctx.kube.delete(&r.path(), "Background") {
+        // Deleted only if it is still the object read and checked.
+        let object = if r == proxy_ref {
+            proxy.as_ref()
+        } else if r == deployment_ref {
+            deployment.as_ref()
+        } else {
+            labelled.iter().find(|(l, _)| *l == r).map(|(_, o)| o)
+        };
+        let Some(preconditions) = object.and_then(read_at) else {
+            resources.push(r.ack("refused"));
+            return Ok(Outcome::failed(
+                format!(
+                    "{} {}/{} was read without a uid or resourceVersion; not deleted",
+                    r.kind, r.namespace, r.name
+                ),
+                resources,
+            ));
+        };
+        match ctx
+            .kube
+            .delete_if(&r.path(), "Background", Some(preconditions))
+        {
             Ok(_) => resources.push(r.ack("deleted")),
             Err(e) if e.is_not_found() => resources.push(r.ack("absent")),
+            Err(e) if e.is_precondition_failure() => {
+                return Err(Raced(Outcome::failed(
+                    api_error("cannot delete", &r, &e),
+                    resources,
+                )));
+            }
             Err(e) => {
                 resources.push(r.ack("refused"));
-                return Outcome::failed(api_error("cannot delete", &r, &e), resources);
+                return Ok(Outcome::failed(
+                    api_error("cannot delete", &r, &e),
+                    resources,
+                ));
             }
         }
     }
-    Outcome::applied(
+    Ok(Outcome::applied(
         format!(
             "uninstalled {}/{} ({})",
             t.namespace,
@@ -450,7 +572,7 @@ fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
             summary(&resources)
         ),
         resources,
-    )
+    ))
 }
 
 #[cfg(test)]

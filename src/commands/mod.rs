@@ -212,8 +212,15 @@ pub fn clip(s: &str, max: usize) -> String {
 /// Parses and validates one raw command (its JSON text) against the
 /// advertised `capabilities` and the `managed` namespaces.
 pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
-    let env: Envelope = serde_json::from_str(raw)
-        .map_err(|e| Refusal::NoId(format!("not a command object: {e}")))?;
+    // serde's message would quote the offending value: a whole command's
+    // text, which may hold Secret data. Only where and what kind of error.
+    let env: Envelope = serde_json::from_str(raw).map_err(|e| {
+        Refusal::NoId(format!(
+            "not a command object ({:?} error at column {})",
+            e.classify(),
+            e.column()
+        ))
+    })?;
     let id = match raw_string(env.id) {
         Ok(Some(id)) if crate::cp::wire::valid_command_id(&id) => id,
         Ok(Some(id)) => {

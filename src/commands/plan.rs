@@ -65,8 +65,14 @@ impl ObjectRef {
             "Secret" => "secrets",
             "Service" => "services",
             "Deployment" => "deployments",
-            other => unreachable!("validation admits no kind {other}"),
+            // Validation admits no other kind; should one get here, the
+            // lowercase plural is Kubernetes' rule for simple kinds.
+            other => return self.collection_of(&format!("{}s", other.to_lowercase())),
         };
+        self.collection_of(plural)
+    }
+
+    fn collection_of(&self, plural: &str) -> String {
         let group = if self.api_version == "v1" {
             "/api/v1".to_owned()
         } else {
@@ -169,6 +175,8 @@ pub struct Write {
     pub owned_by_proxy: bool,
     /// `resourceVersion` of the existing object, if any.
     pub existing_version: Option<String>,
+    /// `uid` of the existing object, if any.
+    pub existing_uid: Option<String>,
     /// Adopting a legacy object through the migration gate.
     pub adopt: bool,
 }
@@ -230,11 +238,16 @@ pub fn deploy(
             .as_ref()
             .and_then(|o| o["metadata"]["resourceVersion"].as_str())
             .map(str::to_owned);
+        let existing_uid = existing
+            .as_ref()
+            .and_then(|o| o["metadata"]["uid"].as_str())
+            .map(str::to_owned);
         let write = Write {
             reference,
             object,
             owned_by_proxy,
             existing_version,
+            existing_uid,
             adopt,
         };
         if primary {

@@ -277,7 +277,7 @@ impl CpClient {
         // (and copied) step by step.
         let last = self.last_heartbeat.get();
         let mut json = Vec::with_capacity(last + last / 8);
-        serde_json::to_writer(&mut json, body).expect("wire types always serialize");
+        serde_json::to_writer(&mut json, body).map_err(|_| CpError::BadRequest)?;
         self.last_heartbeat.set(json.len());
         let bytes = self.send("/api/v2/manager/heartbeat", session, json)?;
         Ok(HeartbeatAnswer(bytes))
@@ -298,7 +298,7 @@ impl CpClient {
     }
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
-        let json = serde_json::to_vec(body).expect("wire types always serialize");
+        let json = serde_json::to_vec(body).map_err(|_| CpError::BadRequest)?;
         self.send(path, bearer, json)
     }
 

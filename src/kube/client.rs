@@ -385,7 +385,10 @@ impl Client {
 
     /// POST a new object to a collection path.
     pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
+            what: "request body",
+            source,
+        })?;
         self.request(
             Method::POST,
             collection,
@@ -398,7 +401,10 @@ impl Client {
 
     /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
     pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
+            what: "request body",
+            source,
+        })?;
         self.request(
             Method::PUT,
             path,
@@ -425,7 +431,10 @@ impl Client {
         if dry_run {
             query = query.param("dryRun", "All");
         }
-        let bytes = serde_json::to_vec(object).expect("a Value always serializes");
+        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
+            what: "request body",
+            source,
+        })?;
         self.request(
             Method::PATCH,
             &format!("{path}{}", query.finish()),
@@ -436,6 +445,53 @@ impl Client {
         )
     }
 
+    /// Creates an absent object so that it is exactly as a server-side
+    /// apply would have made it, but fails (409 `AlreadyExists`) if the
+    /// object appeared since it was found absent: a POST, then the
+    /// `managedFields` of the apply's dry run (`apply_fields`) put in
+    /// place of the POST's own entry, guarded by the new resourceVersion.
+    /// Later applies then own, change and remove its fields as if it had
+    /// been applied. Should that second step fail, the object stays created
+    /// (with an update entry of this field manager) and a warning is logged.
+    pub fn create_as_applied(
+        &self,
+        collection: &str,
+        name: &str,
+        object: &Value,
+        apply_fields: Option<&Value>,
+    ) -> Result<Value, Error> {
+        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
+            what: "object",
+            source,
+        })?;
+        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        let created = self.request(
+            Method::POST,
+            &format!("{collection}{query}"),
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )?;
+        let Some(fields) = apply_fields.filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
+        else {
+            return Ok(created);
+        };
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": created["metadata"]["resourceVersion"],
+            "managedFields": fields,
+        }});
+        match self.patch(&format!("{collection}/{name}"), MERGE_PATCH, &patch) {
+            Ok(updated) => Ok(updated),
+            Err(e) => {
+                log::warn!(
+                    "{collection}/{name} created; its fields stay recorded as an update, not an apply: {e}"
+                );
+                Ok(created)
+            }
+        }
+    }
+
     /// PATCH with `content_type` (merge or strategic merge), as [`FIELD_MANAGER`].
     pub fn patch(
         &self,
@@ -443,7 +499,10 @@ impl Client {
         content_type: &'static str,
         patch: &Value,
     ) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(patch).expect("a Value always serializes");
+        let bytes = serde_json::to_vec(patch).map_err(|source| Error::Decode {
+            what: "request body",
+            source,
+        })?;
         let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
         self.request(
             Method::PATCH,
@@ -457,8 +516,26 @@ impl Client {
 
     /// DELETE with a propagation policy (`Background`, `Foreground`, `Orphan`).
     pub fn delete(&self, path: &str, propagation: &str) -> Result<Value, Error> {
-        let body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
-        let bytes = serde_json::to_vec(&body).expect("a Value always serializes");
+        self.delete_if(path, propagation, None)
+    }
+
+    /// DELETE of the object read before: `preconditions` holds its uid and
+    /// resourceVersion, so that a 409 (not a deletion) answers if it was
+    /// replaced or changed since.
+    pub fn delete_if(
+        &self,
+        path: &str,
+        propagation: &str,
+        preconditions: Option<(&str, &str)>,
+    ) -> Result<Value, Error> {
+        let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
+        if let Some((uid, version)) = preconditions {
+            body["preconditions"] = serde_json::json!({"uid": uid, "resourceVersion": version});
+        }
+        let bytes = serde_json::to_vec(&body).map_err(|source| Error::Decode {
+            what: "delete options",
+            source,
+        })?;
         self.request(
             Method::DELETE,
             path,

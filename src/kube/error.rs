@@ -75,6 +75,28 @@ impl Error {
         }
     }
 
+    /// True when a write's precondition no longer held: the object
+    /// appeared (409 `AlreadyExists`), or changed or was replaced since it
+    /// was read (409 `Conflict` on its resourceVersion or uid). A
+    /// server-side apply's conflict with another field manager (a 409
+    /// `Conflict` with causes) is not one.
+    pub fn is_precondition_failure(&self) -> bool {
+        match self {
+            Error::Api {
+                status: 409, body, ..
+            } => match body.reason.as_deref() {
+                Some("AlreadyExists") => true,
+                Some("Conflict") => !body
+                    .details
+                    .as_ref()
+                    .and_then(|d| d["causes"].as_array())
+                    .is_some_and(|c| c.iter().any(|c| c["reason"] == "FieldManagerConflict")),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// True for a 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)

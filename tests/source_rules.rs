@@ -1,0 +1,77 @@
+//! Rules of the source that a reviewer would otherwise have to remember.
+//!
+//! No panic is reachable from input (protocol.md, "Hostile and buggy
+//! values"), and the release profile aborts on panic: outside test code,
+//! the crate has no `unwrap()`, `expect(`, `panic!`, `unreachable!`,
+//! `todo!` or `unimplemented!` at all. `src/lib.rs` denies the same through
+//! clippy; this test holds without clippy.
+
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The lines of `text` before its test module (by convention at the end of
+/// a file, after `#[cfg(test)]`); none for a file that is a test module.
+fn production_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
+    if path.file_name().is_some_and(|n| n == "tests.rs") {
+        return Vec::new();
+    }
+    text.lines()
+        .enumerate()
+        .take_while(|(_, l)| l.trim() != "#[cfg(test)]")
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l.to_owned()))
+        .collect()
+}
+
+#[test]
+fn no_panic_is_reachable_outside_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    assert!(
+        files.len() > 20,
+        "found only {} files under {root:?}",
+        files.len()
+    );
+    let forbidden = [
+        ".unwrap()",
+        ".expect(",
+        "panic!(",
+        "unreachable!(",
+        "todo!(",
+        "unimplemented!(",
+    ];
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in production_lines(file, &text) {
+            if let Some(f) = forbidden.iter().find(|f| line.contains(*f)) {
+                found.push(format!("{}:{n}: {f}: {}", file.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "panicking calls outside tests:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_rule_sees_what_it_forbids() {
+    let text = "fn a() { x.unwrap(); }\n// y.unwrap()\n#[cfg(test)]\nmod tests { fn b() { z.unwrap(); } }\n";
+    let lines = production_lines(Path::new("src/a.rs"), text);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].1.contains(".unwrap()"));
+    assert!(production_lines(Path::new("src/commands/tests.rs"), text).is_empty());
+}
