@@ -22,8 +22,12 @@ use super::error::{Error, Status};
 use crate::backoff::{Backoff, Jitter};
 use crate::wait::{Pause, Wake};
 
-/// Largest response body read from the API server (one page of a list).
-pub const MAX_BODY: u64 = 32 * 1024 * 1024;
+/// Largest response body read from the API server (one object, or one page
+/// of a list): the same as the Control Plane's, so that with the heartbeat
+/// body and the state document it fits the pod's 32 MiB limit. An object is
+/// at most 1.5 MiB (etcd's request limit); a page of 500 items over 8 MiB
+/// is refused (`TooLarge`), not retried.
+pub const MAX_BODY: u64 = 8 * 1024 * 1024;
 
 /// How much of an error body is read (a `Status` is small; a longer page,
 /// a proxy's say, is cut here and still reported with its status).
@@ -350,6 +354,7 @@ impl Client {
             .reader()
             .read_to_end(&mut bytes);
         let decoded = match read {
+            Err(_) if bytes.len() as u64 >= MAX_BODY => Err(Error::TooLarge(MAX_BODY)),
             Err(e) => Err(Error::Transport(ureq::Error::Io(e))),
             Ok(0) => Ok(None),
             Ok(_) => serde_json::from_slice(&bytes)
@@ -828,6 +833,30 @@ mod tests {
             message.contains("xxxx") && message.len() < 1024,
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_refused_not_retried() {
+        let n = MAX_BODY as usize + 1024;
+        let mut answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
+        )
+        .into_bytes();
+        answer.resize(answer.len() + n - 3, b'x');
+        answer.extend_from_slice(b"\"]");
+        let client = Client::new(KubeConfig {
+            server: one_answer(answer),
+            ca_pem: None,
+            auth: Auth::None,
+            namespace: None,
+        })
+        .unwrap();
+        let err = client
+            .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
+            .unwrap_err();
+        assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
+        assert!(!err.is_transient(), "a retry would read it again");
+        assert_eq!(err.to_string(), "kubernetes api: response body over the 8 MiB limit");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub enum Error {
     },
     /// The client could not be configured (kubeconfig, in-cluster files).
     Config(String),
+    /// A 2xx body over the client's limit (bytes): not read, not retried.
+    TooLarge(u64),
 }
 
 impl Error {
@@ -128,6 +130,11 @@ impl fmt::Display for Error {
             Error::Transport(e) => write!(f, "kubernetes api unreachable: {e}"),
             Error::Decode { what, source } => write!(f, "kubernetes api: bad {what}: {source}"),
             Error::Config(why) => write!(f, "kubernetes client configuration: {why}"),
+            Error::TooLarge(limit) => write!(
+                f,
+                "kubernetes api: response body over the {} MiB limit",
+                limit >> 20
+            ),
         }
     }
 }
