@@ -96,7 +96,11 @@ impl std::error::Error for Fatal {}
 
 impl From<StateError> for Fatal {
     fn from(e: StateError) -> Self {
-        Fatal::Other(e.to_string())
+        match e {
+            // NEXO_STATE_SECRET names a Secret that is not this Manager's.
+            StateError::NotOurs(_) => Fatal::Config(e.to_string()),
+            _ => Fatal::Other(e.to_string()),
+        }
     }
 }
 
@@ -982,7 +986,9 @@ impl Agent {
     fn persist(&mut self, change: impl Fn(&mut State)) {
         if let Err(e) = self.store_update(change) {
             log::error!("cannot update the state secret: {e}");
-            self.state_error = Some(format!("state secret: cannot write it: {e}"));
+            // A result not recorded, reported already, stays the report.
+            self.state_error
+                .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
         }
     }
 

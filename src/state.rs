@@ -169,7 +169,7 @@ impl std::fmt::Display for StateError {
             StateError::Corrupt(why) => write!(f, "state secret is corrupt: {why}"),
             StateError::NotOurs(name) => write!(
                 f,
-                "secret {name} exists but is not managed by nexo-manager; refusing to use it as state"
+                "secret {name} exists but is not this Manager's (it needs the labels app.kubernetes.io/managed-by=nexo-manager and nexo.io/owner-id of this environment); refusing to use it as state"
             ),
             StateError::Conflict => write!(
                 f,

@@ -856,7 +856,10 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
         assert!(!err.is_transient(), "a retry would read it again");
-        assert_eq!(err.to_string(), "kubernetes api: response body over the 8 MiB limit");
+        assert_eq!(
+            err.to_string(),
+            "kubernetes api: response body over the 8 MiB limit"
+        );
     }
 
     #[test]

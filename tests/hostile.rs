@@ -1,0 +1,822 @@
+//! A Control Plane and a cluster that misbehave (protocol.md, "Hostile and
+//! buggy values", "State budget", "Ownership"): each trigger on the real test
+//! bed, asserting the behaviour: the process alive, nothing written that the
+//! checks refused, the ledger intact, the failure visible.
+
+mod support;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nexo_cpsim::{Endpoint, Fault, FaultAction};
+use nexo_manager::commands::execute::{self, Context};
+use nexo_manager::commands::{self, Command};
+use nexo_manager::image::ImageRef;
+use nexo_manager::kube::Client;
+use nexo_manager::state::{self, LedgerEntry, State, Store};
+use nexo_manager::wait::{Pause, Wake};
+use serde_json::{Value, json};
+use support::fixture::{Fixture, PROXY_IMAGE};
+use support::manager::Manager;
+use support::{free_addr, http_get};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn command(id: &str, class: &str, payload: Value) -> Value {
+    json!({"id": id, "class": class, "issuedAt": "2026-12-03T00:00:00Z", "payload": payload})
+}
+
+fn proxy(name: &str) -> Value {
+    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+           "spec": {"image": PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"listen": "27017"}})
+}
+
+fn deploy(f: &Fixture, id: &str, name: &str, manifests: Vec<Value>) -> Value {
+    command(
+        id,
+        "deploy",
+        json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd", "manifests": manifests}),
+    )
+}
+
+fn ack_of(f: &Fixture, id: &str) -> Option<Value> {
+    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
+}
+
+fn wait_ack(f: &Fixture, m: &mut Manager, id: &str) -> Value {
+    m.wait_until(WAIT, &format!("the ack of {id}"), || {
+        ack_of(f, id).is_some()
+    });
+    ack_of(f, id).unwrap()
+}
+
+fn cm_path(f: &Fixture, name: &str) -> String {
+    format!("/api/v1/namespaces/{}/configmaps/{name}", f.ns.name)
+}
+
+fn proxy_path(f: &Fixture, name: &str) -> String {
+    format!(
+        "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/{name}",
+        f.ns.name
+    )
+}
+
+fn state_path(f: &Fixture) -> String {
+    format!(
+        "/api/v1/namespaces/{}/secrets/nexo-manager-state",
+        f.ns.name
+    )
+}
+
+fn load_state(f: &Fixture) -> State {
+    Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .load(&f.tb.admin())
+        .unwrap()
+}
+
+/// The size of the stored state document, bytes.
+fn state_size(f: &Fixture) -> usize {
+    let secret: Value = f.tb.admin().get(&state_path(f)).unwrap();
+    let b64 = secret["data"]["state.json"].as_str().unwrap_or_default();
+    b64.len() / 4 * 3
+}
+
+#[test]
+fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
+    let f = Fixture::new("hostile-owner");
+    f.tb.install_crds();
+    let mut m = f.spawn(&f.env());
+    let c = f.tb.admin();
+    f.sim.enqueue_command(
+        &f.env_id,
+        deploy(
+            &f,
+            "alpha-1",
+            "alpha",
+            vec![proxy("alpha"), configmap("alpha-config")],
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "alpha-1");
+    m.check(
+        ack["result"] == "applied",
+        &format!("alpha deployed: {ack}"),
+    );
+    let before: Value = c.get(&cm_path(&f, "alpha-config")).unwrap();
+    // beta's deploy names alpha's ConfigMap.
+    f.sim.enqueue_command(
+        &f.env_id,
+        deploy(
+            &f,
+            "beta-1",
+            "beta",
+            vec![proxy("beta"), configmap("alpha-config")],
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "beta-1");
+    m.check(
+        ack["result"] == "failed"
+            && ack["message"]
+                .as_str()
+                .is_some_and(|s| s.contains("belongs to deployment alpha")),
+        &format!("beta's deploy is refused: {ack}"),
+    );
+    m.check(
+        ack["resources"] == json!([{"apiVersion": "v1", "kind": "ConfigMap", "namespace": f.ns.name, "name": "alpha-config", "action": "refused"}]),
+        &format!("the refused object is listed: {ack}"),
+    );
+    let after: Value = c.get(&cm_path(&f, "alpha-config")).unwrap();
+    m.check(
+        after["metadata"]["labels"] == before["metadata"]["labels"]
+            && after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
+            && after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"],
+        &format!("alpha's ConfigMap untouched:\nbefore {before}\nafter {after}"),
+    );
+    m.check(
+        c.get_opt::<Value>(&proxy_path(&f, "beta"))
+            .unwrap()
+            .is_none(),
+        "nothing of beta applied",
+    );
+    // Uninstalling beta cannot take alpha's configuration with it.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "beta-2",
+            "uninstall",
+            json!({"deployment": {"name": "beta", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "beta-2");
+    m.check(
+        ack["result"] == "applied" && ack["resources"][0]["action"] == "absent",
+        &format!("{ack}"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    m.check(
+        c.get_opt::<Value>(&cm_path(&f, "alpha-config"))
+            .unwrap()
+            .is_some(),
+        "alpha's ConfigMap survives beta's uninstall",
+    );
+}
+
+/// Runs `race` once, just before the Kubernetes request number `at` (from 1)
+/// of the client it is given to: another writer acting between the
+/// executor's read and its write.
+struct Racer {
+    at: usize,
+    seen: Cell<usize>,
+    race: Box<dyn Fn()>,
+}
+
+impl Pause for Racer {
+    fn pause(&self, timeout: Duration) -> Wake {
+        std::thread::sleep(timeout);
+        Wake::Timeout
+    }
+    fn checkpoint(&self) {
+        self.seen.set(self.seen.get() + 1);
+        if self.seen.get() == self.at {
+            (self.race)();
+        }
+    }
+}
+
+fn racing_client(f: &Fixture, at: usize, race: impl Fn() + 'static) -> (Client, Rc<Racer>) {
+    let racer = Rc::new(Racer {
+        at,
+        seen: Cell::new(0),
+        race: Box::new(race),
+    });
+    (f.tb.admin().with_pause(racer.clone()), racer)
+}
+
+fn parse(f: &Fixture, cmd: &Value) -> Command {
+    commands::parse(
+        &cmd.to_string(),
+        nexo_manager::agent::CAPABILITIES,
+        std::slice::from_ref(&f.ns.name),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
+    let image = ImageRef::parse(PROXY_IMAGE).unwrap();
+    let namespaces = vec![f.ns.name.clone()];
+    let ctx = Context {
+        kube: client,
+        environment_id: &f.env_id,
+        allow_legacy_adoption: false,
+        proxy_image: &image,
+        namespaces: &namespaces,
+        own_namespace: &f.ns.name,
+        self_deployment: "nexo-manager",
+    };
+    execute::run(&ctx, cmd)
+}
+
+#[test]
+fn a_deploy_does_not_write_over_an_object_that_appears_after_it_was_read() {
+    let f = Fixture::new("hostile-race-create");
+    f.tb.install_crds();
+    let admin = f.tb.admin();
+    let ns = f.ns.name.clone();
+    // Requests: GET proxy, GET configmap, then the dry runs: the ConfigMap
+    // appears, unrelated, between the reads and the dry runs.
+    let (client, racer) = racing_client(&f, 3, move || {
+        admin
+            .create(
+                &format!("/api/v1/namespaces/{ns}/configmaps"),
+                &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "race-config"}, "data": {"theirs": "1"}}),
+            )
+            .unwrap();
+    });
+    let cmd = parse(
+        &f,
+        &deploy(
+            &f,
+            "race-1",
+            "race",
+            vec![proxy("race"), configmap("race-config")],
+        ),
+    );
+    let outcome = run(&f, &client, &cmd);
+    assert!(racer.seen.get() >= 3, "the race ran");
+    assert!(
+        !outcome.applied && outcome.message.contains("not managed by nexo-manager"),
+        "{outcome:?}"
+    );
+    let theirs: Value = f.tb.admin().get(&cm_path(&f, "race-config")).unwrap();
+    assert_eq!(theirs["data"], json!({"theirs": "1"}), "{theirs}");
+    assert!(
+        theirs["metadata"]["labels"].is_null(),
+        "not labelled as ours: {theirs}"
+    );
+    // What it did create is exactly what an apply makes: one Apply entry.
+    let proxy: Value = f.tb.admin().get(&proxy_path(&f, "race")).unwrap();
+    let managers: Vec<(String, String)> = proxy["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap().to_owned(),
+                m["operation"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        managers,
+        [("nexo-manager".to_owned(), "Apply".to_owned())],
+        "{proxy}"
+    );
+}
+
+#[test]
+fn an_uninstall_does_not_delete_an_object_changed_after_it_was_read() {
+    let f = Fixture::new("hostile-race-delete");
+    f.tb.install_crds();
+    f.create_proxy("gone", f.owned_labels("gone"), 1, PROXY_IMAGE);
+    let admin = f.tb.admin();
+    let path = proxy_path(&f, "gone");
+    // Requests: GET proxy, then DELETE: another environment takes it over
+    // in between.
+    let (client, _racer) = racing_client(&f, 2, move || {
+        admin
+            .patch(
+                &path,
+                "application/merge-patch+json",
+                &json!({"metadata": {"labels": {"nexo.io/owner-id": "env-other"}}}),
+            )
+            .unwrap();
+    });
+    let cmd = parse(
+        &f,
+        &command(
+            "gone-1",
+            "uninstall",
+            json!({"deployment": {"name": "gone", "namespace": f.ns.name}}),
+        ),
+    );
+    let outcome = run(&f, &client, &cmd);
+    assert!(
+        !outcome.applied && outcome.message.contains("belongs to environment env-other"),
+        "{outcome:?}"
+    );
+    assert!(
+        f.tb.admin()
+            .get_opt::<Value>(&proxy_path(&f, "gone"))
+            .unwrap()
+            .is_some(),
+        "not deleted"
+    );
+}
+
+/// A delivered ledger entry of a rollout that listed `n` absent targets.
+fn seeded_entry(id: &str, n: usize) -> LedgerEntry {
+    LedgerEntry {
+        command_id: id.into(),
+        result: "failed".into(),
+        message: "m".repeat(5000),
+        resources: (0..n)
+            .map(|i| nexo_manager::cp::wire::AckResource {
+                api_version: "nexo.io/v1alpha1".into(),
+                kind: "NexoProxy".into(),
+                namespace: "shop".into(),
+                name: format!("seeded-proxy-{i:04}"),
+                action: "absent".into(),
+            })
+            .collect(),
+        completed_at: "2026-12-03T00:00:00Z".into(),
+        delivered: true,
+        attempts: 1,
+        more_resources: Default::default(),
+    }
+}
+
+#[test]
+fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
+    let f = Fixture::new("hostile-state");
+    f.tb.install_crds();
+    // A ledger near the budget, as a long run leaves it.
+    let mut seeded = State::default();
+    let mut n = 0;
+    while serde_json::to_vec(&seeded).unwrap().len() < state::STATE_BUDGET - 20_000 {
+        seeded.record(seeded_entry(&format!("old-{n}"), 100));
+        n += 1;
+    }
+    Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .update(&f.tb.admin(), &State::default(), |s| *s = seeded.clone())
+        .unwrap();
+    let mut m = f.spawn(&f.env());
+    // Rollouts of 100 absent targets: 100 resources and a long message each.
+    let targets: Vec<Value> = (0..100)
+        .map(|i| json!({"name": format!("missing-{i:03}"), "namespace": f.ns.name}))
+        .collect();
+    for i in 0..8 {
+        let id = format!("roll-{i}");
+        f.sim.enqueue_command(
+            &f.env_id,
+            command(
+                &id,
+                "rollout",
+                json!({"imageTag": "1.4.3", "targets": targets}),
+            ),
+        );
+        let ack = wait_ack(&f, &mut m, &id);
+        m.check(
+            ack["result"] == "failed" && ack["resources"].as_array().unwrap().len() == 100,
+            "the first ack lists every target",
+        );
+        let size = state_size(&f);
+        m.check(
+            size <= state::STATE_BUDGET,
+            &format!("after {id}: the state is {size} bytes"),
+        );
+    }
+    let state = load_state(&f);
+    m.check(
+        state.find("old-0").is_none() && state.find("roll-7").is_some(),
+        "the oldest delivered entries left first",
+    );
+    let entry = state.find("roll-7").unwrap();
+    m.check(
+        entry.resources.len() == state::RESOURCES_MAX
+            && entry.message.len() <= state::MESSAGE_MAX
+            && entry.more_resources.get("absent") == Some(&36),
+        &format!(
+            "the entry is cut: {} resources, {:?}",
+            entry.resources.len(),
+            entry.more_resources
+        ),
+    );
+    // A command sent again is acknowledged from the ledger, not run again.
+    let ack_posts = |f: &Fixture| -> Vec<Value> {
+        f.sim
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/commands/roll-7/ack"))
+            .filter_map(|r| r.json.clone())
+            .collect()
+    };
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "roll-7",
+            "rollout",
+            json!({"imageTag": "1.4.3", "targets": targets}),
+        ),
+    );
+    m.wait_until(WAIT, "the ack of roll-7 again", || ack_posts(&f).len() >= 2);
+    let again = ack_posts(&f).pop().unwrap();
+    m.check(
+        again["message"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("(36 more resources not listed: 36 absent)")),
+        &format!(
+            "the recorded result, with the counts of what is not listed: {}",
+            again["message"]
+        ),
+    );
+    m.check(
+        m.stderr().contains("command roll-7 already finished"),
+        "not executed again",
+    );
+    // The state Secret deleted under the Manager: created again.
+    f.tb.admin().delete(&state_path(&f), "Background").unwrap();
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "after-delete",
+            "uninstall",
+            json!({"deployment": {"name": "none", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "after-delete");
+    m.check(ack["result"] == "applied", &format!("{ack}"));
+    m.wait_until(WAIT, "the state secret again", || {
+        f.tb.admin()
+            .get_opt::<Value>(&state_path(&f))
+            .unwrap()
+            .is_some()
+    });
+    let state = load_state(&f);
+    m.check(
+        state.find("after-delete").is_some() && state.find("roll-7").is_some(),
+        "the state in memory is written again, with the new entry",
+    );
+    m.check(
+        m.stderr().contains("was deleted; creating it again")
+            && !m.stderr().contains("cannot record the result"),
+        "the deletion is logged once and nothing is lost",
+    );
+}
+
+#[test]
+fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
+    for (prefix, labels) in [
+        ("hostile-foreign-a", json!({})),
+        (
+            "hostile-foreign-b",
+            json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-other"}),
+        ),
+    ] {
+        let f = Fixture::new(prefix);
+        let doc = r#"{"version":1,"ledger":[{"commandId":"planted","result":"applied","message":"","completedAt":"x","delivered":false}]}"#;
+        f.tb.admin()
+            .create(
+                &format!("/api/v1/namespaces/{}/secrets", f.ns.name),
+                &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-manager-state", "labels": labels},
+                        "stringData": {"state.json": doc}}),
+            )
+            .unwrap();
+        let mut m = f.spawn(&f.env());
+        let status = m.wait_exit(WAIT);
+        m.check(
+            status.code() == Some(2)
+                && m.stderr().contains("is not this Manager's")
+                && f.sim.heartbeat_count() == 0,
+            "exit 2 (configuration), no heartbeat, the planted ack never sent",
+        );
+    }
+}
+
+#[test]
+fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
+    let f = Fixture::new("hostile-state-write");
+    let mut m = f.spawn(&f.env());
+    m.wait_until(WAIT, "a heartbeat", || f.sim.heartbeat_count() >= 1);
+    // An admission policy that refuses every write of this state Secret.
+    let policy = format!("nexo-deny-state-{}", f.ns.name);
+    let admin = f.tb.admin();
+    admin
+        .create(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+            &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": policy},
+                    "spec": {"failurePolicy": "Fail",
+                             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]}]},
+                             "validations": [{"expression": "object.metadata.name != 'nexo-manager-state'",
+                                              "message": "state writes are refused by this test"}]}}),
+        )
+        .unwrap();
+    admin
+        .create(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+            &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": policy},
+                    "spec": {"policyName": policy, "validationActions": ["Deny"],
+                             "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": f.ns.name}}}}}),
+        )
+        .unwrap();
+    let remove = || {
+        for kind in [
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicies",
+        ] {
+            let _ = f.tb.admin().delete(
+                &format!("/apis/admissionregistration.k8s.io/v1/{kind}/{policy}"),
+                "Background",
+            );
+        }
+    };
+    // The policy takes effect once the API server has loaded it.
+    let probe_path = format!("/api/v1/namespaces/{}/secrets?dryRun=All", f.ns.name);
+    let deadline = Instant::now() + WAIT;
+    while admin
+        .create(
+            &probe_path,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-manager-state"}}),
+        )
+        .is_ok()
+    {
+        if Instant::now() > deadline {
+            remove();
+            m.fail("the admission policy never took effect");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "unrecorded",
+            "uninstall",
+            json!({"deployment": {"name": "none", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "unrecorded");
+    let reported = |f: &Fixture| {
+        f.sim.heartbeats().iter().any(|h| {
+            h["inventoryErrors"].as_array().is_some_and(|e| {
+                e.iter().any(|x| {
+                    x.as_str()
+                        .is_some_and(|s| s.contains("state secret") && s.contains("unrecorded"))
+                })
+            })
+        })
+    };
+    let seen = Instant::now() + WAIT;
+    while !reported(&f) && Instant::now() < seen {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    remove();
+    m.check(
+        ack["result"] == "applied",
+        &format!("acknowledged anyway: {ack}"),
+    );
+    m.check(
+        reported(&f),
+        "the next heartbeat reports the unrecorded result",
+    );
+    m.check(
+        m.stderr().contains("trying again in 1s"),
+        "the write was retried before the ack",
+    );
+    // Once a write succeeds again, the report is gone.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "recorded",
+            "uninstall",
+            json!({"deployment": {"name": "none", "namespace": f.ns.name}}),
+        ),
+    );
+    wait_ack(&f, &mut m, "recorded");
+    let hb = f.sim.heartbeat_count();
+    m.wait_until(WAIT, "two more heartbeats", || {
+        f.sim.heartbeat_count() >= hb + 2
+    });
+    let last = f.sim.last_heartbeat().unwrap();
+    m.check(
+        last["inventoryErrors"]
+            .as_array()
+            .is_none_or(|e| e.is_empty()),
+        &format!("cleared: {}", last["inventoryErrors"]),
+    );
+    m.check(load_state(&f).find("recorded").is_some(), "recorded");
+}
+
+#[test]
+fn an_answer_of_1234_commands_takes_the_first_1000_and_skips_the_rest() {
+    let f = Fixture::new("hostile-many");
+    let addr = free_addr();
+    let mut env = f.env();
+    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
+    env.insert("RUST_LOG".into(), "info".into());
+    let commands: Vec<Value> = (0..1234)
+        .map(|i| command(&format!("many-{i}"), "teleport", json!({})))
+        .collect();
+    f.sim.inject(Fault::new(
+        Endpoint::Heartbeat,
+        FaultAction::Raw {
+            status: 200,
+            body: json!({"commands": commands}).to_string(),
+        },
+    ));
+    let mut m = f.spawn(&env);
+    // The simulator never issued these commands: it answers their acks 404
+    // (forgotten), which the Manager counts as delivered.
+    let ack_ids = |f: &Fixture| -> std::collections::BTreeSet<String> {
+        f.sim
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/ack"))
+            .filter_map(|r| r.json.as_ref()?["commandId"].as_str().map(str::to_owned))
+            .collect()
+    };
+    m.wait_until(Duration::from_secs(300), "1000 acks", || {
+        ack_ids(&f).len() >= 1000
+    });
+    let hb = f.sim.heartbeat_count();
+    m.wait_until(WAIT, "the next heartbeat", || f.sim.heartbeat_count() > hb);
+    let ids = ack_ids(&f);
+    m.check(
+        ids.len() == 1000 && ids.contains("many-999") && !ids.contains("many-1000"),
+        &format!("{} acks, the first 1000 commands", ids.len()),
+    );
+    m.check(
+        m.stderr().contains("skipping 234 unacknowledged"),
+        "the skipped commands are logged",
+    );
+    let (_, metrics) = http_get(&addr, "/metrics");
+    for line in [
+        "nexo_manager_commands_skipped_total 234\n",
+        "nexo_manager_commands_refused_total{reason=\"unsupported_class\"} 1000\n",
+        "nexo_manager_leader 1\n",
+        "nexo_manager_cp_requests_total{endpoint=\"ack\",code=\"404\"} 1000\n",
+        "nexo_manager_command_duration_seconds_count{class=\"invalid\"} 1000\n",
+    ] {
+        m.check(
+            metrics.contains(line),
+            &format!("/metrics lacks {line:?}:\n{metrics}"),
+        );
+    }
+    for family in [
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "process_start_time_seconds ",
+        "process_open_fds ",
+        "nexo_manager_kubernetes_requests_total{verb=\"PUT\",code=\"200\"} ",
+    ] {
+        m.check(
+            metrics.contains(family),
+            &format!("/metrics lacks {family:?}"),
+        );
+    }
+}
+
+#[test]
+fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
+    let f = Fixture::new("hostile-logs");
+    let forged = "evil\n2026-01-01T00:00:00.000Z INFO  nexo_manager::agent: forged";
+    f.sim
+        .enqueue_command(&f.env_id, command("log-1", forged, json!({})));
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": 7, "class": "deploy", "payload": {"stringData": {"password": "s3cr3t-value"}}}),
+    );
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": "log-2", "class": "deploy", "payload": {"manifests": "s3cr3t-value"}}),
+    );
+    let mut m = f.spawn(&f.env());
+    wait_ack(&f, &mut m, "log-2");
+    let ack = wait_ack(&f, &mut m, "log-1");
+    m.check(
+        ack["message"] == format!("unsupported class: {forged}"),
+        "the ack carries the value as it was",
+    );
+    let log = m.stderr();
+    m.check(
+        !log.lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00.000Z")),
+        "a newline in a value does not start a log line",
+    );
+    m.check(log.contains("evil\\n2026-01-01"), "it is escaped");
+    m.check(!log.contains("s3cr3t-value"), "no command text in the logs");
+    // JSON lines: the command's id and deployment as fields, milliseconds.
+    m.signal("TERM");
+    m.wait_exit(WAIT);
+    let f = Fixture::new("hostile-json");
+    f.tb.install_crds();
+    let mut env = f.env();
+    env.insert("NEXO_LOG_FORMAT".into(), "json".into());
+    f.sim.enqueue_command(
+        &f.env_id,
+        deploy(&f, "json-1", "orders", vec![proxy("orders")]),
+    );
+    let mut m = f.spawn(&env);
+    wait_ack(&f, &mut m, "json-1");
+    let lines: Vec<Value> = m
+        .stderr()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| m.fail(&format!("{e}: {l}"))))
+        .collect();
+    let of_command: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["commandId"] == "json-1")
+        .collect();
+    m.check(
+        of_command.len() >= 2 && of_command.iter().all(|l| l["deploymentName"] == "orders"),
+        &format!("lines of the command carry its fields: {of_command:?}"),
+    );
+    m.check(
+        lines.iter().all(|l| {
+            l["ts"]
+                .as_str()
+                .is_some_and(|t| t.len() == 24 && t.as_bytes()[19] == b'.' && t.ends_with('Z'))
+        }),
+        "timestamps have milliseconds",
+    );
+    m.check(
+        lines
+            .iter()
+            .filter(|l| l["commandId"].is_null())
+            .any(|l| l["msg"].as_str().is_some_and(|s| s.contains("heartbeat"))),
+        "other lines carry no command",
+    );
+}
+
+/// Writes the Lease `nexo-manager` held by `holder`, renewed at `renew`
+/// (RFC 3339), creating it or replacing it.
+fn write_lease(f: &Fixture, holder: &str, renew: &str) {
+    let c = f.tb.admin();
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/nexo-manager",
+        f.ns.name
+    );
+    let mut lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "nexo-manager"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 5, "renewTime": renew, "acquireTime": renew}});
+    match c.get_opt::<Value>(&path).unwrap() {
+        None => {
+            c.create(
+                &format!(
+                    "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+                    f.ns.name
+                ),
+                &lease,
+            )
+            .unwrap();
+        }
+        Some(old) => {
+            lease["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+            c.replace(&path, &lease).unwrap();
+        }
+    }
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+#[test]
+fn lease_expiry_is_judged_by_the_local_clock_not_the_holders() {
+    let f = Fixture::new("hostile-lease");
+    let hour = Duration::from_secs(3600);
+    // A holder whose clock is an hour behind, renewing every 500 ms: its
+    // renewTime always looks an hour stale, yet it is alive.
+    let start = Instant::now();
+    write_lease(
+        &f,
+        "other-pod",
+        &rfc3339(std::time::SystemTime::now() - hour),
+    );
+    let mut m = f.spawn(&f.env());
+    while start.elapsed() < Duration::from_secs(12) {
+        std::thread::sleep(Duration::from_millis(500));
+        write_lease(
+            &f,
+            "other-pod",
+            &rfc3339(std::time::SystemTime::now() - hour),
+        );
+        let alive = m.running();
+        m.check(alive, "alive");
+    }
+    m.check(
+        f.sim.heartbeat_count() == 0,
+        "a live holder with a slow clock keeps the lease",
+    );
+    // The same holder, now an hour ahead and stopped: its renewTime looks
+    // fresh for an hour, but the lease has not changed for 5 s.
+    write_lease(
+        &f,
+        "other-pod",
+        &rfc3339(std::time::SystemTime::now() + hour),
+    );
+    let stopped = Instant::now();
+    m.wait_until(Duration::from_secs(30), "taking over", || {
+        f.sim.heartbeat_count() >= 1
+    });
+    let took = stopped.elapsed();
+    m.check(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(15),
+        &format!("taken over {took:?} after the last change (duration 5 s, interval 1 s)"),
+    );
+}
