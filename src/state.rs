@@ -32,8 +32,9 @@ pub const LEDGER_MIN: usize = 256;
 /// Update attempts on 409 Conflict.
 pub const CONFLICT_RETRIES: usize = 5;
 
-/// Largest state document, bytes of JSON (the Secret's limit is 1 MiB).
-pub const STATE_BUDGET: usize = 900 * 1024;
+/// Largest state document, bytes of JSON: under the protocol's 900 KiB
+/// (the Secret's limit is 1 MiB).
+pub const STATE_BUDGET: usize = 896 * 1024;
 
 /// Longest message kept in a ledger entry, bytes.
 pub const MESSAGE_MAX: usize = 1024;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use nexo_cpsim::Brief;
+use nexo_cpsim::{Brief, Endpoint, Fault, FaultAction};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
 use support::manager::{Manager, static_binary};
@@ -34,7 +34,8 @@ use support::manager::{Manager, static_binary};
 /// What one run measures.
 struct Plan {
     full: bool,
-    /// `--only a,b`: just these parts (image, start, idle, deploy, sizes).
+    /// `--only a,b`: just these parts (image, start, idle, deploy, sizes,
+    /// greedy, soak).
     only: Option<Vec<String>>,
     /// Owned NexoProxies in the cluster, in increasing order.
     sizes: Vec<usize>,
@@ -53,6 +54,11 @@ struct Plan {
     /// Heartbeat interval of the idle measurement, and how many intervals.
     idle_interval: u64,
     idle_intervals: u64,
+    /// The soak: how long, one cycle of work every `soak_cycle`, on
+    /// `soak_proxies` owned NexoProxies.
+    soak: Duration,
+    soak_cycle: Duration,
+    soak_proxies: usize,
 }
 
 impl Plan {
@@ -83,6 +89,9 @@ impl Plan {
                 starts: 5,
                 idle_interval: 5,
                 idle_intervals: 6,
+                soak: Duration::from_secs(30 * 60),
+                soak_cycle: Duration::from_secs(10),
+                soak_proxies: 100,
             }
         } else {
             Plan {
@@ -97,6 +106,9 @@ impl Plan {
                 starts: 1,
                 idle_interval: 2,
                 idle_intervals: 2,
+                soak: Duration::from_secs(45),
+                soak_cycle: Duration::from_secs(3),
+                soak_proxies: 10,
             }
         }
     }
@@ -839,6 +851,275 @@ fn measure_image() -> ImageFigures {
 
 // ---------------------------------------------------------------- main --
 
+// ----------------------------------------------------------------- greedy --
+
+/// Acks posted for these ids (answered 404 when the simulator never issued
+/// them, as with injected answers).
+fn acks_posted(f: &Fixture, prefix: &str) -> usize {
+    f.sim
+        .briefs()
+        .iter()
+        .filter(|b| {
+            b.path
+                .starts_with(&format!("/api/v2/manager/commands/{prefix}"))
+        })
+        .count()
+}
+
+/// Peak resident memory under the greediest answers within the protocol's
+/// limits, one after the other: 1,234 commands in one answer; three deploys
+/// of 2 MiB each (eight ConfigMaps of 250 KB) in one answer of 6 MiB; eight
+/// commands built to expand (a 256 KiB manifest of tiny objects).
+fn measure_greedy(f: &Fixture) -> (u64, u64, usize) {
+    let (env, _) = manager_env(f, 1);
+    let mut m = spawn_static(f, &env);
+    let pid = m.pid();
+    wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
+    let before = read_proc(pid).hwm_kb;
+    let answer = |commands: Vec<Value>| FaultAction::Raw {
+        status: 200,
+        body: json!({"commands": commands}).to_string(),
+    };
+    let many: Vec<Value> = (0..1234)
+        .map(|i| json!({"id": format!("g-many-{i}"), "class": "teleport", "payload": {}}))
+        .collect();
+    let big: Vec<Value> = (0..3)
+        .map(|i| {
+            let mut manifests = vec![json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy",
+                "metadata": {"name": format!("g{i}")},
+                "spec": {"image": PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": "db"}}}})];
+            for c in 0..8 {
+                manifests.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("g{i}-{c}")},
+                    "data": {"blob": "x".repeat(250_000)}}));
+            }
+            json!({"id": format!("g-big-{i}"), "class": "deploy", "payload": {
+                "deployment": {"name": format!("g{i}"), "namespace": f.ns.name},
+                "format": "crd", "manifests": manifests}})
+        })
+        .collect();
+    let tiny = vec![json!({}); 256 * 1024 / 3];
+    let expand: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({"id": format!("g-expand-{i}"), "class": "deploy", "payload": {
+                "deployment": {"name": "e", "namespace": f.ns.name}, "format": "crd",
+                "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e"},
+                               "data": {"k": tiny}}]}})
+        })
+        .collect();
+    let answers = [
+        ("g-many", many, 1000),
+        ("g-big", big, 3),
+        ("g-expand", expand, 8),
+    ];
+    let mut largest = 0;
+    for (prefix, commands, acks) in answers {
+        let fault = answer(commands);
+        if let FaultAction::Raw { body, .. } = &fault {
+            largest = largest.max(body.len());
+        }
+        f.sim.inject(Fault::new(Endpoint::Heartbeat, fault));
+        m.wait_until(
+            Duration::from_secs(600),
+            &format!("{acks} acks of {prefix}"),
+            || acks_posted(f, prefix) >= acks,
+        );
+    }
+    let after = read_proc(pid);
+    m.check(
+        acks_posted(f, "g-many-") == 1000,
+        "the first 1000 commands of the first answer, no more",
+    );
+    stop(&mut m);
+    (before, after.hwm_kb, largest)
+}
+
+// ------------------------------------------------------------------- soak --
+
+/// One sample of the soak.
+struct Sample {
+    at_min: f64,
+    rss_kb: u64,
+    hwm_kb: u64,
+    state_bytes: u64,
+}
+
+struct SoakFigures {
+    minutes: f64,
+    cycles: usize,
+    commands: usize,
+    samples: Vec<Sample>,
+    /// Least-squares slopes over the second half, KiB per hour.
+    rss_slope: f64,
+    hwm_slope: f64,
+    state_slope: f64,
+}
+
+/// The least-squares slope of `y` over `x`.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    if den == 0.0 { 0.0 } else { num / den }
+}
+
+fn state_bytes(f: &Fixture) -> u64 {
+    let secret: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/api/v1/namespaces/{}/secrets/nexo-manager-state",
+                f.ns.name
+            ))
+            .expect("the state secret");
+    secret["data"]["state.json"]
+        .as_str()
+        .map_or(0, |b| b.len() as u64 / 4 * 3)
+}
+
+/// Ordinary work for `plan.soak`, with the ledger full from the start (a
+/// state near its budget, as a long run leaves it): every cycle a deploy, a
+/// rollout of every owned NexoProxy and the uninstall of the previous
+/// cycle's deploy; now and then a 503 with Retry-After, failing acks and an
+/// expired session. Memory and the state's size are sampled every cycle.
+fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
+    grow(f, 0, plan.soak_proxies);
+    let mut seeded = nexo_manager::state::State::default();
+    let mut n = 0;
+    while serde_json::to_vec(&seeded).expect("a state").len()
+        < nexo_manager::state::STATE_BUDGET - 16 * 1024
+    {
+        let resources = (0..100)
+            .map(|i| nexo_manager::cp::wire::AckResource {
+                api_version: "nexo.io/v1alpha1".into(),
+                kind: "NexoProxy".into(),
+                namespace: f.ns.name.clone(),
+                name: format!("p{i:05}"),
+                action: "configured".into(),
+            })
+            .collect();
+        seeded.record(nexo_manager::state::LedgerEntry {
+            command_id: format!("seeded-{n}"),
+            result: "applied".into(),
+            message: "rolled out".repeat(200),
+            resources,
+            completed_at: "2026-12-03T00:00:00Z".into(),
+            delivered: true,
+            attempts: 1,
+            more_resources: Default::default(),
+        });
+        n += 1;
+    }
+    nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .update(&f.tb.admin(), &Default::default(), |s| *s = seeded.clone())
+        .expect("seed the state");
+    let (env, _) = manager_env(f, 1);
+    let mut m = spawn_static(f, &env);
+    let pid = m.pid();
+    wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut cycle = 0;
+    let mut ids = Vec::new();
+    while started.elapsed() < plan.soak {
+        let cycle_start = Instant::now();
+        let ns = &f.ns.name;
+        let mut batch = vec![
+            crd_deploy(f, &format!("soak-d{cycle}"), &format!("s{cycle}")),
+            json!({"id": format!("soak-r{cycle}"), "class": "rollout", "payload": {"imageTag": format!("1.4.{}", 3 + cycle % 2)}}),
+        ];
+        if cycle > 0 {
+            batch.push(json!({"id": format!("soak-u{cycle}"), "class": "uninstall",
+                "payload": {"deployment": {"name": format!("s{}", cycle - 1), "namespace": ns}}}));
+        }
+        if cycle % 7 == 3 {
+            f.sim.inject(Fault::new(
+                Endpoint::Heartbeat,
+                FaultAction::Status {
+                    status: 503,
+                    code: "unavailable".into(),
+                    message: "maintenance".into(),
+                    retry_after: Some("1".into()),
+                },
+            ));
+        }
+        if cycle % 11 == 5 {
+            f.sim.inject(
+                Fault::new(
+                    Endpoint::Ack,
+                    FaultAction::Status {
+                        status: 500,
+                        code: "internal".into(),
+                        message: "boom".into(),
+                        retry_after: None,
+                    },
+                )
+                .times(2),
+            );
+        }
+        if cycle % 13 == 7 {
+            f.sim.expire_sessions();
+        }
+        let these: Vec<String> = batch
+            .iter()
+            .map(|c| c["id"].as_str().expect("an id").to_owned())
+            .collect();
+        for c in batch {
+            f.sim.enqueue_command(&f.env_id, c);
+        }
+        let acks = wait_acked(f, "the soak's acks", &these, Duration::from_secs(300));
+        for ack in &acks {
+            m.check(ack["result"] == "applied", &format!("applied: {ack}"));
+        }
+        ids.extend(these);
+        let p = read_proc(pid);
+        samples.push(Sample {
+            at_min: started.elapsed().as_secs_f64() / 60.0,
+            rss_kb: p.rss_kb,
+            hwm_kb: p.hwm_kb,
+            state_bytes: state_bytes(f),
+        });
+        cycle += 1;
+        if let Some(rest) = plan.soak_cycle.checked_sub(cycle_start.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    // Nothing leaked: the proxies grown, plus the last deploy's.
+    let listed: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
+                f.ns.name
+            ))
+            .expect("list");
+    let proxies = listed["items"].as_array().map_or(0, Vec::len);
+    m.check(
+        proxies == plan.soak_proxies + 1,
+        &format!(
+            "{proxies} NexoProxies left, {} expected",
+            plan.soak_proxies + 1
+        ),
+    );
+    stop(&mut m);
+    let half: Vec<&Sample> = samples.iter().skip(samples.len() / 2).collect();
+    let per_hour = |y: &dyn Fn(&Sample) -> f64| {
+        slope(&half.iter().map(|s| (s.at_min, y(s))).collect::<Vec<_>>()) * 60.0
+    };
+    SoakFigures {
+        minutes: started.elapsed().as_secs_f64() / 60.0,
+        cycles: cycle,
+        commands: ids.len(),
+        rss_slope: per_hour(&|s| s.rss_kb as f64),
+        hwm_slope: per_hour(&|s| s.hwm_kb as f64),
+        state_slope: per_hour(&|s| s.state_bytes as f64 / 1024.0),
+        samples,
+    }
+}
+
 fn main() {
     let plan = Plan::from_args();
     let started = Instant::now();
@@ -1047,6 +1328,87 @@ fn main() {
             "",
             "heartbeat answered → last ack",
         ));
+    }
+    if plan.runs("greedy") {
+        let (before, peak, largest) = measure_greedy(keep_fixture(&mut keep, "bench-greedy"));
+        rows.push(row(
+            "greediest answers: peak resident memory",
+            format!(
+                "{} peak (VmHWM {} before them)",
+                kib(peak),
+                kib(before)
+            ),
+            "—".into(),
+            "".into(),
+            "≤ 24 MiB",
+            &format!(
+                "VmHWM after, in turn: 1,234 commands in one answer; three 2 MiB deploys (eight 250 KB ConfigMaps each) in one answer of {:.1} MiB; eight commands built to expand (256 KiB of `{{}}`)",
+                largest as f64 / (1 << 20) as f64
+            ),
+        ));
+    }
+    if plan.runs("soak") {
+        let soak = measure_soak(&plan, keep_fixture(&mut keep, "bench-soak"));
+        let (first, last) = (&soak.samples[0], &soak.samples[soak.samples.len() - 1]);
+        let max_state = soak
+            .samples
+            .iter()
+            .map(|s| s.state_bytes)
+            .max()
+            .unwrap_or(0);
+        let how = format!(
+            "{} cycles, one every {} s: a deploy, a rollout of all {}+ owned NexoProxies, an uninstall; 503 + Retry-After every 7th, two failed acks every 11th, an expired session every 13th; ledger full from the start; slope: least squares over the second half",
+            soak.cycles,
+            plan.soak_cycle.as_secs(),
+            plan.soak_proxies
+        );
+        rows.push(row(
+            &format!(
+                "soak, {:.0} min, {} commands: resident memory",
+                soak.minutes, soak.commands
+            ),
+            format!(
+                "{} → {}, slope {:+.0} KiB/h",
+                kib(first.rss_kb),
+                kib(last.rss_kb),
+                soak.rss_slope
+            ),
+            "—".into(),
+            "".into(),
+            "flat",
+            &how,
+        ));
+        rows.push(row(
+            "soak: peak resident memory",
+            format!(
+                "{} → {}, slope {:+.0} KiB/h",
+                kib(first.hwm_kb),
+                kib(last.hwm_kb),
+                soak.hwm_slope
+            ),
+            "—".into(),
+            "".into(),
+            "flat",
+            "VmHWM at each cycle",
+        ));
+        rows.push(row(
+            "soak: state Secret",
+            format!(
+                "{:.0} KiB → {:.0} KiB (largest {:.0} KiB), slope {:+.1} KiB/h",
+                first.state_bytes as f64 / 1024.0,
+                last.state_bytes as f64 / 1024.0,
+                max_state as f64 / 1024.0,
+                soak.state_slope
+            ),
+            "—".into(),
+            "".into(),
+            "< 900 KiB, flat",
+            "size of `state.json` at each cycle",
+        ));
+        assert!(
+            max_state as usize <= nexo_manager::state::STATE_BUDGET,
+            "the state passed its budget: {max_state} bytes"
+        );
     }
     let table = render(&rows);
     let version = &support::testbed().version;
