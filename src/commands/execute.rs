@@ -163,15 +163,14 @@ fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Rac
 /// A write whose precondition failed: the outcome it would report.
 struct Raced(Outcome);
 
-/// The object to write: for an existing one, with the uid and
-/// resourceVersion it was read at, so that the write fails if it was
-/// replaced or changed since.
-fn guarded(w: &plan::Write, mut object: Value) -> Value {
+/// Guards an existing object's write with the uid and resourceVersion it
+/// was read at, so that the write fails if it was replaced or changed
+/// since. In place: a manifest is never copied on its way to the API server.
+fn guard(w: &mut plan::Write) {
     if let (Some(uid), Some(version)) = (&w.existing_uid, &w.existing_version) {
-        object["metadata"]["uid"] = uid.as_str().into();
-        object["metadata"]["resourceVersion"] = version.as_str().into();
+        w.object["metadata"]["uid"] = uid.as_str().into();
+        w.object["metadata"]["resourceVersion"] = version.as_str().into();
     }
-    object
 }
 
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
@@ -187,7 +186,8 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             Err(e) => return Ok(Outcome::failed(api_error("cannot read", &r, &e), vec![])),
         }
     }
-    let writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption) {
+    let mut writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption)
+    {
         Ok(w) => w,
         Err(refused) => return Ok(refused.into()),
     };
@@ -202,21 +202,23 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     let mut forced = Vec::new();
     // The managedFields an apply would give each absent object.
     let mut apply_fields: Vec<Option<Value>> = Vec::with_capacity(writes.len());
-    for w in &writes {
-        let mut object = guarded(w, w.object.clone());
+    for w in &mut writes {
+        guard(w);
         if w.owned_by_proxy
             && let Some(uid) = &proxy_uid
         {
-            object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
+            w.object["metadata"]["ownerReferences"] =
+                plan::owner_reference(&d.deployment.name, uid);
         }
-        let mut dry = ctx.kube.apply(&w.reference.path(), &object, w.adopt, true);
+        let (w, object) = (&*w, &w.object);
+        let mut dry = ctx.kube.apply(&w.reference.path(), object, w.adopt, true);
         if let Err(e) = &dry
             && only_own_conflicts(e)
         {
             // A rollout's earlier update of spec.image, by this Manager: the
             // deploy's desired state wins.
             forced.push(w.reference.clone());
-            dry = ctx.kube.apply(&w.reference.path(), &object, true, true);
+            dry = ctx.kube.apply(&w.reference.path(), object, true, true);
         }
         match dry {
             Ok(mut dry) => apply_fields.push(match w.existing_version {
@@ -241,8 +243,8 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
         }
     }
     let mut resources = Vec::with_capacity(writes.len());
-    for (w, fields) in writes.iter().zip(&apply_fields) {
-        let mut object = guarded(w, w.object.clone());
+    let count = writes.len();
+    for (w, fields) in writes.iter_mut().zip(&apply_fields) {
         if w.owned_by_proxy {
             let Some(uid) = &proxy_uid else {
                 return Ok(Outcome::failed(
@@ -250,8 +252,10 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
                     resources,
                 ));
             };
-            object["metadata"]["ownerReferences"] = plan::owner_reference(&d.deployment.name, uid);
+            w.object["metadata"]["ownerReferences"] =
+                plan::owner_reference(&d.deployment.name, uid);
         }
+        let (w, object) = (&*w, &w.object);
         let force = w.adopt || forced.contains(&w.reference);
         // An absent object is created, not applied: if it appeared since it
         // was read, the create fails instead of writing over it.
@@ -259,10 +263,10 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             None => ctx.kube.create_as_applied(
                 &w.reference.collection(),
                 &w.reference.name,
-                &object,
+                object,
                 fields.as_ref(),
             ),
-            Some(_) => ctx.kube.apply(&w.reference.path(), &object, force, false),
+            Some(_) => ctx.kube.apply(&w.reference.path(), object, force, false),
         };
         match written {
             Ok(applied) => {
@@ -291,7 +295,7 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
                     format!(
                         "{} after {done} of {} objects were applied",
                         api_error("cannot apply", &w.reference, &e),
-                        writes.len()
+                        count
                     ),
                     resources,
                 ));
