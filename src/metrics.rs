@@ -11,22 +11,41 @@ use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Upper bounds (seconds) of the command duration histogram's buckets.
-pub const DURATION_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+/// Upper bounds of the command duration histogram's buckets: milliseconds,
+/// and the `le` label of each. Integers only: the binary carries no float
+/// formatting for this.
+pub const DURATION_BUCKETS: [(u64, &str); 10] = [
+    (50, "0.05"),
+    (100, "0.1"),
+    (250, "0.25"),
+    (500, "0.5"),
+    (1_000, "1"),
+    (2_500, "2.5"),
+    (5_000, "5"),
+    (10_000, "10"),
+    (30_000, "30"),
+    (60_000, "60"),
+];
 
 #[derive(Debug, Default)]
 struct Histogram {
     buckets: [u64; DURATION_BUCKETS.len()],
     count: u64,
-    sum: f64,
+    sum_us: u64,
+}
+
+/// `n` thousandths (or millionths, `places` 6) as a decimal.
+fn decimal(n: u64, places: u32) -> String {
+    let unit = 10u64.pow(places);
+    format!("{}.{:0width$}", n / unit, n % unit, width = places as usize)
 }
 
 #[derive(Debug, Default)]
 struct Registry {
-    /// (peer, endpoint or verb, status code or `error`) → requests.
-    requests: Vec<((&'static str, &'static str, String), u64)>,
+    /// (peer, endpoint or verb, status code; 0: no answer) → requests.
+    requests: Vec<((&'static str, &'static str, u16), u64)>,
     retry_after_waits: u64,
-    retry_after_seconds: f64,
+    retry_after_ms: u64,
     durations: Vec<(&'static str, Histogram)>,
     refused: Vec<(&'static str, u64)>,
     skipped_commands: u64,
@@ -53,7 +72,7 @@ pub fn started() {
 /// Counts one request to `peer` (`cp` or `kubernetes`): its endpoint or
 /// verb, and the status code (`None`: no answer).
 pub fn request(peer: &'static str, endpoint: &'static str, status: Option<u16>) {
-    let code = status.map_or_else(|| "error".to_owned(), |s| s.to_string());
+    let code = status.unwrap_or(0);
     REGISTRY.with(|r| bump(&mut r.borrow_mut().requests, (peer, endpoint, code)));
 }
 
@@ -62,13 +81,13 @@ pub fn retry_after(wait: Duration) {
     REGISTRY.with(|r| {
         let mut r = r.borrow_mut();
         r.retry_after_waits += 1;
-        r.retry_after_seconds += wait.as_secs_f64();
+        r.retry_after_ms += u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     });
 }
 
 /// Records how long a command of `class` took, from parse to ack.
 pub fn command_duration(class: &'static str, took: Duration) {
-    let secs = took.as_secs_f64();
+    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     REGISTRY.with(|r| {
         let mut r = r.borrow_mut();
         let h = match r.durations.iter().position(|(c, _)| *c == class) {
@@ -79,13 +98,13 @@ pub fn command_duration(class: &'static str, took: Duration) {
                 &mut r.durations[last].1
             }
         };
-        for (bucket, bound) in h.buckets.iter_mut().zip(DURATION_BUCKETS) {
-            if secs <= bound {
+        for (bucket, (bound_ms, _)) in h.buckets.iter_mut().zip(DURATION_BUCKETS) {
+            if us <= bound_ms * 1000 {
                 *bucket += 1;
             }
         }
         h.count += 1;
-        h.sum += secs;
+        h.sum_us = h.sum_us.saturating_add(us);
     });
 }
 
@@ -126,8 +145,8 @@ pub struct ProcessStats {
     pub resident_bytes: u64,
     /// Virtual memory, bytes.
     pub virtual_bytes: u64,
-    /// User plus system CPU time, seconds.
-    pub cpu_seconds: f64,
+    /// User plus system CPU time, 1/100 s.
+    pub cpu_ticks: u64,
     /// Open file descriptors.
     pub open_fds: u64,
 }
@@ -156,7 +175,7 @@ pub fn parse_proc(status: &str, stat: &str) -> ProcessStats {
     ProcessStats {
         resident_bytes: kb("VmRSS:"),
         virtual_bytes: kb("VmSize:"),
-        cpu_seconds: (ticks(11) + ticks(12)) as f64 / 100.0,
+        cpu_ticks: ticks(11) + ticks(12),
         open_fds: 0,
     }
 }
@@ -199,7 +218,7 @@ pub fn render(out: &mut String) {
         "process_cpu_seconds_total",
         "counter",
         "Total user and system CPU time spent in seconds.",
-        &one(format!("{:.2}", p.cpu_seconds)),
+        &one(decimal(p.cpu_ticks, 2)),
     );
     metric(
         out,
@@ -210,13 +229,13 @@ pub fn render(out: &mut String) {
     );
     let start = STARTED
         .with(|s| s.duration_since(UNIX_EPOCH).ok())
-        .map_or(0.0, |d| d.as_secs_f64());
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     metric(
         out,
         "process_start_time_seconds",
         "gauge",
         "Start time of the process since unix epoch in seconds.",
-        &one(format!("{start:.3}")),
+        &one(decimal(start, 3)),
     );
     REGISTRY.with(|r| {
         let r = r.borrow();
@@ -238,6 +257,10 @@ pub fn render(out: &mut String) {
                 .filter(|((p, _, _), _)| *p == peer)
                 .map(|((_, endpoint, code), n)| {
                     let label = if peer == "cp" { "endpoint" } else { "verb" };
+                    let code = match code {
+                        0 => "error".to_owned(),
+                        c => c.to_string(),
+                    };
                     (
                         format!("{{{label}=\"{endpoint}\",code=\"{code}\"}}"),
                         n.to_string(),
@@ -258,14 +281,14 @@ pub fn render(out: &mut String) {
             "nexo_manager_retry_after_wait_seconds_total",
             "counter",
             "Time spent in those waits, seconds.",
-            &one(format!("{:.3}", r.retry_after_seconds)),
+            &one(decimal(r.retry_after_ms, 3)),
         );
         let _ = writeln!(
             out,
             "# HELP nexo_manager_command_duration_seconds Time from a command's arrival to its ack, by class.\n# TYPE nexo_manager_command_duration_seconds histogram"
         );
         for (class, h) in &r.durations {
-            for (n, bound) in h.buckets.iter().zip(DURATION_BUCKETS) {
+            for (n, (_, bound)) in h.buckets.iter().zip(DURATION_BUCKETS) {
                 let _ = writeln!(
                     out,
                     "nexo_manager_command_duration_seconds_bucket{{class=\"{class}\",le=\"{bound}\"}} {n}"
@@ -273,8 +296,8 @@ pub fn render(out: &mut String) {
             }
             let _ = writeln!(
                 out,
-                "nexo_manager_command_duration_seconds_bucket{{class=\"{class}\",le=\"+Inf\"}} {}\nnexo_manager_command_duration_seconds_sum{{class=\"{class}\"}} {:.3}\nnexo_manager_command_duration_seconds_count{{class=\"{class}\"}} {}",
-                h.count, h.sum, h.count
+                "nexo_manager_command_duration_seconds_bucket{{class=\"{class}\",le=\"+Inf\"}} {}\nnexo_manager_command_duration_seconds_sum{{class=\"{class}\"}} {}\nnexo_manager_command_duration_seconds_count{{class=\"{class}\"}} {}",
+                h.count, decimal(h.sum_us, 6), h.count
             );
         }
         let refused: Vec<(String, String)> = r
@@ -318,7 +341,9 @@ mod tests {
         let p = parse_proc(status, stat);
         assert_eq!(p.resident_bytes, 3500 * 1024);
         assert_eq!(p.virtual_bytes, 12000 * 1024);
-        assert_eq!(p.cpu_seconds, 3.0);
+        assert_eq!(p.cpu_ticks, 300);
+        assert_eq!(decimal(300, 2), "3.00");
+        assert_eq!(decimal(1_764_000_123_456, 3), "1764000123.456");
         assert_eq!(parse_proc("", ""), ProcessStats::default());
     }
 

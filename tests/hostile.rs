@@ -820,3 +820,96 @@ fn lease_expiry_is_judged_by_the_local_clock_not_the_holders() {
         &format!("taken over {took:?} after the last change (duration 5 s, interval 1 s)"),
     );
 }
+
+#[test]
+fn dot_ids_are_skipped_and_a_command_built_to_expand_is_refused() {
+    let f = Fixture::new("hostile-ids");
+    for id in [".", "..", "./x", "-a"] {
+        f.sim
+            .enqueue_command(&f.env_id, command(id, "uninstall", json!({})));
+    }
+    // 256 KiB of `{}`: tiny on the wire, tens of MiB once parsed and planned.
+    let tiny = vec![json!({}); 256 * 1024 / 3];
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "expand-1",
+            "deploy",
+            json!({"deployment": {"name": "e", "namespace": f.ns.name}, "format": "crd",
+                   "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e"}, "data": {"k": tiny}}]}),
+        ),
+    );
+    let mut m = f.spawn(&f.env());
+    let ack = wait_ack(&f, &mut m, "expand-1");
+    m.check(
+        ack["result"] == "failed"
+            && ack["message"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("invalid payload: too large")),
+        &format!("{ack}"),
+    );
+    let odd: Vec<String> = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/commands/") && !r.path.contains("/commands/expand-1/"))
+        .map(|r| r.path.clone())
+        .collect();
+    m.check(odd.is_empty(), &format!("no ack for a bad id: {odd:?}"));
+    m.check(
+        m.stderr()
+            .matches("skipping a command without a valid id")
+            .count()
+            >= 4,
+        "each bad id logged and skipped (the simulator sends them again)",
+    );
+}
+
+#[test]
+fn clients_dribbling_into_the_probe_port_do_not_slow_the_heartbeat() {
+    let f = Fixture::new("hostile-dribble");
+    let addr = free_addr();
+    let mut env = f.env();
+    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
+    let mut m = f.spawn(&env);
+    m.wait_until(WAIT, "a heartbeat", || f.sim.heartbeat_count() >= 1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dribblers: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Write;
+                // One byte every 100 ms, reconnecting whenever the Manager
+                // closes the connection.
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed)
+                            || s.write_all(&[*b]).is_err()
+                        {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            })
+        })
+        .collect();
+    let before = f.sim.heartbeat_count();
+    std::thread::sleep(Duration::from_secs(10));
+    let during = f.sim.heartbeat_count() - before;
+    let (status, _) = http_get(&addr, "/healthz");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for d in dribblers {
+        let _ = d.join();
+    }
+    // A 1 s interval: about 10 heartbeats; each wake-up may spend 250 ms on
+    // the dribblers, so no fewer than 7.
+    m.check(
+        during >= 7,
+        &format!("{during} heartbeats in 10 s with 8 clients dribbling"),
+    );
+    m.check(status == 200, &format!("/healthz answered {status}"));
+}
