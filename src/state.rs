@@ -14,7 +14,6 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -303,6 +302,27 @@ pub struct Store {
     resource_version: Option<String>,
 }
 
+/// The state Secret as written.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SecretBody<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: SecretMeta<'a>,
+    #[serde(rename = "type")]
+    type_: &'static str,
+    data: BTreeMap<&'static str, &'a ByteString>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SecretMeta<'a> {
+    name: &'a str,
+    labels: BTreeMap<&'static str, &'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+}
+
 /// The part of a written Secret the store keeps: its new version (the
 /// answer's `data` is skipped, not decoded).
 #[derive(Deserialize)]
@@ -398,32 +418,30 @@ impl Store {
             what: "state document",
             source,
         })?;
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                labels: Some(
-                    [
-                        (
-                            ownership::MANAGED_BY.to_owned(),
-                            ownership::MANAGER.to_owned(),
-                        ),
-                        (ownership::OWNER_ID.to_owned(), self.environment_id.clone()),
-                    ]
-                    .into(),
-                ),
-                resource_version: self.resource_version.clone(),
-                ..ObjectMeta::default()
+        // A body of our own rather than k8s-openapi's `Secret`, whose
+        // serializer brings the timestamp formatting of every `ObjectMeta`
+        // field into the binary (about 40 KB) for fields never set here.
+        let data = ByteString(doc);
+        let secret = SecretBody {
+            api_version: "v1",
+            kind: "Secret",
+            metadata: SecretMeta {
+                name: &self.name,
+                labels: [
+                    (ownership::MANAGED_BY, ownership::MANAGER),
+                    (ownership::OWNER_ID, self.environment_id.as_str()),
+                ]
+                .into(),
+                resource_version: self.resource_version.as_deref(),
             },
-            type_: Some("Opaque".into()),
-            data: Some([(KEY.to_owned(), ByteString(doc))].into()),
-            ..Secret::default()
+            type_: "Opaque",
+            data: [(KEY, &data)].into(),
         };
-        // k8s-openapi writes `apiVersion` and `kind` itself.
         let body = serde_json::to_vec(&secret).map_err(|source| kube::Error::Decode {
             what: "state secret",
             source,
         })?;
-        drop(secret);
+        drop(data);
         let (method, path) = match &self.resource_version {
             None => (Method::POST, self.collection.as_str()),
             Some(_) => (Method::PUT, self.path.as_str()),

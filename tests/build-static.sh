@@ -22,7 +22,7 @@ have_musl_std() { rustup target list --installed 2>/dev/null | grep -qx "$musl";
 if have_musl_std && command -v musl-gcc >/dev/null 2>&1; then
   CC_x86_64_unknown_linux_musl=musl-gcc \
     cargo build --release --locked --target "$musl" --bin nexo-manager >&2
-  echo "$PWD/target/$musl/release/nexo-manager"
+  echo "${CARGO_TARGET_DIR:-$PWD/target}/$musl/release/nexo-manager"
 else
   {
     echo "################################################################"
@@ -34,5 +34,5 @@ else
   } >&2
   RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked --target "$gnu" --bin nexo-manager >&2
-  echo "$PWD/target/$gnu/release/nexo-manager"
+  echo "${CARGO_TARGET_DIR:-$PWD/target}/$gnu/release/nexo-manager"
 fi
