@@ -242,9 +242,12 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             }
         }
     }
+    // Runtime objects dry-run before their NexoProxy existed had no owner
+    // reference then: their apply fields are taken again, with it.
+    let dry_without_owner = proxy_uid.is_none();
     let mut resources = Vec::with_capacity(writes.len());
     let count = writes.len();
-    for (w, fields) in writes.iter_mut().zip(&apply_fields) {
+    for (w, fields) in writes.iter_mut().zip(apply_fields.iter_mut()) {
         if w.owned_by_proxy {
             let Some(uid) = &proxy_uid else {
                 return Ok(Outcome::failed(
@@ -256,6 +259,21 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
                 plan::owner_reference(&d.deployment.name, uid);
         }
         let (w, object) = (&*w, &w.object);
+        if w.owned_by_proxy && dry_without_owner && w.existing_version.is_none() {
+            match ctx.kube.apply(&w.reference.path(), object, false, true) {
+                Ok(mut dry) => *fields = Some(dry["metadata"]["managedFields"].take()),
+                Err(e) => {
+                    return Ok(Outcome::failed(
+                        format!(
+                            "{} after {} of {count} objects were applied",
+                            api_error("dry run of", &w.reference, &e),
+                            resources.len()
+                        ),
+                        resources,
+                    ));
+                }
+            }
+        }
         let force = w.adopt || forced.contains(&w.reference);
         // An absent object is created, not applied: if it appeared since it
         // was read, the create fails instead of writing over it.
