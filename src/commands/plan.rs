@@ -67,7 +67,7 @@ impl ObjectRef {
             "Deployment" => "deployments",
             // Validation admits no other kind; should one get here, the
             // lowercase plural is Kubernetes' rule for simple kinds.
-            other => return self.collection_of(&format!("{}s", other.to_lowercase())),
+            other => return self.collection_of(&format!("{}s", other.to_ascii_lowercase())),
         };
         self.collection_of(plural)
     }
