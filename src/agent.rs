@@ -450,6 +450,17 @@ impl Agent {
             }
         }
         let body = self.heartbeat_body();
+        // The lease was checked before the inventory was read; a process
+        // stopped in between (SIGSTOP, a frozen node) may have lost it
+        // since. Past the renew deadline nothing is sent: the lease is read
+        // again first.
+        if !self.elector.leading() {
+            log::warn!(
+                "the lease is past its renew deadline; heartbeat {} not sent, reading the lease again",
+                body.sequence
+            );
+            return Ok(Some(Duration::ZERO));
+        }
         let body_acks = body.pending_acks.clone();
         let managed = body.managed_proxy_count;
         let sequence = body.sequence;
