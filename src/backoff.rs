@@ -92,9 +92,7 @@ impl Backoff {
 /// relative to `now`. A date in the past means no wait.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
-        // Any number of digits: a value past u64 is as long as the cap.
-        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
+    if let Some(secs) = whole_number(value) {
         return Some(Duration::from_secs(secs).min(RETRY_AFTER_MAX));
     }
     let at = parse_http_date(value)?;
@@ -103,6 +101,14 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
             .unwrap_or(Duration::ZERO)
             .min(RETRY_AFTER_MAX),
     )
+}
+
+/// A whole number of any number of digits (one past `u64` is `u64::MAX`,
+/// as long as any cap); `None` for anything else (a sign, a fraction, an
+/// exponent, nothing). The rule of the CP's numbers of seconds.
+pub fn whole_number(text: &str) -> Option<u64> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().unwrap_or(u64::MAX))
 }
 
 /// The shortest wait a `Retry-After` can ask for (protocol.md, "Hostile and

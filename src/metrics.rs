@@ -188,39 +188,41 @@ fn process_stats() -> ProcessStats {
     stats
 }
 
+/// Writes one metric family: its help and type lines, then one line per
+/// (labels, value).
+pub fn family(out: &mut String, name: &str, kind: &str, help: &str, lines: &[(String, String)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in lines {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
 /// Writes the registry's and the process's metrics in the text exposition.
 pub fn render(out: &mut String) {
-    let metric =
-        |out: &mut String, name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in lines {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
     let one = |v: String| vec![(String::new(), v)];
     let p = process_stats();
-    metric(
+    family(
         out,
         "process_resident_memory_bytes",
         "gauge",
         "Resident memory size in bytes.",
         &one(p.resident_bytes.to_string()),
     );
-    metric(
+    family(
         out,
         "process_virtual_memory_bytes",
         "gauge",
         "Virtual memory size in bytes.",
         &one(p.virtual_bytes.to_string()),
     );
-    metric(
+    family(
         out,
         "process_cpu_seconds_total",
         "counter",
         "Total user and system CPU time spent in seconds.",
         &one(decimal(p.cpu_ticks, 2)),
     );
-    metric(
+    family(
         out,
         "process_open_fds",
         "gauge",
@@ -230,7 +232,7 @@ pub fn render(out: &mut String) {
     let start = STARTED
         .with(|s| s.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-    metric(
+    family(
         out,
         "process_start_time_seconds",
         "gauge",
@@ -267,16 +269,16 @@ pub fn render(out: &mut String) {
                     )
                 })
                 .collect();
-            metric(out, name, "counter", help, &lines);
+            family(out, name, "counter", help, &lines);
         }
-        metric(
+        family(
         out,
             "nexo_manager_retry_after_waits_total",
             "counter",
             "Waits decided by a Retry-After header (Control Plane or Kubernetes).",
             &one(r.retry_after_waits.to_string()),
         );
-        metric(
+        family(
         out,
             "nexo_manager_retry_after_wait_seconds_total",
             "counter",
@@ -305,21 +307,21 @@ pub fn render(out: &mut String) {
             .iter()
             .map(|(reason, n)| (format!("{{reason=\"{reason}\"}}"), n.to_string()))
             .collect();
-        metric(
+        family(
         out,
             "nexo_manager_commands_refused_total",
             "counter",
             "Commands refused before they ran, by reason.",
             &refused,
         );
-        metric(
+        family(
         out,
             "nexo_manager_commands_skipped_total",
             "counter",
             "Commands of an answer past the per-answer limit, skipped unacknowledged.",
             &[(String::new(), r.skipped_commands.to_string())],
         );
-        metric(
+        family(
         out,
             "nexo_manager_state_write_failures_total",
             "counter",

@@ -15,7 +15,6 @@
 //!   ([`Status::check_time`]). So the new pod of a rolling update becomes
 //!   Ready while the old one still leads, and the update can proceed.
 
-use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -134,10 +133,7 @@ impl Status {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in lines {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
+            crate::metrics::family(&mut out, name, kind, help, lines)
         };
         let one = |v: String| vec![(String::new(), v)];
         metric(

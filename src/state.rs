@@ -54,7 +54,7 @@ pub struct Binding {
 }
 
 /// One finished command.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntry {
     /// The command id.
@@ -226,9 +226,6 @@ impl State {
         });
         let sizes: Vec<usize> = self.ledger.iter().map(|e| e.size() + 1).collect();
         let mut total = fixed + sizes.iter().sum::<usize>();
-        if total <= budget {
-            return;
-        }
         let last = self.ledger.len().saturating_sub(1);
         let mut keep = vec![true; self.ledger.len()];
         for (i, e) in self.ledger.iter().enumerate().take(last) {
@@ -245,7 +242,7 @@ impl State {
                 break;
             }
             if keep[i] {
-                *e = std::mem::replace(e, LedgerEntry::placeholder()).bounded(128, 0);
+                *e = std::mem::take(e).bounded(128, 0);
                 total = total - sizes[i] + e.size() + 1;
             }
         }
@@ -274,21 +271,6 @@ impl State {
     /// The entry of a command id.
     pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
         self.ledger.iter().find(|e| e.command_id == command_id)
-    }
-}
-
-impl LedgerEntry {
-    fn placeholder() -> LedgerEntry {
-        LedgerEntry {
-            command_id: String::new(),
-            result: String::new(),
-            message: String::new(),
-            resources: Vec::new(),
-            completed_at: String::new(),
-            delivered: false,
-            attempts: 0,
-            more_resources: BTreeMap::new(),
-        }
     }
 }
 
@@ -414,10 +396,7 @@ impl Store {
     }
 
     fn write(&mut self, client: &Client, state: &State) -> Result<(), kube::Error> {
-        let doc = serde_json::to_vec(state).map_err(|source| kube::Error::Decode {
-            what: "state document",
-            source,
-        })?;
+        let doc = kube::client::to_json("state document", state)?;
         // A body of our own rather than k8s-openapi's `Secret`, whose
         // serializer brings the timestamp formatting of every `ObjectMeta`
         // field into the binary (about 40 KB) for fields never set here.
@@ -437,10 +416,7 @@ impl Store {
             type_: "Opaque",
             data: [(KEY, &data)].into(),
         };
-        let body = serde_json::to_vec(&secret).map_err(|source| kube::Error::Decode {
-            what: "state secret",
-            source,
-        })?;
+        let body = kube::client::to_json("state secret", &secret)?;
         drop(data);
         let (method, path) = match &self.resource_version {
             None => (Method::POST, self.collection.as_str()),

@@ -8,28 +8,12 @@ use std::time::Duration;
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
 use nexo_manager::kube::Client;
 use serde_json::{Value, json};
+use support::commands::{ack_of, command, configmap, ns_path, proxy, secret, wait_ack};
 use support::fixture::Fixture;
 use support::manager::Manager;
 
 const WAIT: Duration = Duration::from_secs(60);
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-fn proxy(name: &str) -> Value {
-    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
-           "spec": {"image": "registry.example.com/nexo/proxy:1.4.2", "replicas": 2, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
-}
-
-fn configmap(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"listen": "27017"}})
-}
-
-fn secret(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"uri": "mongodb://db:27017"}})
-}
-
-fn command(id: &str, class: &str, payload: Value) -> Value {
-    json!({"id": id, "class": class, "issuedAt": "2026-12-02T00:00:00Z", "requires": [], "payload": payload})
-}
 
 fn crd_deploy(f: &Fixture, id: &str, name: &str) -> Value {
     command(
@@ -48,29 +32,6 @@ fn legacy_deployment(name: &str) -> Value {
 
 fn get(c: &Client, path: &str) -> Option<Value> {
     c.get_opt::<Value>(path).unwrap()
-}
-
-fn ns_path(f: &Fixture, kind: &str, name: &str) -> String {
-    let ns = &f.ns.name;
-    match kind {
-        "NexoProxy" => format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies/{name}"),
-        "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}"),
-        "ConfigMap" => format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
-        "Secret" => format!("/api/v1/namespaces/{ns}/secrets/{name}"),
-        "Service" => format!("/api/v1/namespaces/{ns}/services/{name}"),
-        other => panic!("{other}"),
-    }
-}
-
-fn ack_of(f: &Fixture, id: &str) -> Option<Value> {
-    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
-}
-
-fn wait_ack(f: &Fixture, m: &mut Manager, id: &str) -> Value {
-    m.wait_until(WAIT, &format!("the ack of {id}"), || {
-        ack_of(f, id).is_some()
-    });
-    ack_of(f, id).unwrap()
 }
 
 fn actions(ack: &Value) -> Vec<(String, String)> {

@@ -17,59 +17,17 @@ use nexo_manager::kube::Client;
 use nexo_manager::state::{self, LedgerEntry, State, Store};
 use nexo_manager::wait::{Pause, Wake};
 use serde_json::{Value, json};
+use support::commands::{command, configmap, ns_path, proxy, wait_ack};
 use support::fixture::{Fixture, PROXY_IMAGE};
-use support::manager::Manager;
 use support::{free_addr, http_get};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn command(id: &str, class: &str, payload: Value) -> Value {
-    json!({"id": id, "class": class, "issuedAt": "2026-12-03T00:00:00Z", "payload": payload})
-}
-
-fn proxy(name: &str) -> Value {
-    json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
-           "spec": {"image": PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
-}
-
-fn configmap(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"listen": "27017"}})
-}
 
 fn deploy(f: &Fixture, id: &str, name: &str, manifests: Vec<Value>) -> Value {
     command(
         id,
         "deploy",
         json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd", "manifests": manifests}),
-    )
-}
-
-fn ack_of(f: &Fixture, id: &str) -> Option<Value> {
-    f.sim.acks().into_iter().find(|a| a["commandId"] == id)
-}
-
-fn wait_ack(f: &Fixture, m: &mut Manager, id: &str) -> Value {
-    m.wait_until(WAIT, &format!("the ack of {id}"), || {
-        ack_of(f, id).is_some()
-    });
-    ack_of(f, id).unwrap()
-}
-
-fn cm_path(f: &Fixture, name: &str) -> String {
-    format!("/api/v1/namespaces/{}/configmaps/{name}", f.ns.name)
-}
-
-fn proxy_path(f: &Fixture, name: &str) -> String {
-    format!(
-        "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/{name}",
-        f.ns.name
-    )
-}
-
-fn state_path(f: &Fixture) -> String {
-    format!(
-        "/api/v1/namespaces/{}/secrets/nexo-manager-state",
-        f.ns.name
     )
 }
 
@@ -81,7 +39,10 @@ fn load_state(f: &Fixture) -> State {
 
 /// The size of the stored state document, bytes.
 fn state_size(f: &Fixture) -> usize {
-    let secret: Value = f.tb.admin().get(&state_path(f)).unwrap();
+    let secret: Value =
+        f.tb.admin()
+            .get(&ns_path(f, "Secret", "nexo-manager-state"))
+            .unwrap();
     let b64 = secret["data"]["state.json"].as_str().unwrap_or_default();
     b64.len() / 4 * 3
 }
@@ -106,7 +67,7 @@ fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
         ack["result"] == "applied",
         &format!("alpha deployed: {ack}"),
     );
-    let before: Value = c.get(&cm_path(&f, "alpha-config")).unwrap();
+    let before: Value = c.get(&ns_path(&f, "ConfigMap", "alpha-config")).unwrap();
     // beta's deploy names alpha's ConfigMap.
     f.sim.enqueue_command(
         &f.env_id,
@@ -129,7 +90,7 @@ fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
         ack["resources"] == json!([{"apiVersion": "v1", "kind": "ConfigMap", "namespace": f.ns.name, "name": "alpha-config", "action": "refused"}]),
         &format!("the refused object is listed: {ack}"),
     );
-    let after: Value = c.get(&cm_path(&f, "alpha-config")).unwrap();
+    let after: Value = c.get(&ns_path(&f, "ConfigMap", "alpha-config")).unwrap();
     m.check(
         after["metadata"]["labels"] == before["metadata"]["labels"]
             && after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
@@ -137,7 +98,7 @@ fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
         &format!("alpha's ConfigMap untouched:\nbefore {before}\nafter {after}"),
     );
     m.check(
-        c.get_opt::<Value>(&proxy_path(&f, "beta"))
+        c.get_opt::<Value>(&ns_path(&f, "NexoProxy", "beta"))
             .unwrap()
             .is_none(),
         "nothing of beta applied",
@@ -158,7 +119,7 @@ fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
     );
     std::thread::sleep(Duration::from_secs(2));
     m.check(
-        c.get_opt::<Value>(&cm_path(&f, "alpha-config"))
+        c.get_opt::<Value>(&ns_path(&f, "ConfigMap", "alpha-config"))
             .unwrap()
             .is_some(),
         "alpha's ConfigMap survives beta's uninstall",
@@ -251,14 +212,17 @@ fn a_deploy_does_not_write_over_an_object_that_appears_after_it_was_read() {
         !outcome.applied && outcome.message.contains("not managed by nexo-manager"),
         "{outcome:?}"
     );
-    let theirs: Value = f.tb.admin().get(&cm_path(&f, "race-config")).unwrap();
+    let theirs: Value =
+        f.tb.admin()
+            .get(&ns_path(&f, "ConfigMap", "race-config"))
+            .unwrap();
     assert_eq!(theirs["data"], json!({"theirs": "1"}), "{theirs}");
     assert!(
         theirs["metadata"]["labels"].is_null(),
         "not labelled as ours: {theirs}"
     );
     // What it did create is exactly what an apply makes: one Apply entry.
-    let proxy: Value = f.tb.admin().get(&proxy_path(&f, "race")).unwrap();
+    let proxy: Value = f.tb.admin().get(&ns_path(&f, "NexoProxy", "race")).unwrap();
     let managers: Vec<(String, String)> = proxy["metadata"]["managedFields"]
         .as_array()
         .unwrap()
@@ -283,7 +247,7 @@ fn an_uninstall_does_not_delete_an_object_changed_after_it_was_read() {
     f.tb.install_crds();
     f.create_proxy("gone", f.owned_labels("gone"), 1, PROXY_IMAGE);
     let admin = f.tb.admin();
-    let path = proxy_path(&f, "gone");
+    let path = ns_path(&f, "NexoProxy", "gone");
     // Requests: GET proxy, then DELETE: another environment takes it over
     // in between.
     let (client, _racer) = racing_client(&f, 2, move || {
@@ -310,7 +274,7 @@ fn an_uninstall_does_not_delete_an_object_changed_after_it_was_read() {
     );
     assert!(
         f.tb.admin()
-            .get_opt::<Value>(&proxy_path(&f, "gone"))
+            .get_opt::<Value>(&ns_path(&f, "NexoProxy", "gone"))
             .unwrap()
             .is_some(),
         "not deleted"
@@ -428,7 +392,9 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
         "not executed again",
     );
     // The state Secret deleted under the Manager: created again.
-    f.tb.admin().delete(&state_path(&f), "Background").unwrap();
+    f.tb.admin()
+        .delete(&ns_path(&f, "Secret", "nexo-manager-state"), "Background")
+        .unwrap();
     f.sim.enqueue_command(
         &f.env_id,
         command(
@@ -441,7 +407,7 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
     m.check(ack["result"] == "applied", &format!("{ack}"));
     m.wait_until(WAIT, "the state secret again", || {
         f.tb.admin()
-            .get_opt::<Value>(&state_path(&f))
+            .get_opt::<Value>(&ns_path(&f, "Secret", "nexo-manager-state"))
             .unwrap()
             .is_some()
     });

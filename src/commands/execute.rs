@@ -137,7 +137,8 @@ fn summary(resources: &[AckResource]) -> String {
 /// failed (an object appeared, changed or was replaced since it was read):
 /// the checks are made again on what the cluster holds now.
 fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Raced>) -> Outcome {
-    for n in 1..=CONFLICT_RETRIES {
+    let mut n = 1;
+    loop {
         match attempt() {
             Ok(outcome) => return outcome,
             Err(Raced(outcome)) if n < CONFLICT_RETRIES => {
@@ -145,6 +146,7 @@ fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Rac
                     "{what}: the cluster changed between read and write ({}); reading again",
                     outcome.message
                 );
+                n += 1;
             }
             Err(Raced(outcome)) => {
                 return Outcome::failed(
@@ -157,7 +159,6 @@ fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Rac
             }
         }
     }
-    Outcome::failed(format!("{what}: no attempt made"), vec![])
 }
 
 /// A write whose precondition failed: the outcome it would report.

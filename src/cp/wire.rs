@@ -220,13 +220,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Commands<'a> {
 
 fn lenient_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let raw = <&RawValue>::deserialize(d)?;
-    let text = raw.get();
-    Ok(if text.bytes().all(|b| b.is_ascii_digit()) {
-        // An integer too large for u64 is still an integer: the longest.
-        Some(text.parse().unwrap_or(u64::MAX))
-    } else {
-        None
-    })
+    Ok(crate::backoff::whole_number(raw.get()))
 }
 
 /// One resource in an ack.

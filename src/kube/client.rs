@@ -98,6 +98,11 @@ pub fn retry_delay(
     }
 }
 
+/// `value` as a JSON request body; `what` names it in the error.
+pub fn to_json(what: &'static str, value: &impl serde::Serialize) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(value).map_err(|source| Error::Decode { what, source })
+}
+
 /// Content type of a strategic merge patch (built-in kinds only).
 pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 
@@ -390,10 +395,7 @@ impl Client {
 
     /// POST a new object to a collection path.
     pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
-            what: "request body",
-            source,
-        })?;
+        let bytes = to_json("request body", object)?;
         self.request(
             Method::POST,
             collection,
@@ -406,10 +408,7 @@ impl Client {
 
     /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
     pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
-            what: "request body",
-            source,
-        })?;
+        let bytes = to_json("request body", object)?;
         self.request(
             Method::PUT,
             path,
@@ -436,10 +435,7 @@ impl Client {
         if dry_run {
             query = query.param("dryRun", "All");
         }
-        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
-            what: "request body",
-            source,
-        })?;
+        let bytes = to_json("request body", object)?;
         self.request(
             Method::PATCH,
             &format!("{path}{}", query.finish()),
@@ -465,10 +461,7 @@ impl Client {
         object: &Value,
         apply_fields: Option<&Value>,
     ) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(object).map_err(|source| Error::Decode {
-            what: "object",
-            source,
-        })?;
+        let bytes = to_json("object", object)?;
         let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
         let created = self.request(
             Method::POST,
@@ -504,10 +497,7 @@ impl Client {
         content_type: &'static str,
         patch: &Value,
     ) -> Result<Value, Error> {
-        let bytes = serde_json::to_vec(patch).map_err(|source| Error::Decode {
-            what: "request body",
-            source,
-        })?;
+        let bytes = to_json("request body", patch)?;
         let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
         self.request(
             Method::PATCH,
@@ -537,10 +527,7 @@ impl Client {
         if let Some((uid, version)) = preconditions {
             body["preconditions"] = serde_json::json!({"uid": uid, "resourceVersion": version});
         }
-        let bytes = serde_json::to_vec(&body).map_err(|source| Error::Decode {
-            what: "delete options",
-            source,
-        })?;
+        let bytes = to_json("delete options", &body)?;
         self.request(
             Method::DELETE,
             path,
@@ -797,7 +784,8 @@ mod tests {
     }
 
     /// Serves one canned HTTP answer on loopback; returns its base URL.
-    fn one_answer(answer: Vec<u8>) -> String {
+    /// A client of a server that gives one connection `answer`.
+    fn one_answer(answer: Vec<u8>) -> Client {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         std::thread::spawn(move || {
@@ -807,7 +795,13 @@ mod tests {
             let _ = conn.read(&mut head);
             let _ = conn.write_all(&answer);
         });
-        url
+        Client::new(KubeConfig {
+            server: url,
+            ca_pem: None,
+            auth: Auth::None,
+            namespace: None,
+        })
+        .unwrap()
     }
 
     #[test]
@@ -817,13 +811,7 @@ mod tests {
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
             page.len()
         );
-        let client = Client::new(KubeConfig {
-            server: one_answer(answer.into_bytes()),
-            ca_pem: None,
-            auth: Auth::None,
-            namespace: None,
-        })
-        .unwrap();
+        let client = one_answer(answer.into_bytes());
         let err = client
             .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
             .unwrap_err();
@@ -844,13 +832,7 @@ mod tests {
         .into_bytes();
         answer.resize(answer.len() + n - 3, b'x');
         answer.extend_from_slice(b"\"]");
-        let client = Client::new(KubeConfig {
-            server: one_answer(answer),
-            ca_pem: None,
-            auth: Auth::None,
-            namespace: None,
-        })
-        .unwrap();
+        let client = one_answer(answer);
         let err = client
             .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
             .unwrap_err();

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod commands;
 pub mod fixture;
 pub mod manager;
 pub mod proxy;
