@@ -8,10 +8,19 @@
 #                                 when PID is given, everything is stopped and DIR removed
 #                                 as soon as that process is gone. --node: inside a network
 #                                 namespace of its own, with a node (see below)
-#   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR
+#   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR; refuses a
+#                                 DIR that `start` did not create (no DIR/.nexo-testbed)
+#                                 and does nothing when DIR does not exist
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
 #   testbed.sh bin [--node]       print the folder holding the cached (node) binaries
+#   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
+#                                 the test beds listed in RECORD; exit 1 if there are any
+#
+# When NEXO_TESTBED_RECORD names a file, `start` appends a line to it for the
+# test bed it starts (`NETNS DIR`, NETNS `-` without --node) before starting
+# anything: tests/run.sh records that way every test bed of its run, its
+# tests' included, and checks with `leftovers` that nothing of them is left.
 #
 # The node (--node): kubelet, kube-scheduler and kube-proxy of the same
 # release, Debian's containerd, runc and CNI plugins (bridge, host-local).
@@ -31,7 +40,9 @@
 #
 # After `start`, DIR holds: admin.kubeconfig, ca.crt, admin.crt/admin.key,
 # env (APISERVER_URL, ETCD_PORT, ... and the process ids; NETNS, NODE_NAME,
-# NODE_IP with --node), logs/*.log.
+# NODE_IP with --node), logs/*.log, and .nexo-testbed, the marker that
+# `stop` looks for before it deletes DIR (who started it, when, which pid
+# it watches).
 set -euo pipefail
 
 K8S_VERSION=v1.37.2
@@ -47,6 +58,8 @@ POD_SUBNET=10.88.0.0/24
 SERVICE_RANGE=10.96.0.0/16
 KUBERNETES_SERVICE_IP=10.96.0.1
 PAUSE_IMAGE=nexo.test/pause:testbed
+# Written by `start` into the DIR it created; `stop` removes no DIR without it.
+MARKER=.nexo-testbed
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The command prefix of every process of the test bed: empty, or
 # `ip netns exec NS` in node mode.
@@ -63,6 +76,36 @@ need() {
 
 # ---------------------------------------------------------------- build --
 
+# Prints one field (Dir, GoMod) of `go mod download -json MODULE@VERSION`,
+# run in MODDIR. That command reports a failure only inside its JSON, on
+# stdout (.Error; nothing on stderr): the JSON is shown and the script
+# stops, rather than a filter dropping the error and `set -e` ending the
+# script without a word.
+go_download() { # moddir module@version field
+  local json value
+  json=$(cd "$1" && GOFLAGS=-mod=mod go mod download -json "$2") || {
+    printf '%s\n' "$json" >&2
+    die "cannot download $2 through the Go module proxy"
+  }
+  value=$(printf '%s\n' "$json" | sed -n "s/^[[:space:]]*\"$3\": \"\(.*\)\",\{0,1\}\$/\1/p")
+  [ -n "$value" ] || { printf '%s\n' "$json" >&2; die "go mod download -json $2 gave no $3"; }
+  printf '%s\n' "$value"
+}
+
+# Resolves the build module's requirements. No -e: with it, tidy reports a
+# package it cannot resolve and still exits 0, and as its output goes to
+# tidy.log, shown only on failure, the error went unseen (surfacing later,
+# if at all, as a go build error further from its cause). Neither module
+# needs it: for the pinned versions, tidy without -e exits 0 and writes the
+# same go.mod and go.sum as with it.
+tidy_module() { # moddir what
+  log "resolving $2 dependencies"
+  (cd "$1" && go mod tidy >/dev/null 2>"$1/tidy.log") || {
+    cat "$1/tidy.log" >&2
+    die "go mod tidy failed: cannot resolve $2's dependencies (log: $1/tidy.log)"
+  }
+}
+
 # The build module: k8s.io/kubernetes at K8S_VERSION, every staging module
 # that its go.mod requires at v0.0.0 replaced by its published release.
 # Args: module dir, then the commands (k8s.io/kubernetes/cmd/...) to build
@@ -72,8 +115,7 @@ build_k8s_commands() { # moddir outdir cmd...
   shift 2
   mkdir -p "$mod"
   local upstream_mod
-  upstream_mod=$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  upstream_mod=$(go_download "$mod" "k8s.io/kubernetes@$K8S_VERSION" GoMod)
   [ -f "$upstream_mod" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
   local staging
   staging=$(sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$upstream_mod" | sort -u)
@@ -98,8 +140,7 @@ build_k8s_commands() { # moddir outdir cmd...
     for c in "$@"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
     echo ")"
   } >"$mod/tools.go"
-  log "resolving k8s.io/kubernetes $K8S_VERSION dependencies"
-  (cd "$mod" && go mod tidy -e >/dev/null 2>"$mod/tidy.log") || { cat "$mod/tidy.log" >&2; die "go mod tidy failed"; }
+  tidy_module "$mod" "k8s.io/kubernetes $K8S_VERSION"
   local v=$K8S_VERSION minor
   minor=${v#v1.}; minor=${minor%%.*}
   # The version ldflags, so every binary reports K8S_VERSION (a node
@@ -137,8 +178,7 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-  log "resolving etcd $ETCD_VERSION dependencies"
-  (cd "$mod" && go mod tidy -e >/dev/null 2>"$mod/tidy.log") || { cat "$mod/tidy.log" >&2; die "go mod tidy failed"; }
+  tidy_module "$mod" "etcd $ETCD_VERSION"
   log "building etcd $ETCD_VERSION"
   (cd "$mod" && go build -trimpath -tags tools -ldflags "-s -w" -o "$BIN_DIR.tmp/etcd" go.etcd.io/etcd/server/v3)
 }
@@ -153,8 +193,7 @@ build_node() {
   build_k8s_commands "$CACHE_ROOT/build-k8s-node-$K8S_VERSION" "$NODE_BIN_DIR.tmp" \
     kubelet kube-scheduler kube-proxy
   local src
-  src=$(cd "$CACHE_ROOT/build-k8s-node-$K8S_VERSION" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
-    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  src=$(go_download "$CACHE_ROOT/build-k8s-node-$K8S_VERSION" "k8s.io/kubernetes@$K8S_VERSION" Dir)
   [ -f "$src/build/pause/linux/pause.c" ] || die "no build/pause/linux/pause.c in k8s.io/kubernetes@$K8S_VERSION"
   need musl-gcc
   musl-gcc -static -Os -Wall -Werror -DVERSION="$K8S_VERSION-nexo-testbed" \
@@ -392,6 +431,24 @@ wait_node_ready() { # pid timeout_s
   die "node $NODE_NAME not Ready after $2 s (logs: $DIR/logs)"
 }
 
+# After a failed start, before DIR goes: its logs, copied to DIR.failed-logs.
+# A copy that an earlier failure left there (it holds the marker
+# .nexo-testbed-logs) is replaced; anything else of that name is left
+# alone, and the copy gets a name of its own.
+keep_logs() {
+  local keep=$DIR.failed-logs
+  if [ -e "$keep" ] || [ -L "$keep" ]; then
+    if [ -f "$keep/$MARKER-logs" ] && ! [ -L "$keep" ]; then
+      rm -rf "$keep"
+    else
+      keep=$(mktemp -d "$keep.XXXXXX") && rmdir "$keep"
+    fi
+  fi
+  cp -r "$DIR/logs" "$keep" 2>/dev/null || return 0
+  : >"$keep/$MARKER-logs"
+  log "logs kept in $keep"
+}
+
 cmd_start() {
   local node= watch_pid=
   DIR=
@@ -412,20 +469,34 @@ cmd_start() {
   mkdir -p "$DIR"
   DIR=$(cd "$DIR" && pwd)
   [ -z "$(ls -A "$DIR")" ] || die "$DIR is not empty"
-  mkdir -p "$DIR/logs" "$DIR/etcd-data"
   local started=$SECONDS
   local host=127.0.0.1 netns=
+  # One name per DIR, so that several test beds can run side by side.
+  [ -z "$node" ] || netns=nexo-tb-$(printf '%s' "$DIR" | sha256sum | cut -c1-10)
+  # The marker, first of all: `stop` (the failure trap below included)
+  # deletes only a DIR that holds it, so a mistyped `stop` cannot take
+  # someone's data with it.
+  {
+    echo "# Created by tests/testbed/testbed.sh start; testbed.sh stop removes this directory."
+    echo "dir=$DIR"
+    echo "started_by_pid=$$"
+    echo "uid=$(id -u)"
+    echo "watch_pid=$watch_pid"
+    echo "netns=$netns"
+    echo "started_at=$(date -u +%FT%TZ)"
+  } >"$DIR/$MARKER"
+  # Recorded before anything starts, so that nothing of it escapes the check.
+  [ -z "${NEXO_TESTBED_RECORD:-}" ] || printf '%s %s\n' "${netns:--}" "$DIR" >>"$NEXO_TESTBED_RECORD"
+  mkdir -p "$DIR/logs" "$DIR/etcd-data"
   : >"$DIR/pids"
   if [ -n "$node" ]; then
-    # One name per DIR, so that several test beds can run side by side.
-    netns=nexo-tb-$(printf '%s' "$DIR" | sha256sum | cut -c1-10)
     ip netns add "$netns" || die "cannot create the network namespace $netns"
     echo "$netns" >"$DIR/netns"
     IN=(ip netns exec "$netns")
     host=$NODE_IP
   fi
   # From here on, a failure stops what was started and keeps the logs.
-  trap 'rm -rf "$DIR.failed-logs"; cp -r "$DIR/logs" "$DIR.failed-logs" 2>/dev/null && log "logs kept in $DIR.failed-logs"; cmd_stop "$DIR" >/dev/null 2>&1 || true' EXIT
+  trap 'keep_logs || true; cmd_stop "$DIR" >/dev/null 2>&1 || true' EXIT
   [ -z "$node" ] || make_netns
   gen_certs "$DIR"
   local etcd_port etcd_peer api_port kcm_port sched_port
@@ -552,7 +623,16 @@ ENV
 
 cmd_stop() {
   local dir=${1:?usage: testbed.sh stop DIR}
+  # Nothing there: nothing to do (tests/run.sh's trap may stop twice).
   [ -d "$dir" ] || return 0
+  # Only a directory that `start` created, nothing killed or deleted otherwise.
+  if ! [ -f "$dir/$MARKER" ] || [ -L "$dir/$MARKER" ]; then
+    if [ -f "$dir/pids" ] || [ -f "$dir/env" ]; then
+      log "$dir looks like a test bed that an older testbed.sh started, without the marker:"
+      log "stop the processes listed in $dir/pids and remove $dir by hand"
+    fi
+    die "refusing to stop $dir: it has no $MARKER, so testbed.sh start did not create it (nothing stopped, nothing deleted)"
+  fi
   # The node's containers, while containerd still answers: their cgroups
   # (containerd's /k8s.io/<id>) are removed once everything has stopped.
   local containers=
@@ -596,7 +676,15 @@ cmd_stop() {
   for m in $(awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
-  rm -rf "$dir"
+  # The marker goes last: a removal cut short (a mount still busy) leaves a
+  # DIR that the next `stop` still recognises and can finish. A concurrent
+  # stop (the reaper's) is harmless: rm -f takes what is already gone.
+  local entry
+  for entry in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
+    [ "$entry" = "$dir/$MARKER" ] || rm -rf -- "$entry"
+  done
+  rm -f -- "$dir/$MARKER"
+  rmdir -- "$dir" 2>/dev/null || [ ! -e "$dir" ] || die "cannot remove $dir"
 }
 
 # ---------------------------------------------------------------- token --
@@ -624,6 +712,74 @@ cmd_import() {
   done < <(printf '%s\n' "$out" | grep '^unpacking ')
 }
 
+# ------------------------------------------------------------ leftovers --
+
+# The processes whose command line names one of the DIRs (DIR itself or a
+# path under it), as `PID COMMAND LINE`. Every process of a test bed does:
+# etcd (--data-dir DIR/etcd-data), the API server (its certificates), the
+# controller manager and the scheduler (--kubeconfig DIR/admin.kubeconfig),
+# the node's unshare and node.sh (DIR), containerd, the kubelet and
+# kube-proxy (--config DIR/...), the reaper (start DIR PID); and no process
+# of a test bed in another DIR does, however it was started.
+processes_of() { # dir...
+  [ $# -gt 0 ] || return 0
+  local p args arg d line
+  for p in /proc/[0-9]*; do
+    # Gone since the glob, a kernel thread (empty), or not ours to read.
+    mapfile -d '' -t args 2>/dev/null <"$p/cmdline" || continue
+    for arg in ${args[@]+"${args[@]}"}; do
+      for d in "$@"; do
+        case $arg in
+          "$d" | "$d"/* | *="$d" | *="$d"/*)
+            line="${args[*]}"
+            echo "${p#/proc/} ${line:0:240}"
+            continue 3 ;;
+        esac
+      done
+    done
+  done
+}
+
+# Those of the network namespaces NAME... that exist.
+netns_left() { # name...
+  [ $# -gt 0 ] || return 0
+  local have n
+  have=$(ip netns list 2>/dev/null | awk '{print $1}' || true)
+  for n in "$@"; do
+    if printf '%s\n' "$have" | grep -qxF -- "$n"; then echo "$n"; fi
+  done
+}
+
+# What is left of the test beds listed in RECORD (see NEXO_TESTBED_RECORD):
+# processes and network namespaces of those test beds only, not of one that
+# someone started by hand, or that another run started, in another DIR.
+cmd_leftovers() {
+  local record=${1:?usage: testbed.sh leftovers RECORD}
+  [ -f "$record" ] || die "no record $record"
+  local dirs=() names=() ns d
+  while read -r ns d; do
+    [ -n "$d" ] || continue
+    dirs+=("$d")
+    [ "$ns" = - ] || names+=("$ns")
+  done <"$record"
+  # A test bed's reaper notices its stop within a second and then ends: a
+  # short grace, so that what is reported is what stays.
+  local procs netns line deadline=$((SECONDS + 10))
+  while :; do
+    procs=$(processes_of ${dirs[@]+"${dirs[@]}"})
+    netns=$(netns_left ${names[@]+"${names[@]}"})
+    if [ -z "$procs$netns" ] || [ $SECONDS -ge $deadline ]; then break; fi
+    sleep 0.5
+  done
+  if [ -n "$procs" ]; then
+    log "processes of the test beds in $record still running:"
+    while IFS= read -r line; do echo "  $line"; done <<<"$procs" >&2
+  fi
+  [ -z "$netns" ] || log "network namespaces of the test beds in $record left: ${netns//$'\n'/ }"
+  [ -z "$procs$netns" ] || exit 1
+  log "no process or network namespace left of the ${#dirs[@]} test bed(s) in $record"
+}
+
 case "${1:-}" in
   build) shift; cmd_build "$@" ;;
   start) shift; cmd_start "$@" ;;
@@ -631,5 +787,7 @@ case "${1:-}" in
   token) shift; cmd_token "$@" ;;
   import) shift; cmd_import "$@" ;;
   bin) if [ "${2:-}" = --node ]; then echo "$NODE_BIN_DIR"; else echo "$BIN_DIR"; fi ;;
-  *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  leftovers) shift; cmd_leftovers "$@" ;;
+  # The usage: the comment at the top of this file.
+  *) sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
