@@ -22,7 +22,7 @@ pub fn ack(entry: &LedgerEntry, manager_id: &str, attempt: u32) -> Ack {
     Ack {
         manager_id: manager_id.to_owned(),
         command_id: entry.command_id.clone(),
-        result: entry.result.clone(),
+        result: entry.result,
         message: if entry.more_resources.is_empty() {
             entry.message.clone()
         } else {

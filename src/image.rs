@@ -32,15 +32,58 @@ pub fn valid_digest(digest: &str) -> bool {
     })
 }
 
+/// What is wrong with an image reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageProblem {
+    /// The digest is not `sha256:<64 lowercase hex>`.
+    Digest,
+    /// The tag is not `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+    Tag,
+    /// Not `repo[:tag][@sha256:digest]` at all.
+    Reference,
+}
+
+/// An image reference that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageError {
+    /// The reference (cut to 200 characters).
+    pub input: String,
+    /// What is wrong with it.
+    pub problem: ImageProblem,
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let input = &self.input;
+        match self.problem {
+            ImageProblem::Digest => {
+                write!(f, "{input:?}: the digest is not sha256:<64 lowercase hex>")
+            }
+            ImageProblem::Tag => write!(
+                f,
+                "{input:?}: the tag is not [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}"
+            ),
+            ImageProblem::Reference => write!(
+                f,
+                "{input:?} is not an image reference repo[:tag][@sha256:digest]"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ImageError {}
+
 impl ImageRef {
     /// Parses and validates a reference.
-    pub fn parse(s: &str) -> Result<ImageRef, String> {
+    pub fn parse(s: &str) -> Result<ImageRef, ImageError> {
+        let invalid = |problem| ImageError {
+            input: crate::commands::clip(s, 200),
+            problem,
+        };
         let (name, digest) = match s.split_once('@') {
             Some((n, d)) => {
                 if !valid_digest(d) {
-                    return Err(format!(
-                        "{s:?}: the digest is not sha256:<64 lowercase hex>"
-                    ));
+                    return Err(invalid(ImageProblem::Digest));
                 }
                 (n, Some(d.to_owned()))
             }
@@ -57,15 +100,11 @@ impl ImageRef {
         };
         if let Some(t) = &tag {
             if !valid_tag(t) {
-                return Err(format!(
-                    "{s:?}: the tag is not [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}"
-                ));
+                return Err(invalid(ImageProblem::Tag));
             }
         }
         if !valid_repository(repository) {
-            return Err(format!(
-                "{s:?} is not an image reference repo[:tag][@sha256:digest]"
-            ));
+            return Err(invalid(ImageProblem::Reference));
         }
         Ok(ImageRef {
             repository: repository.to_owned(),
@@ -188,6 +227,10 @@ mod tests {
         ] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?}");
         }
+        let problem = |s: &str| ImageRef::parse(s).map_err(|e| e.problem).err();
+        assert_eq!(problem("proxy@md5:00"), Some(ImageProblem::Digest));
+        assert_eq!(problem("proxy:-x"), Some(ImageProblem::Tag));
+        assert_eq!(problem("a//b"), Some(ImageProblem::Reference));
         assert!(valid_tag("_a.b-c") && !valid_tag(&"a".repeat(129)) && valid_tag(&"a".repeat(128)));
         assert!(valid_digest(D) && !valid_digest(&D.to_uppercase()));
     }

@@ -22,11 +22,6 @@ use crate::ownership::{self, Ownership};
 /// Items per page of every list.
 pub const PAGE: u32 = 500;
 
-/// `topology.kubernetes.io/region`.
-pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
-/// `topology.kubernetes.io/zone`.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
 /// The collected inventory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inventory {
@@ -144,9 +139,7 @@ pub struct PodSpecItem {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ContainerItem {
-    /// `name`.
     pub name: String,
-    /// `image`.
     pub image: Option<String>,
 }
 
@@ -170,10 +163,10 @@ pub struct NodeMetaItem {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct TopologyLabels {
-    /// [`REGION_LABEL`].
+    /// `topology.kubernetes.io/region`.
     #[serde(rename = "topology.kubernetes.io/region")]
     pub region: Option<String>,
-    /// [`ZONE_LABEL`].
+    /// `topology.kubernetes.io/zone`.
     #[serde(rename = "topology.kubernetes.io/zone")]
     pub zone: Option<String>,
 }
@@ -271,9 +264,7 @@ impl Shared {
 /// Region and zone across nodes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Topology {
-    /// Region.
     pub region: Shared,
-    /// Zone.
     pub zone: Shared,
 }
 
@@ -453,10 +444,10 @@ mod tests {
         let node = |r: Option<&str>, z: Option<&str>| {
             let mut labels = serde_json::Map::new();
             if let Some(r) = r {
-                labels.insert(REGION_LABEL.into(), r.into());
+                labels.insert("topology.kubernetes.io/region".into(), r.into());
             }
             if let Some(z) = z {
-                labels.insert(ZONE_LABEL.into(), z.into());
+                labels.insert("topology.kubernetes.io/zone".into(), z.into());
             }
             serde_json::from_value::<NodeItem>(json!({"metadata": {"labels": labels}})).unwrap()
         };

@@ -140,27 +140,8 @@ impl Elector {
 
     /// Takes or renews the lease. `Ok(false)`: another holder has it.
     pub fn try_lead(&mut self, client: &Client, duration: Duration) -> Result<bool, kube::Error> {
-        // Within the renew deadline nobody else can have taken the lease
-        // (it has not expired), so the renewal is one PUT on the version
-        // written last; a 409 (someone wrote since) falls back to reading.
-        if let Some(mut lease) = self.written.take().filter(|_| self.leading()) {
-            let sent = Instant::now();
-            lease["spec"]["renewTime"] =
-                json!(humantime::format_rfc3339_micros(SystemTime::now()).to_string());
-            lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
-            match client.replace(&self.path, &lease) {
-                Ok(written) => {
-                    self.renewed(written, duration, sent);
-                    return Ok(true);
-                }
-                Err(e) if e.status() == Some(409) => {
-                    log::debug!(
-                        "the lease {} changed since it was renewed; reading it",
-                        self.name
-                    )
-                }
-                Err(e) => return Err(e),
-            }
+        if self.renew(client, duration)? {
+            return Ok(true);
         }
         let existing = client.get_opt::<Value>(&self.path)?;
         let record = existing.as_ref().map(Record::from_object);
@@ -170,7 +151,6 @@ impl Elector {
             _ => seen,
         };
         self.observed = record.clone().map(|r| (r, observed_at));
-        let now = SystemTime::now();
         match decide(record.as_ref(), &self.identity, observed_at, seen) {
             Decision::Follow { holder } => {
                 if self.following.as_deref() != Some(holder.as_str()) {
@@ -180,51 +160,90 @@ impl Elector {
                 self.renewed_at = None;
                 Ok(false)
             }
-            Decision::Lead { takeover } => {
-                let stamp = humantime::format_rfc3339_micros(now).to_string();
-                let transitions = record.as_ref().map_or(0, |r| r.transitions)
-                    + i64::from(takeover && record.is_some());
-                let mut lease = json!({
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration.as_secs(),
-                             "renewTime": stamp, "leaseTransitions": transitions},
-                });
-                let acquired = existing
-                    .as_ref()
-                    .and_then(|l| l["spec"]["acquireTime"].as_str())
-                    .filter(|_| !takeover);
-                lease["spec"]["acquireTime"] = json!(acquired.map(str::to_owned).unwrap_or(stamp));
-                let sent = Instant::now();
-                let written = match &existing {
-                    None => client.create(&self.collection, &lease),
-                    Some(old) => {
-                        lease["metadata"]["resourceVersion"] =
-                            old["metadata"]["resourceVersion"].clone();
-                        client.replace(&self.path, &lease)
-                    }
-                };
-                match written {
-                    Ok(written) => {
-                        if takeover || self.following.is_some() || self.renewed_at.is_none() {
-                            log::info!(
-                                "leading: holding the lease {} as {}",
-                                self.name,
-                                self.identity
-                            );
-                        }
-                        self.following = None;
-                        self.renewed(written, duration, sent);
-                        Ok(true)
-                    }
-                    // Another candidate wrote first.
-                    Err(e) if matches!(e.status(), Some(409)) => {
-                        self.renewed_at = None;
-                        Ok(false)
-                    }
-                    Err(e) => Err(e),
-                }
+            Decision::Lead { takeover } => self.take(client, existing, takeover, duration),
+        }
+    }
+
+    /// Within the renew deadline nobody else can have taken the lease (it
+    /// has not expired), so the renewal is one PUT on the version written
+    /// last. `Ok(false)`: not leading, or a 409 (someone wrote since): the
+    /// lease must be read.
+    fn renew(&mut self, client: &Client, duration: Duration) -> Result<bool, kube::Error> {
+        let Some(mut lease) = self.written.take().filter(|_| self.leading()) else {
+            return Ok(false);
+        };
+        let sent = Instant::now();
+        lease["spec"]["renewTime"] =
+            json!(humantime::format_rfc3339_micros(SystemTime::now()).to_string());
+        lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
+        match client.replace(&self.path, &lease) {
+            Ok(written) => {
+                self.renewed(written, duration, sent);
+                Ok(true)
             }
+            Err(e) if e.status() == Some(409) => {
+                log::debug!(
+                    "the lease {} changed since it was renewed; reading it",
+                    self.name
+                );
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the lease as this Manager's (created when absent, replaced
+    /// at the version read otherwise). `Ok(false)`: another candidate
+    /// wrote first.
+    fn take(
+        &mut self,
+        client: &Client,
+        existing: Option<Value>,
+        takeover: bool,
+        duration: Duration,
+    ) -> Result<bool, kube::Error> {
+        let stamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
+        let record = existing.as_ref().map(Record::from_object);
+        let transitions =
+            record.as_ref().map_or(0, |r| r.transitions) + i64::from(takeover && record.is_some());
+        let mut lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": self.name},
+            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration.as_secs(),
+                     "renewTime": stamp, "leaseTransitions": transitions},
+        });
+        let acquired = existing
+            .as_ref()
+            .and_then(|l| l["spec"]["acquireTime"].as_str())
+            .filter(|_| !takeover);
+        lease["spec"]["acquireTime"] = json!(acquired.map(str::to_owned).unwrap_or(stamp));
+        let sent = Instant::now();
+        let written = match &existing {
+            None => client.create(&self.collection, &lease),
+            Some(old) => {
+                lease["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                client.replace(&self.path, &lease)
+            }
+        };
+        match written {
+            Ok(written) => {
+                if takeover || self.following.is_some() || self.renewed_at.is_none() {
+                    log::info!(
+                        "leading: holding the lease {} as {}",
+                        self.name,
+                        self.identity
+                    );
+                }
+                self.following = None;
+                self.renewed(written, duration, sent);
+                Ok(true)
+            }
+            // Another candidate wrote first.
+            Err(e) if e.status() == Some(409) => {
+                self.renewed_at = None;
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -12,7 +12,6 @@
 //! One synchronous thread, no async runtime. See `ARCHITECTURE.md`.
 
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
 // No panic is reachable from input (protocol.md, "Hostile and buggy
 // values"): outside tests, no unwrap, expect, panic or unreachable at all.
 // tests/source_rules.rs checks the same without clippy.
@@ -26,26 +25,27 @@
     )
 )]
 
-pub mod acks;
+pub(crate) mod acks;
 pub mod agent;
 pub mod backoff;
 pub mod commands;
 pub mod config;
 pub mod cp;
+pub(crate) mod fatal;
 pub mod image;
-pub mod inventory;
+pub(crate) mod inventory;
 pub mod kube;
 pub mod lease;
 pub mod logging;
 pub mod metrics;
-pub mod ownership;
-pub mod probe;
-pub mod resolve;
-pub mod secret;
-pub mod self_rollout;
+pub(crate) mod ownership;
+pub(crate) mod probe;
+pub(crate) mod resolve;
+pub(crate) mod secret;
+pub(crate) mod self_rollout;
 pub mod state;
-pub mod tls;
-pub mod token;
+pub(crate) mod tls;
+pub(crate) mod token;
 pub mod wait;
 
 /// The Manager's version (the crate version).

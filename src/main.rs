@@ -84,6 +84,8 @@ fn main() -> ExitCode {
 
 /// Parses the configuration, starts the agent and runs it until a signal
 /// or a fatal error.
+// A fatal error is returned once, at exit: its size costs nothing.
+#[allow(clippy::result_large_err)]
 fn run() -> Result<(), Fatal> {
     nexo_manager::metrics::started();
     let config = match Config::from_env() {
@@ -92,7 +94,7 @@ fn run() -> Result<(), Fatal> {
             // The logger's format is part of the configuration: install the
             // default one to report this error.
             nexo_manager::logging::init(nexo_manager::config::LogFormat::Text);
-            return Err(Fatal::Config(e.to_string()));
+            return Err(Fatal::Config(e));
         }
     };
     nexo_manager::logging::init(config.log_format);

@@ -197,7 +197,8 @@ pub fn family(out: &mut String, name: &str, kind: &str, help: &str, lines: &[(St
     }
 }
 
-/// Writes the registry's and the process's metrics in the text exposition.
+/// Writes the registry's and the process's metrics in the text exposition:
+/// one block per metric family, long and flat on purpose.
 pub fn render(out: &mut String) {
     let one = |v: String| vec![(String::new(), v)];
     let p = process_stats();

@@ -1,7 +1,6 @@
 //! Ownership: the labels every Manager-written object carries, and how an
 //! existing object is classified before the Manager may touch it.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 /// `app.kubernetes.io/managed-by`.
@@ -35,17 +34,8 @@ pub fn classify(object: &Value, environment_id: &str) -> Ownership {
     classify_by(|k| labels.get(k).and_then(Value::as_str), environment_id)
 }
 
-/// Classifies a typed object from its metadata.
-pub fn classify_meta(meta: &ObjectMeta, environment_id: &str) -> Ownership {
-    let labels = meta.labels.as_ref();
-    classify_by(
-        |k| labels.and_then(|l| l.get(k)).map(String::as_str),
-        environment_id,
-    )
-}
-
 /// Classifies from a label lookup (`label(key)` gives the value of that
-/// label): the one rule behind [`classify`], [`classify_meta`] and the
+/// label): the one rule behind [`classify`] and the
 /// inventory's projections.
 pub fn classify_by<'a>(label: impl Fn(&str) -> Option<&'a str>, environment_id: &str) -> Ownership {
     match (label(MANAGED_BY), label(OWNER_ID)) {
@@ -109,19 +99,6 @@ mod tests {
         );
         assert_eq!(
             classify(&json!({"metadata": {"name": "x"}}), env),
-            Ownership::Unrelated
-        );
-        let labels = [
-            (MANAGED_BY.to_owned(), MANAGER.to_owned()),
-            (OWNER_ID.to_owned(), "env-a".to_owned()),
-        ];
-        let meta = ObjectMeta {
-            labels: Some(labels.into()),
-            ..ObjectMeta::default()
-        };
-        assert_eq!(classify_meta(&meta, env), Ownership::Owned);
-        assert_eq!(
-            classify_meta(&ObjectMeta::default(), env),
             Ownership::Unrelated
         );
         assert_eq!(

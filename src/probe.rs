@@ -19,6 +19,8 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::cp::wire::AckResult;
+
 /// The time all probe connections of one wake-up may take together.
 pub const SERVE_BUDGET: Duration = Duration::from_millis(250);
 /// Largest request head read.
@@ -78,8 +80,8 @@ pub struct Status {
 
 impl Status {
     /// Counts one finished command.
-    pub fn command(&mut self, class: &str, result: &str) {
-        let key = (class.to_owned(), result.to_owned());
+    pub fn command(&mut self, class: &str, result: AckResult) {
+        let key = (class.to_owned(), result.as_str().to_owned());
         match self.commands.iter_mut().find(|(k, _)| *k == key) {
             Some((_, n)) => *n += 1,
             None => self.commands.push((key, 1)),
@@ -129,7 +131,8 @@ impl Status {
         }
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition: one block per metric family, in
+    /// the order `/metrics` lists them; long, flat on purpose.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
@@ -353,182 +356,5 @@ fn answer(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SEC: Duration = Duration::from_secs(1);
-
-    fn status(role: Role) -> Status {
-        Status {
-            role,
-            interval: 15 * SEC,
-            check_time: 30 * SEC,
-            ..Status::default()
-        }
-    }
-
-    #[test]
-    fn routes() {
-        let now = Instant::now();
-        let mut m = status(Role::Leader);
-        assert_eq!(route("/healthz", &m, now).0, 200);
-        assert_eq!(route("/readyz", &m, now).0, 503);
-        m.bound = true;
-        m.heartbeat(true, now);
-        assert_eq!(route("/readyz", &m, now).0, 200);
-        assert_eq!(route("/nope", &m, now).0, 404);
-    }
-
-    #[test]
-    fn a_starting_pod_is_not_ready() {
-        let m = status(Role::Starting);
-        let (code, _, body) = route("/readyz", &m, Instant::now());
-        assert_eq!(code, 503);
-        assert!(body.contains("starting"), "{body}");
-    }
-
-    #[test]
-    fn a_leader_stays_ready_through_failures_shorter_than_three_intervals() {
-        let t0 = Instant::now();
-        let mut m = status(Role::Leader);
-        m.bound = true;
-        assert_eq!(
-            m.readiness(t0),
-            Err("leader: no heartbeat has succeeded yet")
-        );
-        m.heartbeat(true, t0);
-        assert_eq!(m.readiness(t0), Ok(()));
-        m.heartbeat(false, t0 + SEC);
-        m.heartbeat(false, t0 + 20 * SEC);
-        assert_eq!(
-            m.heartbeat_failing_since,
-            Some(t0 + SEC),
-            "the first failure counts"
-        );
-        assert_eq!(m.readiness(t0 + 45 * SEC), Ok(()));
-        assert_eq!(
-            m.readiness(t0 + 46 * SEC),
-            Err("leader: heartbeats have been failing for 3 intervals")
-        );
-        m.heartbeat(true, t0 + 50 * SEC);
-        assert_eq!(m.readiness(t0 + 50 * SEC), Ok(()));
-        m.bound = false;
-        assert!(m.readiness(t0 + 50 * SEC).is_err());
-    }
-
-    #[test]
-    fn a_standby_is_ready_while_its_checks_are_fresh() {
-        let t0 = Instant::now();
-        let mut m = status(Role::Standby);
-        assert!(m.readiness(t0).unwrap_err().contains("not succeeded yet"));
-        m.standby_ok_at = Some(t0);
-        assert_eq!(m.readiness(t0 + 45 * SEC), Ok(()));
-        assert!(
-            m.readiness(t0 + 46 * SEC)
-                .unwrap_err()
-                .contains("within the last interval")
-        );
-        // Not bound, no heartbeat: a standby does not need either.
-        assert!(!m.bound && m.heartbeats_ok == 0);
-    }
-
-    #[test]
-    fn metrics_text() {
-        let mut m = Status {
-            heartbeats_ok: 3,
-            managed_proxies: 2,
-            ..Status::default()
-        };
-        m.command("deploy", "applied");
-        m.command("deploy", "applied");
-        m.command("rollout", "failed");
-        let text = m.render();
-        assert!(
-            text.contains("nexo_manager_heartbeats_total{outcome=\"ok\"} 3\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("nexo_manager_commands_total{class=\"deploy\",result=\"applied\"} 2\n")
-        );
-        assert!(
-            text.contains("nexo_manager_commands_total{class=\"rollout\",result=\"failed\"} 1\n")
-        );
-        assert!(text.contains("nexo_manager_managed_proxies 2\n"));
-        assert!(text.contains("# TYPE nexo_manager_pending_acks gauge\n"));
-    }
-
-    fn read_reply(mut stream: TcpStream) -> String {
-        stream.set_read_timeout(Some(2 * SEC)).unwrap();
-        let mut reply = String::new();
-        stream.read_to_string(&mut reply).unwrap();
-        reply
-    }
-
-    /// Serves wake-ups until `stream` has its answer (at most 20), checking
-    /// that no wake-up takes longer than the budget (plus scheduling slack).
-    fn serve_until_answered(probe: &Probe, ok: TcpStream) -> (String, usize) {
-        ok.set_nonblocking(true).unwrap();
-        for wake in 1..=20 {
-            let start = Instant::now();
-            probe.serve(&Status::default(), Instant::now());
-            let took = start.elapsed();
-            assert!(
-                took < SERVE_BUDGET + Duration::from_millis(100),
-                "wake-up {wake} took {took:?}"
-            );
-            let mut peek = [0u8; 1];
-            if ok.peek(&mut peek).is_ok_and(|n| n > 0) {
-                ok.set_nonblocking(false).unwrap();
-                return (read_reply(ok), wake);
-            }
-        }
-        panic!("the probe request was not answered in 20 wake-ups");
-    }
-
-    #[test]
-    fn silent_clients_cost_at_most_the_budget_per_wake_up_in_total() {
-        let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = probe.local_addr().unwrap();
-        let _silent: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        let mut ok = TcpStream::connect(addr).unwrap();
-        ok.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        let (reply, _) = serve_until_answered(&probe, ok);
-        assert!(
-            reply.starts_with("HTTP/1.1 200 OK") && reply.ends_with("ok\n"),
-            "{reply}"
-        );
-    }
-
-    #[test]
-    fn a_client_dribbling_bytes_gets_no_more_than_the_budget() {
-        let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = probe.local_addr().unwrap();
-        let mut dribbler = TcpStream::connect(addr).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let feeder = std::thread::spawn(move || {
-            // One byte every 20 ms, never a whole request head.
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                if dribbler.write_all(b"G").is_err() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        std::thread::sleep(Duration::from_millis(30));
-        let start = Instant::now();
-        probe.serve(&Status::default(), Instant::now());
-        let took = start.elapsed();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        feeder.join().unwrap();
-        assert!(
-            took < SERVE_BUDGET + Duration::from_millis(100),
-            "took {took:?}"
-        );
-        assert!(
-            took >= SERVE_BUDGET - Duration::from_millis(50),
-            "the dribbler was given its budget: {took:?}"
-        );
-    }
-}
+#[path = "probe_tests.rs"]
+mod tests;

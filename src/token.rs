@@ -2,7 +2,9 @@
 //! it is sent anywhere. Errors name the problem, never the secret.
 
 use std::fmt;
+use std::path::PathBuf;
 
+use crate::config::TokenSource;
 use crate::secret::Secret;
 
 /// A connect token whose format was checked.
@@ -95,6 +97,82 @@ impl ConnectToken {
     /// The whole token, for the `Authorization` header.
     pub fn secret(&self) -> &Secret {
         &self.whole
+    }
+}
+
+/// A connect token that could not be had from its source.
+#[derive(Debug)]
+pub enum TokenReadError {
+    /// The token file cannot be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The token (from `variable`, in `path` when a file) is malformed or
+    /// for another environment.
+    Invalid {
+        /// `NEXO_CONNECT_TOKEN` or `NEXO_CONNECT_TOKEN_FILE`.
+        variable: &'static str,
+        /// The file, when read from one.
+        path: Option<PathBuf>,
+        /// What is wrong with it.
+        source: TokenError,
+    },
+}
+
+impl fmt::Display for TokenReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenReadError::Read { path, source } => write!(
+                f,
+                "NEXO_CONNECT_TOKEN_FILE: cannot read {}: {source}",
+                path.display()
+            ),
+            TokenReadError::Invalid {
+                variable,
+                path: Some(path),
+                source,
+            } => write!(f, "{variable} ({}): {source}", path.display()),
+            TokenReadError::Invalid {
+                variable, source, ..
+            } => write!(f, "{variable}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for TokenReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TokenReadError::Read { source, .. } => Some(source),
+            TokenReadError::Invalid { source, .. } => Some(source),
+        }
+    }
+}
+
+/// Reads the connect token from its source and validates it (against
+/// `expected`, `NEXO_ENVIRONMENT_ID`, when set).
+pub fn read(source: &TokenSource, expected: Option<&str>) -> Result<ConnectToken, TokenReadError> {
+    match source {
+        TokenSource::Value(v) => {
+            ConnectToken::parse(v.expose(), expected).map_err(|source| TokenReadError::Invalid {
+                variable: "NEXO_CONNECT_TOKEN",
+                path: None,
+                source,
+            })
+        }
+        TokenSource::File(path) => {
+            let raw = std::fs::read_to_string(path).map_err(|source| TokenReadError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            ConnectToken::parse(&raw, expected).map_err(|source| TokenReadError::Invalid {
+                variable: "NEXO_CONNECT_TOKEN_FILE",
+                path: Some(path.clone()),
+                source,
+            })
+        }
     }
 }
 

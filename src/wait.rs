@@ -73,11 +73,6 @@ impl Waiter {
         })
     }
 
-    /// The probe listener's address, when there is one.
-    pub fn probe_addr(&self) -> Option<std::net::SocketAddr> {
-        self.probe.as_ref().and_then(|p| p.local_addr().ok())
-    }
-
     /// Whether a stop was requested, without blocking.
     pub fn stop_requested(&self) -> bool {
         self.drain();

@@ -8,9 +8,10 @@ use std::time::Duration;
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
 use nexo_manager::kube::Client;
 use serde_json::{Value, json};
+use support::PROBES_ON_ANY_PORT;
 use support::commands::{ack_of, command, configmap, ns_path, proxy, secret, wait_ack};
 use support::fixture::Fixture;
-use support::manager::Manager;
+use support::manager::{Manager, STOP_WAIT};
 
 const WAIT: Duration = Duration::from_secs(60);
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -72,11 +73,25 @@ fn ack_line(ack: &Value) -> (&str, Vec<(String, String)>) {
     (ack["result"].as_str().unwrap_or_default(), actions(ack))
 }
 
+/// A fixture with the CRDs, and its Manager with probes on (on a port of
+/// its own: a test may read its /metrics).
 fn start(prefix: &str) -> (Fixture, Manager) {
     let f = Fixture::new(prefix);
     f.tb.install_crds();
-    let m = f.spawn(&f.env());
+    let mut env = f.env();
+    env.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
+    let m = f.spawn(&env);
     (f, m)
+}
+
+/// The ack requests posted for `id`, in the order they were sent.
+fn ack_posts(f: &Fixture, id: &str) -> Vec<nexo_cpsim::LoggedRequest> {
+    let path = format!("/commands/{id}/ack");
+    f.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(&path))
+        .collect()
 }
 
 #[test]
@@ -526,9 +541,10 @@ fn a_bad_input_corpus_in_one_batch_with_one_good_command() {
             &format!("{id}: {msg}"),
         );
     }
+    let skipped = m.metric("nexo_manager_commands_refused_total{reason=\"no_id\"}");
     m.check(
-        m.stderr().contains("skipping a command without a valid id"),
-        "the id-less command is skipped",
+        skipped == Some(1.0),
+        &format!("the id-less command is skipped: {skipped:?}"),
     );
     let alive = m.running();
     m.check(alive, "the process stays up");
@@ -639,7 +655,7 @@ fn a_crash_between_execute_and_ack_neither_reexecutes_nor_loses_the_ack() {
             .any(|r| r.path.ends_with("/commands/crash-1/ack"))
     });
     m.signal("KILL");
-    m.wait_exit(Duration::from_secs(5));
+    m.wait_exit(STOP_WAIT);
     f.sim.clear_faults();
     let rv = get(&c, &ns_path(&f, "NexoProxy", "orders")).expect("executed before the crash")["metadata"]["resourceVersion"].clone();
     assert!(ack_of(&f, "crash-1").is_none());
@@ -653,9 +669,13 @@ fn a_crash_between_execute_and_ack_neither_reexecutes_nor_loses_the_ack() {
         actions(&ack).iter().all(|(_, a)| a == "created"),
         "the recorded result, not a new run: {ack}"
     );
-    let log = m2.log_reader();
+    // The first Manager's attempts were reset (status 0); an answered one
+    // is the second Manager acknowledging the re-sent command (200, or 409
+    // when its pendingAcks got there first).
     m2.wait_until(WAIT, "the re-sent command handled", || {
-        log().contains("already finished")
+        ack_posts(&f, "crash-1")
+            .iter()
+            .any(|r| r.done && r.status != 0)
     });
     assert_eq!(
         get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"],
@@ -676,29 +696,18 @@ fn the_same_command_id_twice_is_executed_once() {
     let rv = get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"]
         .clone();
     f.sim.enqueue_command(&f.env_id, cmd);
-    let log = m.log_reader();
-    m.wait_until(WAIT, "two re-acknowledgements", || {
-        log().matches("command dup-1 already finished").count() >= 2
+    m.wait_until(WAIT, "two re-acknowledgements, answered", || {
+        let posts = ack_posts(&f, "dup-1");
+        posts.len() >= 3 && posts.iter().all(|r| r.done)
     });
-    let ack_posts: Vec<u16> = f
-        .sim
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/commands/dup-1/ack"))
-        .map(|r| r.status)
-        .collect();
+    let posts = ack_posts(&f, "dup-1");
+    let statuses: Vec<u16> = posts.iter().map(|r| r.status).collect();
     assert_eq!(
-        ack_posts,
+        statuses,
         [200, 409, 409],
         "acknowledged each time, the CP saw it once"
     );
-    let bodies: Vec<Value> = f
-        .sim
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/commands/dup-1/ack"))
-        .map(|r| r.json.clone().unwrap())
-        .collect();
+    let bodies: Vec<Value> = posts.iter().map(|r| r.json.clone().unwrap()).collect();
     assert!(
         bodies
             .iter()
@@ -720,16 +729,18 @@ fn sigterm_during_a_command_finishes_records_and_acks_it() {
     ));
     f.sim
         .enqueue_command(&f.env_id, crd_deploy(&f, "term-1", "orders"));
-    let log = m.log_reader();
-    m.wait_until(WAIT, "the command executed", || {
-        log().contains("command term-1: applied")
+    // The NexoProxy is applied first: the signal comes while the command's
+    // ConfigMap, Secret, record and ack (delayed 2 s) are still to do.
+    let c = f.tb.admin();
+    m.wait_until(WAIT, "the command's NexoProxy in the cluster", || {
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).is_some()
     });
     m.signal("TERM");
-    let status = m.wait_exit(Duration::from_secs(20));
+    let status = m.wait_exit(STOP_WAIT);
     m.check(status.code() == Some(0), "exit 0 after finishing");
     m.check(
-        ack_of(&f, "term-1").is_some_and(|a| a["result"] == "applied"),
-        "the command was acknowledged",
+        ack_of(&f, "term-1").is_some_and(|a| a["result"] == "applied" && actions(&a).len() == 3),
+        "the whole command was applied and acknowledged",
     );
     let secret: Value =
         f.tb.admin()
@@ -768,13 +779,16 @@ fn deep_nesting_and_lone_surrogates_cannot_poison_the_batch() {
     m.wait_until(WAIT, "the good command applied", || {
         get(&c, &ns_path(&f, "NexoProxy", "orders")).is_some()
     });
-    m.wait_until(WAIT, "three ack attempts", || {
+    let raw_acks = || -> Vec<(String, u16)> {
         f.sim
             .requests()
-            .iter()
-            .filter(|r| r.path.contains("/commands/raw-"))
-            .count()
-            >= 3
+            .into_iter()
+            .filter(|r| r.path.contains("/commands/raw-") && r.done)
+            .map(|r| (r.path, r.status))
+            .collect()
+    };
+    m.wait_until(WAIT, "three ack attempts, answered", || {
+        raw_acks().len() >= 3
     });
     let ack = |id: &str| {
         f.sim
@@ -797,10 +811,21 @@ fn deep_nesting_and_lone_surrogates_cannot_poison_the_batch() {
             .starts_with("invalid payload:")
     );
     assert_eq!(ack("raw-good")["result"], "applied");
-    // The CP never delivered these through its queue: its 404 counts as delivered.
+    // The CP never delivered these through its queue: its 404 counts as
+    // delivered, so none is tried again nor carried in a heartbeat.
+    let seen = f.sim.heartbeat_count();
+    m.wait_until(WAIT, "two more heartbeats", || {
+        f.sim.heartbeat_count() >= seen + 2
+    });
+    let posts = raw_acks();
     m.check(
-        m.stderr().contains("does not know it (404)"),
-        "404 is logged at warning level",
+        posts.len() == 3 && posts.iter().all(|(_, status)| *status == 404),
+        &format!("one ack each, answered 404: {posts:?}"),
+    );
+    let last = f.sim.last_heartbeat().unwrap();
+    m.check(
+        last["pendingAcks"] == json!([]),
+        &format!("no pending ack: {}", last["pendingAcks"]),
     );
     let alive = m.running();
     m.check(alive, "the process stays up");

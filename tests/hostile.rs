@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
 use nexo_manager::commands::execute::{self, Context};
 use nexo_manager::commands::{self, Command};
+use nexo_manager::cp::wire::{AckResult, ResourceAction};
 use nexo_manager::image::ImageRef;
 use nexo_manager::kube::Client;
 use nexo_manager::state::{self, LedgerEntry, State, Store};
@@ -19,9 +20,16 @@ use nexo_manager::wait::{Pause, Wake};
 use serde_json::{Value, json};
 use support::commands::{command, configmap, ns_path, proxy, wait_ack};
 use support::fixture::{Fixture, PROXY_IMAGE};
-use support::{free_addr, http_get};
+use support::manager::Manager;
+use support::{PROBES_ON_ANY_PORT, http_get};
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// Starts the Manager with `env` and probes on (on a port of its own).
+fn spawn_with_probes(f: &Fixture, mut env: std::collections::BTreeMap<String, String>) -> Manager {
+    env.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
+    f.spawn(&env)
+}
 
 fn deploy(f: &Fixture, id: &str, name: &str, manifests: Vec<Value>) -> Value {
     command(
@@ -117,6 +125,8 @@ fn beta_cannot_relabel_or_garbage_collect_alphas_objects() {
         ack["result"] == "applied" && ack["resources"][0]["action"] == "absent",
         &format!("{ack}"),
     );
+    // Nothing to wait for: the point is that nothing happens. Two seconds
+    // give the garbage collector time to act, were alpha's ConfigMap beta's.
     std::thread::sleep(Duration::from_secs(2));
     m.check(
         c.get_opt::<Value>(&ns_path(&f, "ConfigMap", "alpha-config"))
@@ -209,7 +219,8 @@ fn a_deploy_does_not_write_over_an_object_that_appears_after_it_was_read() {
     let outcome = run(&f, &client, &cmd);
     assert!(racer.seen.get() >= 3, "the race ran");
     assert!(
-        !outcome.applied && outcome.message.contains("not managed by nexo-manager"),
+        outcome.result == AckResult::Failed
+            && outcome.message.contains("not managed by nexo-manager"),
         "{outcome:?}"
     );
     let theirs: Value =
@@ -269,7 +280,8 @@ fn an_uninstall_does_not_delete_an_object_changed_after_it_was_read() {
     );
     let outcome = run(&f, &client, &cmd);
     assert!(
-        !outcome.applied && outcome.message.contains("belongs to environment env-other"),
+        outcome.result == AckResult::Failed
+            && outcome.message.contains("belongs to environment env-other"),
         "{outcome:?}"
     );
     assert!(
@@ -285,7 +297,7 @@ fn an_uninstall_does_not_delete_an_object_changed_after_it_was_read() {
 fn seeded_entry(id: &str, n: usize) -> LedgerEntry {
     LedgerEntry {
         command_id: id.into(),
-        result: "failed".into(),
+        result: AckResult::Failed,
         message: "m".repeat(5000),
         resources: (0..n)
             .map(|i| nexo_manager::cp::wire::AckResource {
@@ -293,7 +305,7 @@ fn seeded_entry(id: &str, n: usize) -> LedgerEntry {
                 kind: "NexoProxy".into(),
                 namespace: "shop".into(),
                 name: format!("seeded-proxy-{i:04}"),
-                action: "absent".into(),
+                action: ResourceAction::Absent,
             })
             .collect(),
         completed_at: "2026-12-03T00:00:00Z".into(),
@@ -317,7 +329,7 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
     Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .update(&f.tb.admin(), &State::default(), |s| *s = seeded.clone())
         .unwrap();
-    let mut m = f.spawn(&f.env());
+    let mut m = spawn_with_probes(&f, f.env());
     // Rollouts of 100 absent targets: 100 resources and a long message each.
     let targets: Vec<Value> = (0..100)
         .map(|i| json!({"name": format!("missing-{i:03}"), "namespace": f.ns.name}))
@@ -352,7 +364,7 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
     m.check(
         entry.resources.len() == state::RESOURCES_MAX
             && entry.message.len() <= state::MESSAGE_MAX
-            && entry.more_resources.get("absent") == Some(&36),
+            && entry.more_resources.get(&ResourceAction::Absent) == Some(&36),
         &format!(
             "the entry is cut: {} resources, {:?}",
             entry.resources.len(),
@@ -378,6 +390,8 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
     );
     m.wait_until(WAIT, "the ack of roll-7 again", || ack_posts(&f).len() >= 2);
     let again = ack_posts(&f).pop().unwrap();
+    // Only the recorded entry, cut to its budget, says this: a new run's
+    // first ack would list all 100 resources. So: not executed again.
     m.check(
         again["message"]
             .as_str()
@@ -386,10 +400,6 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
             "the recorded result, with the counts of what is not listed: {}",
             again["message"]
         ),
-    );
-    m.check(
-        m.stderr().contains("command roll-7 already finished"),
-        "not executed again",
     );
     // The state Secret deleted under the Manager: created again.
     f.tb.admin()
@@ -416,10 +426,10 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
         state.find("after-delete").is_some() && state.find("roll-7").is_some(),
         "the state in memory is written again, with the new entry",
     );
+    let failures = m.metric("nexo_manager_state_write_failures_total");
     m.check(
-        m.stderr().contains("was deleted; creating it again")
-            && !m.stderr().contains("cannot record the result"),
-        "the deletion is logged once and nothing is lost",
+        failures == Some(0.0),
+        &format!("no state write failed on the way: {failures:?}"),
     );
 }
 
@@ -443,6 +453,7 @@ fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
             .unwrap();
         let mut m = f.spawn(&f.env());
         let status = m.wait_exit(WAIT);
+        // The exit message is the contract here: what the operator reads.
         m.check(
             status.code() == Some(2)
                 && m.stderr().contains("is not this Manager's")
@@ -455,7 +466,7 @@ fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
 #[test]
 fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
     let f = Fixture::new("hostile-state-write");
-    let mut m = f.spawn(&f.env());
+    let mut m = spawn_with_probes(&f, f.env());
     m.wait_until(WAIT, "a heartbeat", || f.sim.heartbeat_count() >= 1);
     // An admission policy that refuses every write of this state Secret.
     let policy = format!("nexo-deny-state-{}", f.ns.name);
@@ -540,9 +551,11 @@ fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
         reported(&f),
         "the next heartbeat reports the unrecorded result",
     );
+    // Counted once a write has failed its second try, 1 s after the first.
+    let failures = m.metric("nexo_manager_state_write_failures_total");
     m.check(
-        m.stderr().contains("trying again in 1s"),
-        "the write was retried before the ack",
+        failures >= Some(1.0),
+        &format!("the write was tried again, and failed again: {failures:?}"),
     );
     // Once a write succeeds again, the report is gone.
     f.sim.enqueue_command(
@@ -571,9 +584,7 @@ fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
 #[test]
 fn an_answer_of_1234_commands_takes_the_first_1000_and_skips_the_rest() {
     let f = Fixture::new("hostile-many");
-    let addr = free_addr();
     let mut env = f.env();
-    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
     env.insert("RUST_LOG".into(), "info".into());
     let commands: Vec<Value> = (0..1234)
         .map(|i| command(&format!("many-{i}"), "teleport", json!({})))
@@ -585,7 +596,7 @@ fn an_answer_of_1234_commands_takes_the_first_1000_and_skips_the_rest() {
             body: json!({"commands": commands}).to_string(),
         },
     ));
-    let mut m = f.spawn(&env);
+    let mut m = spawn_with_probes(&f, env);
     // The simulator never issued these commands: it answers their acks 404
     // (forgotten), which the Manager counts as delivered.
     let ack_ids = |f: &Fixture| -> std::collections::BTreeSet<String> {
@@ -606,11 +617,7 @@ fn an_answer_of_1234_commands_takes_the_first_1000_and_skips_the_rest() {
         ids.len() == 1000 && ids.contains("many-999") && !ids.contains("many-1000"),
         &format!("{} acks, the first 1000 commands", ids.len()),
     );
-    m.check(
-        m.stderr().contains("skipping 234 unacknowledged"),
-        "the skipped commands are logged",
-    );
-    let (_, metrics) = http_get(&addr, "/metrics");
+    let metrics = m.metrics();
     for line in [
         "nexo_manager_commands_skipped_total 234\n",
         "nexo_manager_commands_refused_total{reason=\"unsupported_class\"} 1000\n",
@@ -658,6 +665,8 @@ fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
         ack["message"] == format!("unsupported class: {forged}"),
         "the ack carries the value as it was",
     );
+    // The log is the subject here: what a value can do to its lines, and
+    // what never gets into it.
     let log = m.stderr();
     m.check(
         !log.lines()
@@ -666,7 +675,8 @@ fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
     );
     m.check(log.contains("evil\\n2026-01-01"), "it is escaped");
     m.check(!log.contains("s3cr3t-value"), "no command text in the logs");
-    // JSON lines: the command's id and deployment as fields, milliseconds.
+    // JSON lines, the log format being the subject: the command's id and
+    // deployment as fields, milliseconds.
     m.signal("TERM");
     m.wait_exit(WAIT);
     let f = Fixture::new("hostile-json");
@@ -679,6 +689,9 @@ fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
     );
     let mut m = f.spawn(&env);
     wait_ack(&f, &mut m, "json-1");
+    // Stopped first, so that no line is read half-written.
+    m.signal("TERM");
+    m.wait_exit(WAIT);
     let lines: Vec<Value> = m
         .stderr()
         .lines()
@@ -747,7 +760,8 @@ fn lease_expiry_is_judged_by_the_local_clock_not_the_holders() {
     let f = Fixture::new("hostile-lease");
     let hour = Duration::from_secs(3600);
     // A holder whose clock is an hour behind, renewing every 500 ms: its
-    // renewTime always looks an hour stale, yet it is alive.
+    // renewTime always looks an hour stale, yet it is alive. The 12 s are
+    // the subject (more than twice the 5 s lease): nothing may happen.
     let start = Instant::now();
     write_lease(
         &f,
@@ -777,13 +791,13 @@ fn lease_expiry_is_judged_by_the_local_clock_not_the_holders() {
         &rfc3339(std::time::SystemTime::now() + hour),
     );
     let stopped = Instant::now();
-    m.wait_until(Duration::from_secs(30), "taking over", || {
-        f.sim.heartbeat_count() >= 1
-    });
+    // Judged by its renewTime the lease would be fresh for an hour: taking
+    // over at all within the wait shows the local clock judged it.
+    m.wait_until(WAIT, "taking over", || f.sim.heartbeat_count() >= 1);
     let took = stopped.elapsed();
     m.check(
-        took >= Duration::from_secs(5) && took < Duration::from_secs(15),
-        &format!("taken over {took:?} after the last change (duration 5 s, interval 1 s)"),
+        took >= Duration::from_secs(5),
+        &format!("taken over {took:?} after the last change, before the 5 s lease ran out"),
     );
 }
 
@@ -805,7 +819,7 @@ fn dot_ids_are_skipped_and_a_command_built_to_expand_is_refused() {
                    "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e"}, "data": {"k": tiny}}]}),
         ),
     );
-    let mut m = f.spawn(&f.env());
+    let mut m = spawn_with_probes(&f, f.env());
     let ack = wait_ack(&f, &mut m, "expand-1");
     m.check(
         ack["result"] == "failed"
@@ -822,33 +836,29 @@ fn dot_ids_are_skipped_and_a_command_built_to_expand_is_refused() {
         .map(|r| r.path.clone())
         .collect();
     m.check(odd.is_empty(), &format!("no ack for a bad id: {odd:?}"));
+    let skipped = m.metric("nexo_manager_commands_refused_total{reason=\"no_id\"}");
     m.check(
-        m.stderr()
-            .matches("skipping a command without a valid id")
-            .count()
-            >= 4,
-        "each bad id logged and skipped (the simulator sends them again)",
+        skipped >= Some(4.0),
+        &format!("each bad id skipped: {skipped:?}"),
     );
 }
 
 #[test]
 fn clients_dribbling_into_the_probe_port_do_not_slow_the_heartbeat() {
     let f = Fixture::new("hostile-dribble");
-    let addr = free_addr();
-    let mut env = f.env();
-    env.insert("NEXO_LISTEN_ADDR".into(), addr.clone());
-    let mut m = f.spawn(&env);
+    let mut m = spawn_with_probes(&f, f.env());
+    let addr = m.probe_addr();
     m.wait_until(WAIT, "a heartbeat", || f.sim.heartbeat_count() >= 1);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let dribblers: Vec<_> = (0..8)
         .map(|_| {
-            let (addr, stop) = (addr.clone(), stop.clone());
+            let stop = stop.clone();
             std::thread::spawn(move || {
                 use std::io::Write;
                 // One byte every 100 ms, reconnecting whenever the Manager
                 // closes the connection.
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+                    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
                         continue;
                     };
                     for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" {
@@ -864,17 +874,20 @@ fn clients_dribbling_into_the_probe_port_do_not_slow_the_heartbeat() {
         })
         .collect();
     let before = f.sim.heartbeat_count();
+    // The window is the subject: heartbeats counted while the dribblers run.
     std::thread::sleep(Duration::from_secs(10));
     let during = f.sim.heartbeat_count() - before;
-    let (status, _) = http_get(&addr, "/healthz");
+    let (status, _) = http_get(addr, "/healthz");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for d in dribblers {
         let _ = d.join();
     }
-    // A 1 s interval: about 10 heartbeats; each wake-up may spend 250 ms on
-    // the dribblers, so no fewer than 7.
+    // A 1 s interval: about 10 heartbeats, each wake-up spending at most
+    // 250 ms on the dribblers (the probe budget). A loop held by a dribbler
+    // until it gives up (3.4 s a client) would send one or two: 5 tells the
+    // two apart and leaves a loaded machine room.
     m.check(
-        during >= 7,
+        during >= 5,
         &format!("{during} heartbeats in 10 s with 8 clients dribbling"),
     );
     m.check(status == 200, &format!("/healthz answered {status}"));

@@ -24,12 +24,12 @@ fn one_thread_and_one_poll_per_heartbeat_interval() {
     let mut env = f.env();
     env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "2s".into());
     env.insert("RUST_LOG".into(), "info".into());
-    // Probes on, and never called: they must not wake the Manager.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    env.insert("NEXO_LISTEN_ADDR".into(), addr.to_string());
+    // Probes on (on a port of the Manager's choosing), and never called:
+    // they must not wake the Manager.
+    env.insert(
+        "NEXO_LISTEN_ADDR".into(),
+        support::PROBES_ON_ANY_PORT.to_owned(),
+    );
     let mut cmd = Command::new("strace");
     cmd.args([
         "-f",

@@ -252,7 +252,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
         &format!("the shipped RBAC reads the whole inventory: {hb}"),
     );
     m.signal("TERM");
-    let status = m.wait_exit(Duration::from_secs(10));
+    let status = m.wait_exit(support::manager::STOP_WAIT);
     m.check(status.success(), "exit 0");
 }
 

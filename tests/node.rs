@@ -875,6 +875,8 @@ fn self_upgrade(bed: &Bed) {
     });
     let new_uid = uid(&new);
     heartbeats_from(bed, &new_uid, 2);
+    // A bound with a reason: the README's failover bound, "up to 3
+    // intervals" (the lease's duration), holds for a rolling update too.
     let gap = longest_gap(bed, since);
     assert!(
         gap <= INTERVAL * 3,
@@ -912,11 +914,12 @@ fn crashing_upgrade(bed: &Bed) {
     );
     let before = bed.heartbeat_times().len();
     let since = SystemTime::now();
-    std::thread::sleep(INTERVAL * 4);
-    assert!(
-        bed.heartbeat_times().len() >= before + 2,
-        "the old pod keeps heartbeating"
+    wait_for(
+        Duration::from_secs(60),
+        "the old pod heartbeating on",
+        || (bed.heartbeat_times().len() >= before + 3).then_some(()),
     );
+    // The README's failover bound, 3 intervals: no gap that long.
     assert!(longest_gap(bed, since) <= INTERVAL * 3);
     assert_eq!(
         bed.lease_holder().as_deref(),
@@ -986,6 +989,9 @@ fn failover(bed: &Bed) {
         bed.lease_holder().filter(|h| *h != leader)
     });
     let first_beat = heartbeats_from(bed, &new_leader, 1);
+    // Bounds with a reason: the README says failover "takes up to 3
+    // intervals" (the lease's duration); a deleted pod's clean stop releases
+    // the lease, so this one is well within.
     let handover = first_beat.duration_since(since).unwrap_or_default();
     assert!(
         handover <= INTERVAL * 3,
@@ -1197,6 +1203,7 @@ fn token_rotation(bed: &Bed) {
         let now = std::fs::read_to_string(&token_path).ok()?;
         (now != first).then_some(())
     });
+    // Waiting for the clock itself: past the first token's expiry.
     while unix_now() < exp + 5 {
         std::thread::sleep(Duration::from_secs(5));
     }

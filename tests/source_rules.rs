@@ -22,7 +22,8 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The lines of `text` before its test module (by convention at the end of
 /// a file, after `#[cfg(test)]`); none for a file that is a test module.
 fn production_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
-    if path.file_name().is_some_and(|n| n == "tests.rs") {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if name == "tests.rs" || name.ends_with("_tests.rs") {
         return Vec::new();
     }
     text.lines()
@@ -74,4 +75,5 @@ fn the_rule_sees_what_it_forbids() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].1.contains(".unwrap()"));
     assert!(production_lines(Path::new("src/commands/tests.rs"), text).is_empty());
+    assert!(production_lines(Path::new("src/state_tests.rs"), text).is_empty());
 }

@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use nexo_manager::kube::ApplyParams;
 use nexo_manager::kube::client::Method;
 use serde_json::{Value, json};
 use support::{testbed, wait_for};
@@ -96,7 +97,9 @@ fn configmaps_create_get_list_paged_apply_delete() {
     // Server-side apply as nexo-manager: creates, then is a no-op when repeated.
     let path = format!("{collection}/applied");
     let desired = configmap("applied", json!({"k": "v"}));
-    let applied = client.apply(&path, &desired, false, false).expect("apply");
+    let applied = client
+        .apply(&path, &desired, ApplyParams::WRITE)
+        .expect("apply");
     let rv = applied["metadata"]["resourceVersion"].clone();
     let managers = applied["metadata"]["managedFields"].as_array().unwrap();
     assert!(
@@ -105,7 +108,7 @@ fn configmaps_create_get_list_paged_apply_delete() {
             .any(|m| m["manager"] == "nexo-manager" && m["operation"] == "Apply")
     );
     let repeated = client
-        .apply(&path, &desired, false, false)
+        .apply(&path, &desired, ApplyParams::WRITE)
         .expect("apply again");
     assert_eq!(
         repeated["metadata"]["resourceVersion"], rv,
@@ -116,8 +119,7 @@ fn configmaps_create_get_list_paged_apply_delete() {
         .apply(
             &path,
             &configmap("applied", json!({"k": "dry"})),
-            false,
-            true,
+            ApplyParams::DRY_RUN,
         )
         .unwrap();
     assert_eq!(dry["data"]["k"], "dry");

@@ -1,15 +1,20 @@
 //! The thin executor: reads what the planners need, runs the dry runs, then
-//! the writes. Every decision is the planners'.
+//! the writes, each guarded by where its object was read. Every decision is
+//! the planners' ([`super::plan`]); when a guard fails (the cluster changed
+//! between read and write), the command is read and planned again.
 
 use serde_json::{Value, json};
 
-use super::plan::{self, ObjectRef, Refused, Removal};
-use super::{Action, Command, Deploy, Rollout, Target, Upgrade};
-use crate::cp::wire::AckResource;
+use super::outcome::{StepError, summary};
+use super::plan::{self, Delete, Removal, UpgradePlan, Write};
+use super::{Action, Command, Deploy, Kind, ObjectRef, Rollout, Target, Upgrade};
+use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::ImageRef;
 use crate::kube::client::{MERGE_PATCH, STRATEGIC_MERGE_PATCH};
-use crate::kube::{self, Client};
+use crate::kube::{ApplyParams, Client};
 use crate::ownership;
+
+pub use super::outcome::Outcome;
 
 /// Read-modify-write attempts on 409 Conflict.
 pub const CONFLICT_RETRIES: usize = 3;
@@ -33,109 +38,22 @@ pub struct Context<'a> {
     pub self_deployment: &'a str,
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    /// Applied or failed.
-    pub applied: bool,
-    /// The ack message.
-    pub message: String,
-    /// The ack resources.
-    pub resources: Vec<AckResource>,
-}
-
-impl Outcome {
-    /// A failure.
-    pub fn failed(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
-        Outcome {
-            applied: false,
-            message: message.into(),
-            resources,
-        }
-    }
-
-    fn applied(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
-        Outcome {
-            applied: true,
-            message: message.into(),
-            resources,
-        }
-    }
-}
-
-impl From<Refused> for Outcome {
-    fn from(r: Refused) -> Outcome {
-        Outcome::failed(r.message, r.resources)
-    }
-}
-
-fn api_error(what: &str, r: &ObjectRef, e: &kube::Error) -> String {
-    let detail = match e {
-        kube::Error::Api {
-            status: 409, body, ..
-        } if body.reason.as_deref() == Some("Conflict") => {
-            format!(
-                "conflict with another field manager, not taken over: {}",
-                body.message.as_deref().unwrap_or("")
-            )
-        }
-        other => other.to_string(),
-    };
-    format!("{what} {} {}/{}: {detail}", r.kind, r.namespace, r.name)
-}
-
-/// Whether a server-side-apply conflict is only with this Manager's own
-/// non-apply updates (a rollout's merge patch of `spec.image`), never with
-/// another field manager.
-pub fn only_own_conflicts(e: &kube::Error) -> bool {
-    let kube::Error::Api {
-        status: 409, body, ..
-    } = e
-    else {
-        return false;
-    };
-    if body.reason.as_deref() != Some("Conflict") {
-        return false;
-    }
-    let causes = body.details.as_ref().and_then(|d| d["causes"].as_array());
-    causes.is_some_and(|c| {
-        !c.is_empty()
-            && c.iter().all(|cause| {
-                cause["message"].as_str().is_some_and(|m| {
-                    m.starts_with(&format!(
-                        "conflict with \"{}\"",
-                        crate::kube::client::FIELD_MANAGER
-                    )) && !m.contains("\" with ")
-                })
-            })
-    })
-}
-
 /// Runs a validated command.
 pub fn run(ctx: &Context<'_>, cmd: &Command) -> Outcome {
     match &cmd.action {
-        Action::Deploy(d) => deploy(ctx, d),
+        Action::Deploy(d) => with_fresh_reads("deploy", || deploy(ctx, d)),
         Action::Rollout(r) => rollout(ctx, r),
         Action::Upgrade(u) => upgrade(ctx, u),
-        Action::Uninstall(t) => uninstall(ctx, t),
+        Action::Uninstall(t) => with_fresh_reads("uninstall", || uninstall(ctx, t)),
     }
 }
 
-fn summary(resources: &[AckResource]) -> String {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for r in resources {
-        match counts.iter_mut().find(|(a, _)| *a == r.action) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((&r.action, 1)),
-        }
-    }
-    let parts: Vec<String> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
-    parts.join(", ")
-}
+/// A write whose guard failed: the outcome it would report.
+struct Raced(Outcome);
 
-/// Runs `attempt` again, from its reads, when a write's precondition
-/// failed (an object appeared, changed or was replaced since it was read):
-/// the checks are made again on what the cluster holds now.
+/// Runs `attempt` again, from its reads, when a write's guard failed (an
+/// object appeared, changed or was replaced since it was read): the checks
+/// are made again on what the cluster holds now.
 fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Raced>) -> Outcome {
     let mut n = 1;
     loop {
@@ -161,30 +79,32 @@ fn with_fresh_reads(what: &str, mut attempt: impl FnMut() -> Result<Outcome, Rac
     }
 }
 
-/// A write whose precondition failed: the outcome it would report.
-struct Raced(Outcome);
-
-/// Guards an existing object's write with the uid and resourceVersion it
-/// was read at, so that the write fails if it was replaced or changed
-/// since. In place: a manifest is never copied on its way to the API server.
-fn guard(w: &mut plan::Write) {
-    if let (Some(uid), Some(version)) = (&w.existing_uid, &w.existing_version) {
-        w.object["metadata"]["uid"] = uid.as_str().into();
-        w.object["metadata"]["resourceVersion"] = version.as_str().into();
+/// The outcome of a failed write: raced when its guard failed.
+fn write_failed(
+    e: StepError,
+    resources: Vec<AckResource>,
+    done: usize,
+    count: usize,
+) -> Result<Outcome, Raced> {
+    let raced = matches!(&e, StepError::Api { source, .. } if source.is_precondition_failure());
+    if raced {
+        return Err(Raced(Outcome::failed(e.to_string(), resources)));
     }
+    Ok(Outcome::failed(
+        format!("{e} after {done} of {count} objects were applied"),
+        resources,
+    ))
 }
 
-fn deploy(ctx: &Context<'_>, d: &Deploy) -> Outcome {
-    with_fresh_reads("deploy", || deploy_once(ctx, d))
-}
-
-fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
+fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     let mut existing = Vec::with_capacity(d.manifests.len());
     for m in &d.manifests {
-        let r = ObjectRef::of(m);
-        match ctx.kube.get_opt::<Value>(&r.path()) {
+        match ctx.kube.get_opt::<Value>(&m.reference.path()) {
             Ok(o) => existing.push(o),
-            Err(e) => return Ok(Outcome::failed(api_error("cannot read", &r, &e), vec![])),
+            Err(e) => {
+                let e = StepError::api("cannot read", &m.reference, e);
+                return Ok(Outcome::failed(e.to_string(), vec![]));
+            }
         }
     }
     let mut writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption)
@@ -193,62 +113,78 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
         Err(refused) => return Ok(refused.into()),
     };
     // The uid of an existing NexoProxy lets the dry run carry the owner reference.
-    let mut proxy_uid = existing
+    let proxy_uid = existing
         .iter()
         .flatten()
         .find(|o| o["kind"] == "NexoProxy")
         .and_then(|o| o["metadata"]["uid"].as_str())
         .map(str::to_owned);
     drop(existing);
-    let mut forced = Vec::new();
-    // The managedFields an apply would give each absent object.
-    let mut apply_fields: Vec<Option<Value>> = Vec::with_capacity(writes.len());
+    let mut fields = Vec::with_capacity(writes.len());
     for w in &mut writes {
-        guard(w);
         if w.owned_by_proxy
             && let Some(uid) = &proxy_uid
         {
             w.object["metadata"]["ownerReferences"] =
                 plan::owner_reference(&d.deployment.name, uid);
         }
-        let (w, object) = (&*w, &w.object);
-        let mut dry = ctx.kube.apply(&w.reference.path(), object, w.adopt, true);
-        if let Err(e) = &dry
-            && only_own_conflicts(e)
-        {
-            // A rollout's earlier update of spec.image, by this Manager: the
-            // deploy's desired state wins.
-            forced.push(w.reference.clone());
-            dry = ctx.kube.apply(&w.reference.path(), object, true, true);
-        }
-        match dry {
-            Ok(mut dry) => apply_fields.push(match w.existing_version {
-                None => Some(dry["metadata"]["managedFields"].take()),
-                Some(_) => None,
-            }),
-            Err(e) if e.is_precondition_failure() => {
-                return Err(Raced(Outcome::failed(
-                    api_error("dry run of", &w.reference, &e),
-                    vec![],
-                )));
-            }
-            Err(e) => {
-                return Ok(Outcome::failed(
-                    format!(
-                        "dry run refused, nothing applied: {}",
-                        api_error("", &w.reference, &e).trim_start()
-                    ),
-                    vec![w.reference.ack("refused")],
-                ));
-            }
+        match dry_run(ctx, w) {
+            Ok(f) => fields.push(f),
+            Err(outcome) => return outcome,
         }
     }
-    // Runtime objects dry-run before their NexoProxy existed had no owner
-    // reference then: their apply fields are taken again, with it.
-    let dry_without_owner = proxy_uid.is_none();
-    let mut resources = Vec::with_capacity(writes.len());
+    write_all(ctx, d, writes, fields, proxy_uid)
+}
+
+/// The server-side-apply dry run of one write: the `managedFields` an
+/// apply would give it when it is absent. A conflict with this Manager's
+/// own earlier update (a rollout's image) makes the write a forced one.
+fn dry_run(ctx: &Context<'_>, w: &mut Write) -> Result<Option<Value>, Result<Outcome, Raced>> {
+    let path = w.reference.path();
+    let params = ApplyParams::DRY_RUN.forced(w.force);
+    let mut dry = ctx.kube.apply(&path, &w.object, params);
+    if let Err(e) = &dry
+        && plan::only_own_conflicts(e)
+    {
+        // A rollout's earlier update of spec.image, by this Manager: the
+        // deploy's desired state wins.
+        w.force = true;
+        dry = ctx.kube.apply(&path, &w.object, params.forced(true));
+    }
+    match dry {
+        Ok(mut dry) => Ok(match w.existing {
+            None => Some(dry["metadata"]["managedFields"].take()),
+            Some(_) => None,
+        }),
+        Err(e) if e.is_precondition_failure() => {
+            let e = StepError::api("dry run of", &w.reference, e);
+            Err(Err(Raced(Outcome::failed(e.to_string(), vec![]))))
+        }
+        Err(e) => {
+            let e = StepError::api("", &w.reference, e);
+            Err(Ok(Outcome::failed(
+                format!(
+                    "dry run refused, nothing applied: {}",
+                    e.to_string().trim_start()
+                ),
+                vec![w.reference.ack(ResourceAction::Refused)],
+            )))
+        }
+    }
+}
+
+/// Writes a deploy's planned objects in order, the NexoProxy first.
+fn write_all(
+    ctx: &Context<'_>,
+    d: &Deploy,
+    mut writes: Vec<Write>,
+    mut fields: Vec<Option<Value>>,
+    mut proxy_uid: Option<String>,
+) -> Result<Outcome, Raced> {
+    let proxy_existed = proxy_uid.is_some();
     let count = writes.len();
-    for (w, fields) in writes.iter_mut().zip(apply_fields.iter_mut()) {
+    let mut resources = Vec::with_capacity(writes.len());
+    for (w, fields) in writes.iter_mut().zip(fields.iter_mut()) {
         if w.owned_by_proxy {
             let Some(uid) = &proxy_uid else {
                 return Ok(Outcome::failed(
@@ -259,96 +195,84 @@ fn deploy_once(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             w.object["metadata"]["ownerReferences"] =
                 plan::owner_reference(&d.deployment.name, uid);
         }
-        let (w, object) = (&*w, &w.object);
-        if w.owned_by_proxy && dry_without_owner && w.existing_version.is_none() {
-            match ctx.kube.apply(&w.reference.path(), object, false, true) {
-                Ok(mut dry) => *fields = Some(dry["metadata"]["managedFields"].take()),
-                Err(e) => {
-                    return Ok(Outcome::failed(
-                        format!(
-                            "{} after {} of {count} objects were applied",
-                            api_error("dry run of", &w.reference, &e),
-                            resources.len()
-                        ),
-                        resources,
-                    ));
+        match write_one(ctx, w, fields, proxy_existed) {
+            Ok(written) => {
+                if w.reference.kind == Kind::NexoProxy {
+                    proxy_uid = written["metadata"]["uid"].as_str().map(str::to_owned);
                 }
-            }
-        }
-        let force = w.adopt || forced.contains(&w.reference);
-        // An absent object is created, not applied: if it appeared since it
-        // was read, the create fails instead of writing over it.
-        let written = match &w.existing_version {
-            None => ctx.kube.create_as_applied(
-                &w.reference.collection(),
-                &w.reference.name,
-                object,
-                fields.as_ref(),
-            ),
-            Some(_) => ctx.kube.apply(&w.reference.path(), object, force, false),
-        };
-        match written {
-            Ok(applied) => {
-                if w.reference.kind == "NexoProxy" {
-                    proxy_uid = applied["metadata"]["uid"].as_str().map(str::to_owned);
-                }
-                let version = applied["metadata"]["resourceVersion"].as_str();
-                let action = match (&w.existing_version, w.adopt) {
-                    (None, _) => "created",
-                    (Some(_), true) => "configured",
-                    (Some(v), false) if Some(v.as_str()) == version => "unchanged",
-                    (Some(_), false) => "configured",
-                };
-                resources.push(w.reference.ack(action));
-            }
-            Err(e) if e.is_precondition_failure() => {
-                return Err(Raced(Outcome::failed(
-                    api_error("cannot write", &w.reference, &e),
-                    resources,
-                )));
+                let version = written["metadata"]["resourceVersion"].as_str();
+                resources.push(w.reference.ack(w.action(version)));
             }
             Err(e) => {
                 let done = resources.len();
-                resources.push(w.reference.ack("refused"));
-                return Ok(Outcome::failed(
-                    format!(
-                        "{} after {done} of {} objects were applied",
-                        api_error("cannot apply", &w.reference, &e),
-                        count
-                    ),
-                    resources,
-                ));
+                if !matches!(&e, StepError::Api { source, .. } if source.is_precondition_failure())
+                {
+                    resources.push(w.reference.ack(ResourceAction::Refused));
+                }
+                return write_failed(e, resources, done, count);
             }
         }
     }
-    Ok(Outcome::applied(
-        format!(
-            "applied {} objects ({})",
-            resources.len(),
-            summary(&resources)
+    let message = format!(
+        "applied {} objects ({})",
+        resources.len(),
+        summary(&resources)
+    );
+    Ok(Outcome::applied(message, resources))
+}
+
+/// One write: an absent object is created (failing if it appeared since
+/// it was read) as its apply would have made it; an existing one applied
+/// with its guard.
+fn write_one(
+    ctx: &Context<'_>,
+    w: &Write,
+    fields: &mut Option<Value>,
+    proxy_existed: bool,
+) -> Result<Value, StepError> {
+    let path = w.reference.path();
+    if w.needs_owner_dry_run(proxy_existed) {
+        let mut dry = ctx
+            .kube
+            .apply(&path, &w.object, ApplyParams::DRY_RUN)
+            .map_err(|e| StepError::api("dry run of", &w.reference, e))?;
+        *fields = Some(dry["metadata"]["managedFields"].take());
+    }
+    let written = match &w.existing {
+        None => ctx.kube.create_as_applied(
+            &w.reference.collection(),
+            &w.reference.name,
+            &w.object,
+            fields.as_ref(),
         ),
-        resources,
-    ))
+        Some(_) => ctx
+            .kube
+            .apply(&path, &w.object, ApplyParams::WRITE.forced(w.force)),
+    };
+    written.map_err(|e| {
+        let verb = if e.is_precondition_failure() {
+            "cannot write"
+        } else {
+            "cannot apply"
+        };
+        StepError::api(verb, &w.reference, e)
+    })
 }
 
 fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
     let selector = ownership::owned_selector(ctx.environment_id);
     let mut targets = Vec::new();
     for ns in ctx.namespaces {
+        let collection = ObjectRef::new(Kind::NexoProxy, ns, "").collection();
         ctx.kube
-            .list_each(
-                &format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies"),
-                Some(&selector),
-                500,
-                |o| {
-                    if let Some(name) = o["metadata"]["name"].as_str() {
-                        targets.push(Target {
-                            name: name.to_owned(),
-                            namespace: ns.clone(),
-                        });
-                    }
-                },
-            )
+            .list_each(&collection, Some(&selector), 500, |o| {
+                if let Some(name) = o["metadata"]["name"].as_str() {
+                    targets.push(Target {
+                        name: name.to_owned(),
+                        namespace: ns.clone(),
+                    });
+                }
+            })
             .map_err(|e| format!("cannot list NexoProxies in {ns}: {e}"))?;
     }
     Ok(targets)
@@ -365,13 +289,12 @@ fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
     let mut observed = Vec::with_capacity(targets.len());
     for t in targets {
-        match ctx.kube.get_opt::<Value>(&ObjectRef::proxy(&t).path()) {
+        let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+        match ctx.kube.get_opt::<Value>(&reference.path()) {
             Ok(o) => observed.push((t, o)),
             Err(e) => {
-                return Outcome::failed(
-                    api_error("cannot read", &ObjectRef::proxy(&t), &e),
-                    vec![],
-                );
+                let e = StepError::api("cannot read", &reference, e);
+                return Outcome::failed(e.to_string(), vec![]);
             }
         }
     }
@@ -382,30 +305,33 @@ fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     let mut resources = Vec::new();
     for c in changes {
         if !c.changed {
-            resources.push(c.reference.ack("unchanged"));
+            resources.push(c.reference.ack(ResourceAction::Unchanged));
             continue;
         }
         match set_image(ctx, &c.reference, &c.version, &image) {
-            Ok(()) => resources.push(c.reference.ack("configured")),
-            Err(msg) => {
-                resources.push(c.reference.ack("refused"));
-                return Outcome::failed(msg, resources);
+            Ok(()) => resources.push(c.reference.ack(ResourceAction::Configured)),
+            Err(e) => {
+                resources.push(c.reference.ack(ResourceAction::Refused));
+                return Outcome::failed(e.to_string(), resources);
             }
         }
     }
-    Outcome::applied(
-        format!(
-            "rolled out {image} to {} NexoProxies ({})",
-            resources.len(),
-            summary(&resources)
-        ),
-        resources,
-    )
+    let message = format!(
+        "rolled out {image} to {} NexoProxies ({})",
+        resources.len(),
+        summary(&resources)
+    );
+    Outcome::applied(message, resources)
 }
 
 /// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
 /// re-checks ownership and tries again, a bounded number of times.
-fn set_image(ctx: &Context<'_>, r: &ObjectRef, version: &str, image: &str) -> Result<(), String> {
+fn set_image(
+    ctx: &Context<'_>,
+    r: &ObjectRef,
+    version: &str,
+    image: &str,
+) -> Result<(), StepError> {
     let mut version = version.to_owned();
     for _ in 0..CONFLICT_RETRIES {
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
@@ -415,92 +341,74 @@ fn set_image(ctx: &Context<'_>, r: &ObjectRef, version: &str, image: &str) -> Re
                 let fresh: Value = ctx
                     .kube
                     .get(&r.path())
-                    .map_err(|e| api_error("cannot re-read", r, &e))?;
+                    .map_err(|e| StepError::api("cannot re-read", r, e))?;
                 if let Some(why) = plan::refusal_reason(&fresh, ctx.environment_id, false) {
-                    return Err(format!("{} {}/{} {why}", r.kind, r.namespace, r.name));
+                    return Err(StepError::Refused {
+                        reference: r.clone(),
+                        why,
+                    });
                 }
                 version = fresh["metadata"]["resourceVersion"]
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
             }
-            Err(e) => return Err(api_error("cannot set the image of", r, &e)),
+            Err(e) => return Err(StepError::api("cannot set the image of", r, e)),
         }
     }
-    Err(format!(
-        "{} {}/{} kept changing ({CONFLICT_RETRIES} conflicts)",
-        r.kind, r.namespace, r.name
-    ))
+    Err(StepError::KeptChanging {
+        reference: r.clone(),
+        attempts: CONFLICT_RETRIES,
+    })
 }
 
 fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
-    let r = ObjectRef::new(
-        "apps/v1",
-        "Deployment",
-        ctx.own_namespace,
-        ctx.self_deployment,
-    );
+    let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);
     let deployment: Value = match ctx.kube.get(&r.path()) {
         Ok(d) => d,
         Err(e) => {
-            return Outcome::failed(api_error("cannot read the Manager's own", &r, &e), vec![]);
+            let e = StepError::api("cannot read the Manager's own", &r, e);
+            return Outcome::failed(e.to_string(), vec![]);
         }
     };
-    let (container, current) = match plan::upgrade_container(&deployment) {
-        Ok(c) => c,
-        Err(why) => return Outcome::failed(why, vec![r.ack("refused")]),
-    };
     let image = u.manager_image.to_string();
-    if current.as_deref() == Some(image.as_str()) {
-        return Outcome::applied(
-            format!("the Manager already runs {image}"),
-            vec![r.ack("unchanged")],
-        );
-    }
-    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}});
+    let patch = match plan::upgrade(&deployment, &image) {
+        Ok(UpgradePlan::Patch(patch)) => patch,
+        Ok(UpgradePlan::Unchanged) => {
+            return Outcome::applied(
+                format!("the Manager already runs {image}"),
+                vec![r.ack(ResourceAction::Unchanged)],
+            );
+        }
+        Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
+    };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(_) => Outcome::applied(
             format!(
                 "bundle {}: the Manager's Deployment now runs {image}",
                 u.bundle_version
             ),
-            vec![r.ack("configured")],
+            vec![r.ack(ResourceAction::Configured)],
         ),
-        Err(e) => Outcome::failed(api_error("cannot patch", &r, &e), vec![r.ack("refused")]),
+        Err(e) => Outcome::failed(
+            StepError::api("cannot patch", &r, e).to_string(),
+            vec![r.ack(ResourceAction::Refused)],
+        ),
     }
 }
 
-fn uninstall(ctx: &Context<'_>, t: &Target) -> Outcome {
-    with_fresh_reads("uninstall", || uninstall_once(ctx, t))
-}
-
-/// The uid and resourceVersion an object was read at.
-fn read_at(o: &Value) -> Option<(&str, &str)> {
-    Some((
-        o["metadata"]["uid"].as_str()?,
-        o["metadata"]["resourceVersion"].as_str()?,
-    ))
-}
-
-fn uninstall_once(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
-    let proxy_ref = ObjectRef::proxy(t);
-    let deployment_ref = ObjectRef::new("apps/v1", "Deployment", &t.namespace, &t.name);
+/// Reads what an uninstall of `t` may delete: its NexoProxy, else its
+/// legacy Deployment and the objects labelled with its name.
+fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
     let read = |r: &ObjectRef| {
         ctx.kube
             .get_opt::<Value>(&r.path())
-            .map_err(|e| api_error("cannot read", r, &e))
+            .map_err(|e| Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![]))
     };
-    let proxy = match read(&proxy_ref) {
-        Ok(p) => p,
-        Err(m) => return Ok(Outcome::failed(m, vec![])),
-    };
-    let deployment = if proxy.is_some() {
-        None
-    } else {
-        match read(&deployment_ref) {
-            Ok(d) => d,
-            Err(m) => return Ok(Outcome::failed(m, vec![])),
-        }
+    let proxy = read(&ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name))?;
+    let deployment = match proxy {
+        Some(_) => None,
+        None => read(&ObjectRef::new(Kind::Deployment, &t.namespace, &t.name))?,
     };
     let mut labelled = Vec::new();
     if deployment.is_some() {
@@ -510,127 +418,68 @@ fn uninstall_once(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
             ownership::DEPLOYMENT,
             t.name
         );
-        for kind in ["Service", "ConfigMap", "Secret"] {
-            let r = ObjectRef::new("v1", kind, &t.namespace, "");
-            let listed = ctx
-                .kube
-                .list_each(&r.collection(), Some(&selector), 500, |o| {
-                    let name = o["metadata"]["name"].as_str().unwrap_or_default();
-                    labelled.push((ObjectRef::new("v1", kind, &t.namespace, name), o));
-                });
+        for kind in [Kind::Service, Kind::ConfigMap, Kind::Secret] {
+            let collection = ObjectRef::new(kind, &t.namespace, "").collection();
+            let listed = ctx.kube.list_each(&collection, Some(&selector), 500, |o| {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                labelled.push((ObjectRef::new(kind, &t.namespace, name), o));
+            });
             if let Err(e) = listed {
-                return Ok(Outcome::failed(
-                    format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name),
-                    vec![],
-                ));
+                let message = format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name);
+                return Err(Outcome::failed(message, vec![]));
             }
         }
     }
-    let removal = match plan::uninstall(
+    let plan = plan::uninstall(
         t,
         proxy.as_ref(),
         deployment.as_ref(),
         &labelled,
         ctx.environment_id,
-    ) {
-        Ok(r) => r,
-        Err(refused) => return Ok(refused.into()),
-    };
-    let refs = match removal {
-        Removal::Absent => {
-            return Ok(Outcome::applied(
-                format!("{}/{} is not installed", t.namespace, t.name),
-                vec![proxy_ref.ack("absent")],
-            ));
-        }
-        Removal::Proxy(r) => vec![r],
-        Removal::Legacy(refs) => refs,
-    };
-    let mut resources = Vec::new();
-    for r in refs {
-        // Deleted only if it is still the object read and checked.
-        let object = if r == proxy_ref {
-            proxy.as_ref()
-        } else if r == deployment_ref {
-            deployment.as_ref()
-        } else {
-            labelled.iter().find(|(l, _)| *l == r).map(|(_, o)| o)
-        };
-        let Some(preconditions) = object.and_then(read_at) else {
-            resources.push(r.ack("refused"));
-            return Ok(Outcome::failed(
-                format!(
-                    "{} {}/{} was read without a uid or resourceVersion; not deleted",
-                    r.kind, r.namespace, r.name
-                ),
-                resources,
-            ));
-        };
-        match ctx
-            .kube
-            .delete_if(&r.path(), "Background", Some(preconditions))
-        {
-            Ok(_) => resources.push(r.ack("deleted")),
-            Err(e) if e.is_not_found() => resources.push(r.ack("absent")),
-            Err(e) if e.is_precondition_failure() => {
-                return Err(Raced(Outcome::failed(
-                    api_error("cannot delete", &r, &e),
-                    resources,
-                )));
-            }
-            Err(e) => {
-                resources.push(r.ack("refused"));
-                return Ok(Outcome::failed(
-                    api_error("cannot delete", &r, &e),
-                    resources,
-                ));
-            }
-        }
-    }
-    Ok(Outcome::applied(
-        format!(
-            "uninstalled {}/{} ({})",
-            t.namespace,
-            t.name,
-            summary(&resources)
-        ),
-        resources,
-    ))
+    );
+    plan.map_err(Outcome::from)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kube::Status;
-
-    fn conflict(messages: &[&str]) -> kube::Error {
-        let causes: Vec<Value> = messages
-            .iter()
-            .map(|m| json!({"reason": "FieldManagerConflict", "message": m}))
-            .collect();
-        kube::Error::Api {
-            status: 409,
-            body: Status {
-                reason: Some("Conflict".into()),
-                message: None,
-                details: Some(json!({"causes": causes})),
-            },
-            retry_after: None,
+fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
+    let deletes = match uninstall_reads(ctx, t) {
+        Err(outcome) => return Ok(outcome),
+        Ok(Removal::Absent) => {
+            let r = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+            return Ok(Outcome::applied(
+                format!("{}/{} is not installed", t.namespace, t.name),
+                vec![r.ack(ResourceAction::Absent)],
+            ));
+        }
+        Ok(Removal::Proxy(delete)) => vec![delete],
+        Ok(Removal::Legacy(deletes)) => deletes,
+    };
+    let mut resources = Vec::new();
+    for Delete { reference, read_at } in deletes {
+        // Deleted only if it is still the object read and checked.
+        let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
+        match ctx.kube.delete_if(&reference.path(), "Background", guard) {
+            Ok(_) => resources.push(reference.ack(ResourceAction::Deleted)),
+            Err(e) if e.is_not_found() => resources.push(reference.ack(ResourceAction::Absent)),
+            Err(e) => {
+                let raced = e.is_precondition_failure();
+                if !raced {
+                    resources.push(reference.ack(ResourceAction::Refused));
+                }
+                let message = StepError::api("cannot delete", &reference, e).to_string();
+                let outcome = Outcome::failed(message, resources);
+                return if raced {
+                    Err(Raced(outcome))
+                } else {
+                    Ok(outcome)
+                };
+            }
         }
     }
-
-    #[test]
-    fn only_conflicts_with_this_managers_own_updates_are_resolved() {
-        assert!(only_own_conflicts(&conflict(&[
-            r#"conflict with "nexo-manager" using nexo.io/v1alpha1"#
-        ])));
-        assert!(!only_own_conflicts(&conflict(&[
-            r#"conflict with "kubectl-edit" using v1"#
-        ])));
-        assert!(!only_own_conflicts(&conflict(&[
-            r#"conflict with "nexo-manager" using v1"#,
-            r#"conflict with "someone-else" using v1"#
-        ])));
-        assert!(!only_own_conflicts(&conflict(&[])));
-    }
+    let message = format!(
+        "uninstalled {}/{} ({})",
+        t.namespace,
+        t.name,
+        summary(&resources)
+    );
+    Ok(Outcome::applied(message, resources))
 }

@@ -97,7 +97,7 @@ fn the_good_deploy_validates_and_is_namespaced() {
     assert!(
         d.manifests
             .iter()
-            .all(|m| m["metadata"]["namespace"] == "shop")
+            .all(|m| m.object["metadata"]["namespace"] == "shop" && m.reference.namespace == "shop")
     );
     assert!(!d.adopt_legacy);
 }

@@ -173,6 +173,26 @@ pub enum AckOutcome {
     Forgotten,
 }
 
+/// Why the Control Plane client cannot be built from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetupError {
+    /// `NEXO_CONTROL_PLANE_CA_FILE` is not PEM, or holds no certificate.
+    CaFile(&'static str),
+    /// `HTTPS_PROXY` is not a proxy URL.
+    Proxy,
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::CaFile(why) => write!(f, "NEXO_CONTROL_PLANE_CA_FILE {why}"),
+            SetupError::Proxy => f.write_str("HTTPS_PROXY is not a valid proxy URL"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
 /// The Control Plane client.
 pub struct CpClient {
     agent: ureq::Agent,
@@ -200,19 +220,13 @@ impl CpClient {
         extra_ca_pem: Option<&[u8]>,
         https_proxy: Option<&str>,
         timeouts: (Duration, Duration),
-    ) -> Result<CpClient, String> {
+    ) -> Result<CpClient, SetupError> {
         let mut roots = crate::tls::public_roots();
         if let Some(pem) = extra_ca_pem {
-            roots.extend(
-                crate::tls::certs_from_pem(pem)
-                    .map_err(|why| format!("NEXO_CONTROL_PLANE_CA_FILE {why}"))?,
-            );
+            roots.extend(crate::tls::certs_from_pem(pem).map_err(SetupError::CaFile)?);
         }
         let proxy = match https_proxy {
-            Some(p) => Some(
-                ureq::Proxy::new(p)
-                    .map_err(|_| "HTTPS_PROXY is not a valid proxy URL".to_owned())?,
-            ),
+            Some(p) => Some(ureq::Proxy::new(p).map_err(|_| SetupError::Proxy)?),
             None => None,
         };
         let agent_config = ureq::Agent::config_builder()

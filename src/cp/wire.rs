@@ -28,7 +28,6 @@ pub struct ManagerInfo {
 pub struct InstanceInfo {
     /// Pod uid, else hostname.
     pub id: String,
-    /// Pod name.
     pub pod_name: String,
     /// The Manager's namespace.
     pub namespace: String,
@@ -231,12 +230,75 @@ pub struct AckResource {
     pub api_version: String,
     /// `kind` of the object.
     pub kind: String,
-    /// Namespace.
     pub namespace: String,
-    /// Name.
     pub name: String,
-    /// `created`, `configured`, `unchanged`, `deleted`, `absent` or `refused`.
-    pub action: String,
+    /// What was done to it.
+    pub action: ResourceAction,
+}
+
+/// What a command did to one object (protocol.md, "Acknowledgement").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceAction {
+    /// It did not exist and was created.
+    Created,
+    /// It existed and was changed (or adopted).
+    Configured,
+    /// It existed and the write changed nothing.
+    Unchanged,
+    /// It was deleted.
+    Deleted,
+    /// It was not there to delete.
+    Absent,
+    /// It was not written: not owned, or the API server refused it.
+    Refused,
+}
+
+impl ResourceAction {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceAction::Created => "created",
+            ResourceAction::Configured => "configured",
+            ResourceAction::Unchanged => "unchanged",
+            ResourceAction::Deleted => "deleted",
+            ResourceAction::Absent => "absent",
+            ResourceAction::Refused => "refused",
+        }
+    }
+}
+
+impl std::fmt::Display for ResourceAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AckResult {
+    /// Carried out (an idempotent no-op included).
+    Applied,
+    /// Refused or failed; the message says why.
+    #[default]
+    Failed,
+}
+
+impl AckResult {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AckResult::Applied => "applied",
+            AckResult::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for AckResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `POST /api/v2/manager/commands/{id}/ack` body (and a `pendingAcks` entry).
@@ -247,8 +309,8 @@ pub struct Ack {
     pub manager_id: String,
     /// The command.
     pub command_id: String,
-    /// `applied` or `failed`.
-    pub result: String,
+    /// Applied or failed.
+    pub result: AckResult,
     /// Human-readable outcome.
     pub message: String,
     /// RFC 3339 UTC.

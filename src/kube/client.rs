@@ -301,14 +301,7 @@ impl Client {
                 agent.run(req)
             }
         };
-        let verb = match *method {
-            Method::GET => "GET",
-            Method::POST => "POST",
-            Method::PUT => "PUT",
-            Method::PATCH => "PATCH",
-            Method::DELETE => "DELETE",
-            _ => "OTHER",
-        };
+        let verb = verb_label(method);
         let mut resp = match result {
             Ok(r) => r,
             Err(e) => {
@@ -318,38 +311,21 @@ impl Client {
         };
         let status = resp.status().as_u16();
         crate::metrics::request("kubernetes", verb, Some(status));
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::backoff::parse_retry_after(v, std::time::SystemTime::now()));
         if !(200..300).contains(&status) {
-            // The first MAX_ERROR_BODY bytes, never an error for a longer
-            // body: the status decides what happens next, not the page size.
-            let mut bytes = Vec::new();
-            resp.body_mut()
-                .as_reader()
-                .take(MAX_ERROR_BODY)
-                .read_to_end(&mut bytes)
-                .map_err(|e| Error::Transport(ureq::Error::Io(e)))?;
-            // Not every error body is a Status (a proxy's page, an empty 503).
-            let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
-                reason: None,
-                message: Some(String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned())
-                    .filter(|m| !m.trim().is_empty()),
-                details: None,
-            });
-            return Err(Error::Api {
-                status,
-                body,
-                retry_after,
-            });
+            return Err(error_answer(status, &mut resp)?);
         }
-        // Decoded straight into `T`: a page of a list becomes its projections,
-        // never a `Value` tree. The bytes are read whole first: serde_json
-        // parses a slice several times faster than a reader (BENCHMARKS.md),
-        // and one page's bytes are released before the heartbeat body, which
-        // is larger, is built.
+        self.decode(&mut resp)
+    }
+
+    /// Decodes a 2xx body straight into `T`: a page of a list becomes its
+    /// projections, never a `Value` tree. The bytes are read whole first:
+    /// serde_json parses a slice several times faster than a reader
+    /// (BENCHMARKS.md), and one page's bytes are released before the
+    /// heartbeat body, which is larger, is built.
+    fn decode<T: DeserializeOwned>(
+        &self,
+        resp: &mut ureq::http::Response<ureq::Body>,
+    ) -> Result<Option<T>, Error> {
         let mut bytes = self.scratch.take();
         bytes.clear();
         let read = resp
@@ -374,276 +350,47 @@ impl Client {
         self.scratch.replace(bytes);
         decoded
     }
-
-    /// GET, decoded into `T`.
-    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.request_as::<T>(Method::GET, path, None)?
-            .ok_or_else(|| Error::Decode {
-                what: "object",
-                source: serde::de::Error::custom("the body is empty"),
-            })
-    }
-
-    /// GET that maps 404 to `None`.
-    pub fn get_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, Error> {
-        match self.get(path) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// POST a new object to a collection path.
-    pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = to_json("request body", object)?;
-        self.request(
-            Method::POST,
-            collection,
-            Some(Body {
-                content_type: "application/json",
-                bytes: &bytes,
-            }),
-        )
-    }
-
-    /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
-    pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
-        let bytes = to_json("request body", object)?;
-        self.request(
-            Method::PUT,
-            path,
-            Some(Body {
-                content_type: "application/json",
-                bytes: &bytes,
-            }),
-        )
-    }
-
-    /// Server-side apply of `object` at its object path, as [`FIELD_MANAGER`].
-    /// `dry_run` asks the server to validate and admit without persisting.
-    pub fn apply(
-        &self,
-        path: &str,
-        object: &Value,
-        force: bool,
-        dry_run: bool,
-    ) -> Result<Value, Error> {
-        let mut query = Query::new().param("fieldManager", FIELD_MANAGER);
-        if force {
-            query = query.param("force", "true");
-        }
-        if dry_run {
-            query = query.param("dryRun", "All");
-        }
-        let bytes = to_json("request body", object)?;
-        self.request(
-            Method::PATCH,
-            &format!("{path}{}", query.finish()),
-            Some(Body {
-                content_type: APPLY_PATCH,
-                bytes: &bytes,
-            }),
-        )
-    }
-
-    /// Creates an absent object so that it is exactly as a server-side
-    /// apply would have made it, but fails (409 `AlreadyExists`) if the
-    /// object appeared since it was found absent: a POST, then the
-    /// `managedFields` of the apply's dry run (`apply_fields`) put in
-    /// place of the POST's own entry, guarded by the new resourceVersion.
-    /// Later applies then own, change and remove its fields as if it had
-    /// been applied. Should that second step fail, the object stays created
-    /// (with an update entry of this field manager) and a warning is logged.
-    pub fn create_as_applied(
-        &self,
-        collection: &str,
-        name: &str,
-        object: &Value,
-        apply_fields: Option<&Value>,
-    ) -> Result<Value, Error> {
-        let bytes = to_json("object", object)?;
-        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
-        let created = self.request(
-            Method::POST,
-            &format!("{collection}{query}"),
-            Some(Body {
-                content_type: "application/json",
-                bytes: &bytes,
-            }),
-        )?;
-        let Some(fields) = apply_fields.filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
-        else {
-            return Ok(created);
-        };
-        let patch = serde_json::json!({"metadata": {
-            "resourceVersion": created["metadata"]["resourceVersion"],
-            "managedFields": fields,
-        }});
-        match self.patch(&format!("{collection}/{name}"), MERGE_PATCH, &patch) {
-            Ok(updated) => Ok(updated),
-            Err(e) => {
-                log::warn!(
-                    "{collection}/{name} created; its fields stay recorded as an update, not an apply: {e}"
-                );
-                Ok(created)
-            }
-        }
-    }
-
-    /// PATCH with `content_type` (merge or strategic merge), as [`FIELD_MANAGER`].
-    pub fn patch(
-        &self,
-        path: &str,
-        content_type: &'static str,
-        patch: &Value,
-    ) -> Result<Value, Error> {
-        let bytes = to_json("request body", patch)?;
-        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
-        self.request(
-            Method::PATCH,
-            &format!("{path}{query}"),
-            Some(Body {
-                content_type,
-                bytes: &bytes,
-            }),
-        )
-    }
-
-    /// DELETE with a propagation policy (`Background`, `Foreground`, `Orphan`).
-    pub fn delete(&self, path: &str, propagation: &str) -> Result<Value, Error> {
-        self.delete_if(path, propagation, None)
-    }
-
-    /// DELETE of the object read before: `preconditions` holds its uid and
-    /// resourceVersion, so that a 409 (not a deletion) answers if it was
-    /// replaced or changed since.
-    pub fn delete_if(
-        &self,
-        path: &str,
-        propagation: &str,
-        preconditions: Option<(&str, &str)>,
-    ) -> Result<Value, Error> {
-        let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
-        if let Some((uid, version)) = preconditions {
-            body["preconditions"] = serde_json::json!({"uid": uid, "resourceVersion": version});
-        }
-        let bytes = to_json("delete options", &body)?;
-        self.request(
-            Method::DELETE,
-            path,
-            Some(Body {
-                content_type: "application/json",
-                bytes: &bytes,
-            }),
-        )
-    }
-
-    /// One page of a list: the items and the `continue` token of the next page.
-    pub fn list_page(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<(Vec<Value>, Option<String>), Error> {
-        self.list_page_as(collection, label_selector, limit, continue_token)
-    }
-
-    /// [`Client::list_page`] with each item decoded into `T`: a projection
-    /// of the few fields the caller reads keeps a page small.
-    pub fn list_page_as<T: DeserializeOwned>(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<(Vec<T>, Option<String>), Error> {
-        let mut query = Query::new().param("limit", &limit.to_string());
-        if let Some(selector) = label_selector {
-            query = query.param("labelSelector", selector);
-        }
-        if let Some(token) = continue_token {
-            query = query.param("continue", token);
-        }
-        let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
-        let next = page.metadata.continue_token.filter(|t| !t.is_empty());
-        Ok((page.items, next))
-    }
-
-    /// Visits every item of a collection, a page of `limit` at a time, so
-    /// memory stays bounded by one page. A 410 Gone (the continue token
-    /// expired) restarts the list from the beginning once; `visit` must then
-    /// tolerate seeing items again.
-    pub fn list_each(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        visit: impl FnMut(Value),
-    ) -> Result<(), Error> {
-        self.list_each_as(collection, label_selector, limit, visit)
-    }
-
-    /// [`Client::list_each`] with each item decoded into `T`.
-    pub fn list_each_as<T: DeserializeOwned>(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        visit: impl FnMut(T),
-    ) -> Result<(), Error> {
-        page_through(
-            |token| self.list_page_as(collection, label_selector, limit, token),
-            visit,
-        )
-        .inspect_err(|e| {
-            if e.status() == Some(410) {
-                log::warn!("list of {collection} expired twice; giving up on this pass");
-            }
-        })
-    }
 }
 
-/// The paging loop of [`Client::list_each`], over any page source: follows
-/// `continue` tokens, and restarts once from the beginning on 410 Gone.
-pub fn page_through<T>(
-    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<T>, Option<String>), Error>,
-    mut visit: impl FnMut(T),
-) -> Result<(), Error> {
-    let mut restarted = false;
-    let mut token: Option<String> = None;
-    loop {
-        match fetch(token.as_deref()) {
-            Ok((items, next)) => {
-                items.into_iter().for_each(&mut visit);
-                match next {
-                    Some(next) => token = Some(next),
-                    None => return Ok(()),
-                }
-            }
-            Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
-                log::warn!("a list's continue token expired mid-way; restarting it once");
-                restarted = true;
-                token = None;
-            }
-            Err(e) => return Err(e),
-        }
+/// The error of a non-2xx answer: its status, its `Status` body (the first
+/// [`MAX_ERROR_BODY`] bytes, never an error for a longer body: the status
+/// decides what happens next, not the page size) and its `Retry-After`.
+fn error_answer(status: u16, resp: &mut ureq::http::Response<ureq::Body>) -> Result<Error, Error> {
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| crate::backoff::parse_retry_after(v, std::time::SystemTime::now()));
+    let mut bytes = Vec::new();
+    resp.body_mut()
+        .as_reader()
+        .take(MAX_ERROR_BODY)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::Transport(ureq::Error::Io(e)))?;
+    // Not every error body is a Status (a proxy's page, an empty 503).
+    let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
+        reason: None,
+        message: Some(String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned())
+            .filter(|m| !m.trim().is_empty()),
+        details: None,
+    });
+    Ok(Error::Api {
+        status,
+        body,
+        retry_after,
+    })
+}
+
+/// The metrics label of a method: a closed set.
+fn verb_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
     }
-}
-
-#[derive(serde::Deserialize)]
-#[serde(bound(deserialize = "T: DeserializeOwned"))]
-struct ListPage<T> {
-    #[serde(default = "Vec::new")]
-    items: Vec<T>,
-    #[serde(default)]
-    metadata: ListMeta,
-}
-
-#[derive(serde::Deserialize, Default)]
-struct ListMeta {
-    #[serde(default, rename = "continue")]
-    continue_token: Option<String>,
 }
 
 fn certs_from_pem(pem: &[u8], what: &str) -> Result<Vec<Certificate<'static>>, Error> {
@@ -689,174 +436,5 @@ pub fn percent_encode(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn api(status: u16, retry_after: Option<u64>) -> Error {
-        Error::Api {
-            status,
-            body: Status::default(),
-            retry_after: retry_after.map(Duration::from_secs),
-        }
-    }
-
-    #[test]
-    fn retry_policy() {
-        let mut b = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
-        assert_eq!(
-            retry_delay(&Method::POST, &api(429, Some(2)), 1, &mut b),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(
-            retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b),
-            Some(RETRY_CAP),
-            "Retry-After is capped"
-        );
-        // Every 429 advanced the backoff: this is its third step.
-        assert!(
-            retry_delay(&Method::GET, &api(503, None), 1, &mut b)
-                .is_some_and(|d| d <= RETRY_BASE * 4)
-        );
-        let mut fresh = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
-        assert!(
-            retry_delay(&Method::GET, &api(429, Some(0)), 1, &mut fresh)
-                .is_some_and(|d| d >= Duration::from_secs(1)),
-            "Retry-After: 0 never retries faster than once a second"
-        );
-        assert!(retry_delay(&Method::PATCH, &api(500, None), 2, &mut b).is_some());
-        assert_eq!(
-            retry_delay(&Method::POST, &api(500, None), 1, &mut b),
-            None,
-            "a create is not repeated blindly"
-        );
-        assert_eq!(retry_delay(&Method::PUT, &api(409, None), 1, &mut b), None);
-        assert_eq!(retry_delay(&Method::GET, &api(403, None), 1, &mut b), None);
-        assert_eq!(
-            retry_delay(&Method::GET, &api(503, None), RETRIES + 1, &mut b),
-            None,
-            "bounded"
-        );
-    }
-
-    #[test]
-    fn paging_follows_tokens_and_restarts_once_on_410() {
-        let page = |items: &[i64], next: Option<&str>| {
-            Ok((
-                items.iter().map(|i| json!(i)).collect(),
-                next.map(str::to_owned),
-            ))
-        };
-        // Pages 1, 2 (410 the first time), then a full restart.
-        let mut calls = Vec::new();
-        let mut gone_once = false;
-        let mut seen = Vec::new();
-        let r = page_through(
-            |token| {
-                calls.push(token.map(str::to_owned));
-                match token {
-                    None => page(&[1, 2], Some("t1")),
-                    Some("t1") if !gone_once => {
-                        gone_once = true;
-                        Err(api(410, None))
-                    }
-                    Some("t1") => page(&[3], None),
-                    _ => unreachable!(),
-                }
-            },
-            |v| seen.push(v.as_i64().unwrap()),
-        );
-        assert!(r.is_ok());
-        assert_eq!(calls, [None, Some("t1".into()), None, Some("t1".into())]);
-        assert_eq!(seen, [1, 2, 1, 2, 3]);
-        // A second 410 is an error.
-        let r = page_through(
-            |t| {
-                if t.is_none() {
-                    page(&[1], Some("t"))
-                } else {
-                    Err(api(410, None))
-                }
-            },
-            |_| {},
-        );
-        assert_eq!(r.unwrap_err().status(), Some(410));
-    }
-
-    /// Serves one canned HTTP answer on loopback; returns its base URL.
-    /// A client of a server that gives one connection `answer`.
-    fn one_answer(answer: Vec<u8>) -> Client {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        std::thread::spawn(move || {
-            use std::io::Write;
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut head = [0u8; 4096];
-            let _ = conn.read(&mut head);
-            let _ = conn.write_all(&answer);
-        });
-        Client::new(KubeConfig {
-            server: url,
-            ca_pem: None,
-            auth: Auth::None,
-            namespace: None,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn a_long_error_body_keeps_its_status() {
-        let page = "x".repeat(200 * 1024);
-        let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-            page.len()
-        );
-        let client = one_answer(answer.into_bytes());
-        let err = client
-            .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
-            .unwrap_err();
-        assert_eq!(err.status(), Some(503), "{err}");
-        let message = err.to_string();
-        assert!(
-            message.contains("xxxx") && message.len() < 1024,
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn a_body_over_the_limit_is_refused_not_retried() {
-        let n = MAX_BODY as usize + 1024;
-        let mut answer = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
-        )
-        .into_bytes();
-        answer.resize(answer.len() + n - 3, b'x');
-        answer.extend_from_slice(b"\"]");
-        let client = one_answer(answer);
-        let err = client
-            .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
-            .unwrap_err();
-        assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
-        assert!(!err.is_transient(), "a retry would read it again");
-        assert_eq!(
-            err.to_string(),
-            "kubernetes api: response body over the 8 MiB limit"
-        );
-    }
-
-    #[test]
-    fn query_encodes_selectors_and_tokens() {
-        let q = Query::new()
-            .param(
-                "labelSelector",
-                "app.kubernetes.io/managed-by=nexo-manager,a!=b",
-            )
-            .param("continue", "eyJ2Ijoi+/=")
-            .finish();
-        assert_eq!(
-            q,
-            "?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dnexo-manager%2Ca%21%3Db&continue=eyJ2Ijoi%2B%2F%3D"
-        );
-        assert_eq!(Query::new().finish(), "");
-    }
-}
+#[path = "client_tests.rs"]
+mod tests;

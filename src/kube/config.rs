@@ -266,32 +266,9 @@ impl KubeconfigFile {
             &cluster.value.certificate_authority,
             &cluster.value.certificate_authority_data,
         )?;
-        let auth = match user.map(|u| &u.value) {
+        let auth = match user {
             None => Auth::None,
-            Some(u) => {
-                if let Some(token) = &u.token {
-                    Auth::Bearer(TokenSource::fixed(Secret::new(token.clone())))
-                } else if let Some(file) = &u.token_file {
-                    Auth::Bearer(TokenSource::file(&base.join(file)).map_err(|e| e.to_string())?)
-                } else {
-                    let cert = pem_from(base, &u.client_certificate, &u.client_certificate_data)?;
-                    let key = pem_from(base, &u.client_key, &u.client_key_data)?;
-                    match (cert, key) {
-                        (Some(cert_pem), Some(key)) => Auth::ClientCert {
-                            cert_pem,
-                            key_pem: Secret::new(
-                                String::from_utf8(key).map_err(|_| "client key is not PEM text")?,
-                            ),
-                        },
-                        (None, None) => Auth::None,
-                        _ => {
-                            return Err(
-                                "a client certificate needs both certificate and key".into()
-                            );
-                        }
-                    }
-                }
-            }
+            Some(u) => auth_of(base, &u.value)?,
         };
         Ok(KubeConfig {
             server,
@@ -299,6 +276,28 @@ impl KubeconfigFile {
             auth,
             namespace: context.value.namespace.clone(),
         })
+    }
+}
+
+/// A user's credentials: a token, a token file (re-read when it rotates),
+/// or a client certificate and key.
+fn auth_of(base: &Path, u: &UserEntry) -> Result<Auth, String> {
+    if let Some(token) = &u.token {
+        return Ok(Auth::Bearer(TokenSource::fixed(Secret::new(token.clone()))));
+    }
+    if let Some(file) = &u.token_file {
+        let source = TokenSource::file(&base.join(file)).map_err(|e| e.to_string())?;
+        return Ok(Auth::Bearer(source));
+    }
+    let cert = pem_from(base, &u.client_certificate, &u.client_certificate_data)?;
+    let key = pem_from(base, &u.client_key, &u.client_key_data)?;
+    match (cert, key) {
+        (Some(cert_pem), Some(key)) => Ok(Auth::ClientCert {
+            cert_pem,
+            key_pem: Secret::new(String::from_utf8(key).map_err(|_| "client key is not PEM text")?),
+        }),
+        (None, None) => Ok(Auth::None),
+        _ => Err("a client certificate needs both certificate and key".into()),
     }
 }
 

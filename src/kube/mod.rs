@@ -3,7 +3,9 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod verbs;
 
 pub use client::Client;
-pub use config::{Auth, KubeConfig, TokenSource};
-pub use error::{Error, Status};
+pub use config::KubeConfig;
+pub use error::Error;
+pub use verbs::ApplyParams;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nexo_cpsim::{Brief, Endpoint, Fault, FaultAction};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
-use support::manager::{Manager, static_binary};
+use support::manager::{Manager, STOP_WAIT, static_binary};
 
 /// What one run measures.
 struct Plan {
@@ -195,13 +195,6 @@ fn bench_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 fn proxy_object(env_id: &str, name: &str) -> Value {
     let labels = json!({"app.kubernetes.io/managed-by": "nexo-manager",
         "nexo.io/owner-id": env_id, "nexo.io/deployment": name});
@@ -249,14 +242,16 @@ fn grow(f: &Fixture, from: usize, to: usize) {
 }
 
 /// The Manager's environment for the benchmarks: the fixture's, with
-/// `interval`, the probe listener on a free port, and info logs.
-fn manager_env(f: &Fixture, interval: u64) -> (BTreeMap<String, String>, u16) {
+/// `interval`, the probe listener on a port of its own, and info logs.
+fn manager_env(f: &Fixture, interval: u64) -> BTreeMap<String, String> {
     let mut env = f.env();
-    let port = free_port();
     env.insert("NEXO_HEARTBEAT_INTERVAL".into(), format!("{interval}s"));
-    env.insert("NEXO_LISTEN_ADDR".into(), format!("127.0.0.1:{port}"));
+    env.insert(
+        "NEXO_LISTEN_ADDR".into(),
+        support::PROBES_ON_ANY_PORT.to_owned(),
+    );
     env.insert("RUST_LOG".into(), "info".into());
-    (env, port)
+    env
 }
 
 /// A fixture whose NexoProxy storage answers (a CRD just installed can
@@ -304,7 +299,7 @@ fn wait_heartbeats(f: &Fixture, m: &mut Manager, n: usize, timeout: Duration) {
 /// Stops a Manager with SIGTERM and checks the clean exit.
 fn stop(m: &mut Manager) {
     m.signal("TERM");
-    let status = m.wait_exit(Duration::from_secs(20));
+    let status = m.wait_exit(STOP_WAIT);
     m.check(status.success(), "a clean stop exits 0");
 }
 
@@ -508,7 +503,7 @@ struct SizeFigures {
 
 fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
     // Ours.
-    let (env, _) = manager_env(f, 1);
+    let env = manager_env(f, 1);
     let before = f.sim.heartbeat_count();
     let connections_before = f.sim.connections();
     let mut m = spawn_static(f, &env);
@@ -534,7 +529,9 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
         );
         let count = f.sim.heartbeat_count();
         if count > last_count {
-            // Let the answer be handled: the cycle ends in the wait.
+            // Let the answer be handled: the cycle ends in the wait. (A
+            // probe would tell when it is, and be measured with the cycle;
+            // this figure is not asserted on.)
             std::thread::sleep(Duration::from_millis(50));
             let now = read_proc(pid);
             per_cycle.push((now.cpu_ns - last_ns) as f64 / 1e6 / (count - last_count) as f64);
@@ -636,7 +633,7 @@ struct DeployFigures {
 }
 
 fn measure_deploys(plan: &Plan, f: &Fixture) -> DeployFigures {
-    let (env, _) = manager_env(f, 1);
+    let env = manager_env(f, 1);
     let mut m = spawn_static(f, &env);
     wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
     let mut took = Vec::new();
@@ -713,7 +710,7 @@ struct StartFigures {
 }
 
 fn measure_starts(plan: &Plan, f: &Fixture) -> StartFigures {
-    let (env, _) = manager_env(f, 15);
+    let env = manager_env(f, 15);
     let mut took = Vec::new();
     for _ in 0..plan.starts {
         let n = f.sim.heartbeat_count();
@@ -745,12 +742,12 @@ struct IdleFigures {
 }
 
 fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
-    let (env, port) = manager_env(f, plan.idle_interval);
+    let env = manager_env(f, plan.idle_interval);
     let mut m = spawn_static(f, &env);
     let pid = m.pid();
     wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
     // The probe listener is open and answers, then is left alone.
-    let probe = std::net::TcpStream::connect(("127.0.0.1", port));
+    let probe = std::net::TcpStream::connect(m.probe_addr());
     m.check(probe.is_ok(), "the probe listener accepts connections");
     drop(probe);
     let window = Duration::from_secs(plan.idle_interval * plan.idle_intervals);
@@ -780,7 +777,11 @@ fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
         .stderr(Stdio::null())
         .spawn()
         .expect("run strace (install it: apt-get install strace)");
-    std::thread::sleep(Duration::from_millis(500));
+    support::wait_for(Duration::from_secs(30), "strace attached", || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
+        (tracer.trim() != "0").then_some(())
+    });
     let h2 = f.sim.heartbeat_count();
     std::thread::sleep(window);
     let traced = f.sim.heartbeat_count() - h2;
@@ -871,7 +872,7 @@ fn acks_posted(f: &Fixture, prefix: &str) -> usize {
 /// of 2 MiB each (eight ConfigMaps of 250 KB) in one answer of 6 MiB; eight
 /// commands built to expand (a 256 KiB manifest of tiny objects).
 fn measure_greedy(f: &Fixture) -> (u64, u64, usize) {
-    let (env, _) = manager_env(f, 1);
+    let env = manager_env(f, 1);
     let mut m = spawn_static(f, &env);
     let pid = m.pid();
     wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
@@ -999,12 +1000,12 @@ fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
                 kind: "NexoProxy".into(),
                 namespace: f.ns.name.clone(),
                 name: format!("p{i:05}"),
-                action: "configured".into(),
+                action: nexo_manager::cp::wire::ResourceAction::Configured,
             })
             .collect();
         seeded.record(nexo_manager::state::LedgerEntry {
             command_id: format!("seeded-{n}"),
-            result: "applied".into(),
+            result: nexo_manager::cp::wire::AckResult::Applied,
             message: "rolled out".repeat(200),
             resources,
             completed_at: "2026-12-03T00:00:00Z".into(),
@@ -1017,7 +1018,7 @@ fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
     nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .update(&f.tb.admin(), &Default::default(), |s| *s = seeded.clone())
         .expect("seed the state");
-    let (env, _) = manager_env(f, 1);
+    let env = manager_env(f, 1);
     let mut m = spawn_static(f, &env);
     let pid = m.pid();
     wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,6 +13,16 @@ use std::time::{Duration, Instant};
 use nexo_cpsim::Simulator;
 
 static RUN: AtomicU32 = AtomicU32::new(0);
+
+/// How long a test waits for the Manager to exit after a signal. Generous:
+/// a clean stop finishes the request or command in hand and releases the
+/// lease. A test whose subject is how soon the stop comes says so beside
+/// its own bound.
+pub const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a test waits for the Manager to announce its probe listener
+/// (bound before anything is read from the cluster or sent to the CP).
+pub const PROBE_WAIT: Duration = Duration::from_secs(30);
 
 /// The Manager binary under test.
 pub fn binary() -> PathBuf {
@@ -44,6 +55,8 @@ pub struct Manager {
     env: BTreeMap<String, String>,
     stdout: PathBuf,
     stderr: PathBuf,
+    /// Its probe address, once read from its log.
+    probe: Option<SocketAddr>,
     /// The simulator it talks to, for reports.
     pub sim_log: Option<Box<dyn Fn() -> String + Send>>,
 }
@@ -77,6 +90,7 @@ impl Manager {
             env: env.clone(),
             stdout,
             stderr,
+            probe: None,
             sim_log: None,
         }
     }
@@ -152,6 +166,44 @@ impl Manager {
     pub fn log_reader(&self) -> impl Fn() -> String + use<> {
         let path = self.stderr.clone();
         move || std::fs::read_to_string(&path).unwrap_or_default()
+    }
+
+    /// The address of its probe listener, started with
+    /// `NEXO_LISTEN_ADDR=127.0.0.1:0` ([`super::PROBES_ON_ANY_PORT`]): read
+    /// from the line it logs once the listener is bound.
+    pub fn probe_addr(&mut self) -> SocketAddr {
+        if let Some(addr) = self.probe {
+            return addr;
+        }
+        let log = self.log_reader();
+        let mut addr = None;
+        self.wait_until(
+            PROBE_WAIT,
+            &format!("the log line `{}127.0.0.1:PORT`", super::LISTENING),
+            || {
+                addr = super::listening_addr(&log());
+                addr.is_some()
+            },
+        );
+        let addr = addr.expect("found by the wait");
+        self.probe = Some(addr);
+        addr
+    }
+
+    /// `GET /metrics` on its probe listener.
+    pub fn metrics(&mut self) -> String {
+        let addr = self.probe_addr();
+        let (status, text) = super::http_get(addr, "/metrics");
+        self.check(
+            status == 200,
+            &format!("/metrics answered {status}: {text}"),
+        );
+        text
+    }
+
+    /// One series of its `/metrics` ([`super::sample`]).
+    pub fn metric(&mut self, series: &str) -> Option<f64> {
+        super::sample(&self.metrics(), series)
     }
 
     /// Everything a reader of a failed test needs.

@@ -14,6 +14,7 @@ pub mod fixture;
 pub mod manager;
 pub mod proxy;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -232,20 +233,47 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
     }
 }
 
-/// A free loopback address (`127.0.0.1:PORT`) for a probe listener.
-pub fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+/// `NEXO_LISTEN_ADDR` for a Manager whose probes a test calls: the Manager
+/// binds a port of its own choosing and logs it
+/// ([`manager::Manager::probe_addr`] reads it back), so no port is picked
+/// free, released and raced for.
+pub const PROBES_ON_ANY_PORT: &str = "127.0.0.1:0";
+
+/// What the Manager logs once its probe listener is bound, followed by the
+/// address (text and JSON log formats alike).
+pub const LISTENING: &str = "probes and metrics listening on ";
+
+/// The probe address a Manager's log announces ([`LISTENING`]), if it has.
+pub fn listening_addr(log: &str) -> Option<SocketAddr> {
+    let (_, rest) = log.split_once(LISTENING)?;
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']'))
+        .collect();
+    addr.trim_end_matches(['.', ':']).parse().ok()
 }
 
-/// `GET path` on `addr`: the status and the body.
-pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+/// A loopback address where no server of this test listens: for a peer
+/// that must be unreachable. (The port was free when picked; a server of
+/// another test that binds it meanwhile cannot pass the TLS handshake with
+/// this test's CA either.)
+pub fn closed_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// `GET path` on `addr`: the status and the body. The read timeout only
+/// keeps a test from hanging; tests of how fast probes answer measure that
+/// themselves.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut s = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("connect to the probe port {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    s.read_to_string(&mut out)
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
     let status = out
         .split(' ')
         .nth(1)
@@ -255,4 +283,19 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         status,
         out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned(),
     )
+}
+
+/// The value of one series of a Prometheus text exposition: `series` is the
+/// name with its labels as written (`nexo_manager_leader`,
+/// `nexo_manager_heartbeats_total{outcome="ok"}`). `None` when absent (a
+/// labelled series appears with its first count).
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One series of the `/metrics` served at `addr` ([`sample`]).
+pub fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
+    sample(&http_get(addr, "/metrics").1, series)
 }

@@ -5,7 +5,8 @@
 //! What it is: environments and connect tokens, the cluster binding rule,
 //! sessions, scripted command queues, acknowledgements, fault injection
 //! (error statuses with `Retry-After`, delays, resets, malformed and
-//! oversized bodies) and a log of every request. HTTPS with a generated CA,
+//! oversized bodies) and a log of every request, in the order the requests
+//! arrived. HTTPS with a generated CA,
 //! keep-alive, one thread per connection. Runs in-process ([`Simulator`]) or
 //! as the `nexo-cpsim` binary.
 //!
@@ -130,7 +131,10 @@ pub enum FaultAction {
     },
 }
 
-/// One request as received.
+/// One request as received. It is logged when it arrives, so the log is in
+/// the order the client sent its requests; its status is filled in when the
+/// simulator has decided the answer (before writing it, and for a request
+/// that changes the simulator's state, before the change can be seen).
 #[derive(Clone, Debug)]
 pub struct LoggedRequest {
     /// Connection number, from 1.
@@ -145,10 +149,17 @@ pub struct LoggedRequest {
     pub body: Vec<u8>,
     /// The body as JSON, when it is JSON.
     pub json: Option<Value>,
-    /// Status answered; 0 for a reset.
+    /// Status answered; 0 for a reset, or while [`LoggedRequest::done`] is false.
     pub status: u16,
+    /// Whether the simulator is done with it: answered, or the connection
+    /// reset. False while its answer is pending (an injected delay, say).
+    pub done: bool,
     /// When it arrived.
     pub at: SystemTime,
+    /// The Manager instance that sent it: the `instance.id` of a connect,
+    /// or of the connect that issued the session token it carries. `None`
+    /// when the simulator cannot tell (no or unknown token).
+    pub instance: Option<String>,
 }
 
 /// One request without its body: cheap to take often (benchmarks poll it
@@ -161,7 +172,7 @@ pub struct Brief {
     pub method: String,
     /// Path with query.
     pub path: String,
-    /// Status answered; 0 for a reset.
+    /// Status answered; 0 for a reset or while the answer is pending.
     pub status: u16,
     /// When it arrived.
     pub at: SystemTime,
@@ -354,7 +365,7 @@ impl Simulator {
         lock(&self.shared.faults).clear();
     }
 
-    /// Every request so far, in order.
+    /// Every request so far, in the order they arrived.
     pub fn requests(&self) -> Vec<LoggedRequest> {
         lock(&self.shared.log).clone()
     }
@@ -457,12 +468,20 @@ fn log_dump(log: &[LoggedRequest]) -> String {
         let body = String::from_utf8_lossy(&r.body);
         let body: String = body.chars().take(2000).collect();
         out.push_str(&format!(
-            "{} conn#{} {} {} -> {}{} {}\n",
+            "{} conn#{} {} {} -> {}{}{} {}\n",
             humantime::format_rfc3339_millis(r.at),
             r.connection,
             r.method,
             r.path,
-            r.status,
+            if r.done {
+                r.status.to_string()
+            } else {
+                "(pending)".to_owned()
+            },
+            r.instance
+                .as_deref()
+                .map(|i| format!(" from={i}"))
+                .unwrap_or_default(),
             redact(&r.headers),
             body
         ));
@@ -511,24 +530,35 @@ fn serve_connection(
         };
         let at = SystemTime::now();
         let close = req.wants_close();
-        let reply = answer(shared, &req);
+        // Logged as it arrives, so that the log is in the order the client
+        // sent its requests whatever each answer takes (a delay, say).
+        let json: Option<Value> = serde_json::from_slice(&req.body).ok();
+        let instance = lock(&shared.state).sender(&req.headers, json.as_ref());
+        let index = {
+            let mut log = lock(&shared.log);
+            log.push(LoggedRequest {
+                connection: n,
+                method: req.method.clone(),
+                path: req.path.clone(),
+                headers: req.headers.clone(),
+                body: req.body.clone(),
+                json,
+                status: 0,
+                done: false,
+                at,
+                instance,
+            });
+            log.len() - 1
+        };
+        let reply = answer(shared, &req, index);
         let status = match &reply {
             Reply::Response(r) => r.status,
             Reply::Reset => 0,
             Reply::Oversized(_) => 200,
         };
-        // Logged before the answer is written: a client that has its answer
-        // finds its request in the log.
-        lock(&shared.log).push(LoggedRequest {
-            connection: n,
-            method: req.method.clone(),
-            path: req.path.clone(),
-            headers: req.headers.clone(),
-            json: serde_json::from_slice(&req.body).ok(),
-            body: req.body,
-            status,
-            at,
-        });
+        // Before the answer is written: a client that has its answer finds
+        // its request answered in the log.
+        set_status(shared, index, status);
         let written = match reply {
             Reply::Response(r) => http::write_response(reader.get_mut(), &r, close),
             Reply::Reset => return,
@@ -591,8 +621,17 @@ fn take_fault(shared: &Shared, endpoint: Endpoint) -> Option<FaultAction> {
     Some(action)
 }
 
-/// Decides the answer to one request (after any injected delay).
-fn answer(shared: &Shared, req: &http::Request) -> Reply {
+/// Records the status of the logged request `index`: it is done.
+fn set_status(shared: &Shared, index: usize, status: u16) {
+    if let Some(r) = lock(&shared.log).get_mut(index) {
+        r.status = status;
+        r.done = true;
+    }
+}
+
+/// Decides the answer to the request logged at `index` (after any injected
+/// delay).
+fn answer(shared: &Shared, req: &http::Request, index: usize) -> Reply {
     let path = req.path.split('?').next().unwrap_or("");
     let Some((endpoint, id)) = endpoint_of(path) else {
         return Reply::Response(if path.starts_with("/_sim/") && shared.admin {
@@ -634,13 +673,17 @@ fn answer(shared: &Shared, req: &http::Request) -> Reply {
             Err(e) => return not_json(&e),
         };
         let mut state = lock(&shared.state);
-        match endpoint {
+        let resp = match endpoint {
             Endpoint::Connect => state.connect(&req.headers, &body),
             Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
             Endpoint::Ack | Endpoint::Any => {
                 state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
             }
-        }
+        };
+        // While the state is locked: whoever sees what this request changed
+        // (a heartbeat counted, an ack accepted) finds it answered in the log.
+        set_status(shared, index, resp.status);
+        resp
     }))
 }
 
@@ -802,6 +845,61 @@ mod tests {
     }
 
     #[test]
+    fn requests_are_logged_as_they_arrive_and_name_their_sender() {
+        let sim = Simulator::start(SimConfig {
+            tls: false,
+            ..SimConfig::default()
+        });
+        let token = sim.add_environment("env-o");
+        // An ack whose answer waits far longer than this test: logged
+        // first, answered never (its thread ends with the test process).
+        // Only acks are delayed, so the requests below cannot take the fault.
+        sim.inject(Fault::new(
+            Endpoint::Ack,
+            FaultAction::Delay(Duration::from_secs(600)),
+        ));
+        let addr = sim.addr();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            post(
+                &mut s,
+                "/api/v2/manager/commands/c1/ack",
+                "unknown",
+                &json!({}),
+            )
+        });
+        sim.wait_until(Duration::from_secs(10), "the delayed ack", |s| {
+            s.requests().len() == 1
+        });
+        let mut s = TcpStream::connect(sim.addr()).unwrap();
+        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
+        assert_eq!(status, 200);
+        let session = body["sessionToken"].as_str().unwrap().to_owned();
+        let (status, _) = post(&mut s, "/api/v2/manager/heartbeat", &session, &json!({}));
+        assert_eq!(status, 400, "attributed whatever the answer");
+        let (status, _) = post(&mut s, "/api/v2/manager/heartbeat", "unknown", &json!({}));
+        assert_eq!(status, 401);
+        let log = sim.requests();
+        let seen: Vec<(&str, bool, u16, Option<&str>)> = log
+            .iter()
+            .map(|r| {
+                let path = r.path.rsplit('/').next().unwrap();
+                (path, r.done, r.status, r.instance.as_deref())
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ack", false, 0, None),
+                ("connect", true, 200, Some("i")),
+                ("heartbeat", true, 400, Some("i")),
+                ("heartbeat", true, 401, None),
+            ]
+        );
+        assert!(sim.log_dump().contains("/ack -> (pending)"));
+    }
+
+    #[test]
     fn reset_closes_without_an_answer_and_is_logged() {
         let sim = Simulator::start(SimConfig {
             tls: false,
@@ -819,6 +917,7 @@ mod tests {
             "the reset request in the log",
             |s| s.requests().len() == 1,
         );
-        assert_eq!(sim.requests()[0].status, 0);
+        let logged = &sim.requests()[0];
+        assert_eq!((logged.status, logged.done), (0, true));
     }
 }

@@ -45,6 +45,9 @@ pub struct State {
     pub acks: Vec<Value>,
     /// Interval sent in 200 bodies, if any.
     pub interval: Option<u64>,
+    /// The `instance.id` of the connect that issued each session token,
+    /// kept after the session expires.
+    pub issued_to: HashMap<String, String>,
     /// Session lifetime.
     pub ttl: Duration,
     rng: u64,
@@ -116,6 +119,7 @@ impl State {
             heartbeats: Vec::new(),
             acks: Vec::new(),
             interval,
+            issued_to: HashMap::new(),
             ttl,
             rng: seed | 1,
         }
@@ -146,6 +150,16 @@ impl State {
                 acked: HashSet::new(),
             },
         );
+    }
+
+    /// The Manager instance that sent a request: the `instance.id` of a
+    /// connect body, or that of the connect that issued the session token
+    /// a heartbeat or an ack carries.
+    pub fn sender(&self, headers: &[(String, String)], body: Option<&Value>) -> Option<String> {
+        match body.and_then(|b| b["instance"]["id"].as_str()) {
+            Some(id) => Some(id.to_owned()),
+            None => self.issued_to.get(bearer(headers)?).cloned(),
+        }
     }
 
     /// The environment of a session token that is still valid.
@@ -220,6 +234,9 @@ impl State {
         }
         let session = self.random_alnum(32);
         let expires = SystemTime::now() + self.ttl;
+        if let Some(instance) = body["instance"]["id"].as_str() {
+            self.issued_to.insert(session.clone(), instance.to_owned());
+        }
         self.sessions.insert(
             session.clone(),
             Session {

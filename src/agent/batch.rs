@@ -1,0 +1,213 @@
+//! The commands of one heartbeat answer, in order, while the lease holds:
+//! each validated, executed once (a recorded id is only acknowledged
+//! again), recorded in the state Secret, then acknowledged with a bounded
+//! number of attempts; an ack not delivered waits in `pendingAcks`.
+
+use std::time::Instant;
+
+use serde_json::value::RawValue;
+
+use super::session::Connected;
+use super::{Agent, CAPABILITIES, Next};
+use crate::acks;
+use crate::backoff::Jitter;
+use crate::commands::execute::{self, Outcome};
+use crate::commands::{self, Refusal};
+use crate::cp::AckOutcome;
+use crate::cp::wire::{AckResult, Commands};
+use crate::lease;
+use crate::state::LedgerEntry;
+use crate::wait::{Pause as _, Wake};
+
+/// Whether the batch goes on to its next command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Go {
+    On,
+    /// The lease is lost or past its renew deadline: the rest is left to
+    /// the CP, which sends unacknowledged commands again.
+    Leave,
+    /// A stop was requested.
+    Stop,
+}
+
+impl Agent {
+    /// Handles a batch; a stop requested mid-batch ends the loop.
+    pub(super) fn batch(&mut self, commands: Commands<'_>) -> Next {
+        for command in commands.taken {
+            match self.go_on() {
+                Go::On => self.handle_command(command),
+                Go::Leave => break,
+                Go::Stop => return Next::Stop,
+            }
+        }
+        Next::Wait(self.pace.interval)
+    }
+
+    /// Between two commands: probes are answered (once the last wait is
+    /// 0.5 s old), a stop is honoured, and a long batch keeps the lease,
+    /// renewed once a third of it has passed.
+    fn go_on(&mut self) -> Go {
+        self.link.waiter.checkpoint();
+        if self.link.waiter.stop_requested() {
+            log::info!("stop requested; leaving the rest of the batch to the next Manager");
+            return Go::Stop;
+        }
+        if self.elector.renewal_due() {
+            let duration = lease::duration_for(self.pace.interval);
+            match self.elector.try_lead(&self.link.kube, duration) {
+                Ok(true) => {}
+                Ok(false) => {
+                    log::warn!("lost the lease; leaving the rest of the batch");
+                    return Go::Leave;
+                }
+                Err(e) => log::warn!("cannot renew the lease mid-batch: {e}"),
+            }
+        }
+        if !self.elector.leading() {
+            log::warn!("the lease is past its renew deadline; leaving the rest of the batch");
+            return Go::Leave;
+        }
+        Go::On
+    }
+
+    /// Validates, executes (once), records and acknowledges one command.
+    fn handle_command(&mut self, raw: &RawValue) {
+        let started = Instant::now();
+        let parsed = commands::parse(raw.get(), CAPABILITIES, &self.me.namespaces);
+        let id = match &parsed {
+            Ok(cmd) => cmd.id.clone(),
+            Err(Refusal::Failed { id, .. }) => id.clone(),
+            Err(Refusal::NoId(why)) => {
+                // Not its text: a command may carry Secret data.
+                let bytes = raw.get().len();
+                log::error!("skipping a command without a valid id ({why}; {bytes} bytes)");
+                crate::metrics::refused("no_id");
+                return;
+            }
+        };
+        let deployment = parsed
+            .as_ref()
+            .ok()
+            .and_then(|c| c.action.deployment_name());
+        let _scope = crate::logging::CommandScope::enter(&id, deployment);
+        if let Some(entry) = self.store.find(&id).cloned() {
+            log::info!(
+                "command {id} already finished ({}); acknowledging its recorded result again",
+                entry.result
+            );
+            return self.deliver(entry);
+        }
+        let class = parsed.as_ref().map_or("invalid", |c| c.action.class());
+        let outcome = match parsed {
+            Ok(cmd) => {
+                log::info!("command {id}: executing");
+                execute::run(&self.execution(), &cmd)
+            }
+            Err(Refusal::Failed { message, .. } | Refusal::NoId(message)) => {
+                crate::metrics::refused(crate::metrics::refusal_reason(&message));
+                Outcome::failed(message, Vec::new())
+            }
+        };
+        self.finished(&id, class, outcome);
+        crate::metrics::command_duration(class, started.elapsed());
+    }
+
+    /// What the executor needs, borrowed from the agent.
+    fn execution(&self) -> execute::Context<'_> {
+        execute::Context {
+            kube: &self.link.kube,
+            environment_id: self.me.token.environment_id(),
+            allow_legacy_adoption: self.me.cfg.allow_legacy_adoption,
+            proxy_image: &self.me.cfg.proxy_image,
+            namespaces: &self.me.namespaces,
+            own_namespace: &self.me.instance.namespace,
+            self_deployment: &self.me.cfg.self_deployment,
+        }
+    }
+
+    /// Counts, logs, records and acknowledges a command's outcome.
+    fn finished(&mut self, id: &str, class: &'static str, outcome: Outcome) {
+        let result = outcome.result;
+        if result == AckResult::Failed && outcome.message.starts_with("refused") {
+            crate::metrics::refused("ownership");
+        }
+        if result == AckResult::Applied && class == "upgrade" {
+            self.beats.self_rollout.upgrade_applied();
+        }
+        self.link.status().command(class, result);
+        match result {
+            AckResult::Applied => log::info!("command {id}: {result}: {}", outcome.message),
+            AckResult::Failed => log::warn!("command {id}: {result}: {}", outcome.message),
+        }
+        let entry = LedgerEntry {
+            command_id: id.to_owned(),
+            result,
+            message: outcome.message,
+            resources: outcome.resources,
+            completed_at: super::now_rfc3339(),
+            ..LedgerEntry::default()
+        };
+        // Recorded before the ack: the ledger keeps the entry cut to its
+        // budget; this first ack carries every resource.
+        self.store.record(&self.link, &entry);
+        self.deliver(entry);
+    }
+
+    /// Delivers one ack: up to [`acks::ATTEMPTS`] attempts with backoff, then
+    /// it waits in `pendingAcks` of the following heartbeats.
+    fn deliver(&mut self, entry: LedgerEntry) {
+        let id = entry.command_id.clone();
+        let mut jitter = Jitter::from_entropy();
+        let mut reconnected = false;
+        let mut attempt = entry.attempts;
+        for n in 1..=acks::ATTEMPTS {
+            attempt = entry.attempts + n;
+            let Some(session) = self.session.as_ref() else {
+                break;
+            };
+            let ack = acks::ack(&entry, &session.manager_id, attempt);
+            self.link.status().ack_attempts += 1;
+            let e = match self.link.cp.ack(&session.token, &ack) {
+                Ok(AckOutcome::Forgotten) => {
+                    log::warn!(
+                        "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
+                    );
+                    return self.store.mark_delivered(&self.link, &[id]);
+                }
+                Ok(outcome) => {
+                    log::info!("command {id}: ack delivered on attempt {attempt} ({outcome:?})");
+                    return self.store.mark_delivered(&self.link, &[id]);
+                }
+                Err(e) => e,
+            };
+            if e.status() == Some(401) && !reconnected {
+                reconnected = true;
+                log::info!("command {id}: session expired while acknowledging; connecting again");
+                self.session = None;
+                if !matches!(self.connect(), Ok(Connected::Ready)) {
+                    break;
+                }
+            } else if matches!(e.status(), Some(400 | 422)) {
+                log::error!("command {id}: ack refused as malformed ({e}); not resending it");
+                return self.store.mark_delivered(&self.link, &[id]);
+            } else if n < acks::ATTEMPTS {
+                let delay = acks::delay(n, &mut jitter);
+                log::warn!(
+                    "command {id}: ack attempt {attempt} failed: {e}; retrying in {delay:?}"
+                );
+                if matches!(self.link.waiter.wait(delay), Ok(Wake::Stop)) {
+                    log::info!(
+                        "command {id}: stop requested; the ack goes with the next Manager's heartbeats"
+                    );
+                    break;
+                }
+            } else {
+                log::warn!("command {id}: ack attempt {attempt} failed: {e}");
+            }
+        }
+        log::warn!(
+            "command {id}: ack not delivered after {attempt} attempts; it goes with the next heartbeats"
+        );
+        self.store.set_attempts(&self.link, &id, attempt);
+    }
+}

@@ -1,0 +1,459 @@
+//! The heartbeat: what this Manager reports and what the CP answers.
+//!
+//! [`body`] builds the request from plain values (the inventory, the
+//! session's manager id, the undelivered acks); [`Topology`] decides when
+//! the nodes are listed again; [`retry_decision`] what a failure means.
+//! The I/O ([`Agent::heartbeat`], [`Agent::accepted`]) reads the inventory,
+//! sends, reconnects once on a 401, and takes the answer apart.
+
+use std::time::{Duration, Instant};
+
+use super::session::Connected;
+use super::{Agent, CAPABILITIES, Pace, round_ms};
+use crate::acks;
+use crate::backoff::{Backoff, retry_after_delay};
+use crate::config::Config;
+use crate::cp::CpError;
+use crate::cp::client::HeartbeatAnswer;
+use crate::cp::wire::{
+    self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest,
+};
+use crate::fatal::Fatal;
+use crate::inventory::{self, Inventory};
+use crate::self_rollout::{self, SelfDeployment};
+use crate::state::LedgerEntry;
+
+/// Bounds of the CP's interval override.
+pub const INTERVAL_MIN: Duration = Duration::from_secs(5);
+/// Bounds of the CP's interval override.
+pub const INTERVAL_MAX: Duration = Duration::from_secs(600);
+
+/// How long region and zone read from the nodes are reused before the
+/// nodes are listed again: node labels hardly ever change, and listing
+/// every node of a large cluster at every heartbeat would cost the API
+/// server and the Manager more than the whole rest of the heartbeat.
+pub const TOPOLOGY_REFRESH: Duration = Duration::from_secs(300);
+
+/// Clamps the CP's interval override to [`INTERVAL_MIN`]..=[`INTERVAL_MAX`].
+pub fn clamp_interval(seconds: u64) -> Duration {
+    Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
+}
+
+/// What to do after a failed CP call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Wait this long (a `Retry-After`, or the backoff).
+    After(Duration),
+    /// Not worth retrying the same body: wait the normal interval.
+    NextInterval,
+}
+
+/// The retry decision for a failed heartbeat (or connect), from plain values.
+pub fn retry_decision(err: &CpError, backoff: &mut Backoff) -> Retry {
+    match err.status() {
+        Some(400 | 422) => Retry::NextInterval,
+        Some(429 | 503) => Retry::After(retry_after_delay(err.retry_after(), backoff)),
+        _ => Retry::After(backoff.next_delay()),
+    }
+}
+
+/// Region and zone from the last node listing, and when it was made.
+#[derive(Debug, Default)]
+pub struct Topology {
+    listed: Option<(Instant, Option<String>, Option<String>)>,
+}
+
+impl Topology {
+    /// Whether the nodes should be listed: never yet, or longer than
+    /// [`TOPOLOGY_REFRESH`] ago.
+    pub fn due(&self, now: Instant) -> bool {
+        self.listed
+            .as_ref()
+            .is_none_or(|(at, _, _)| now.saturating_duration_since(*at) >= TOPOLOGY_REFRESH)
+    }
+
+    /// Remembers a fresh listing, or fills `inv` from the last one.
+    pub fn update(&mut self, inv: &mut Inventory, now: Instant) {
+        if inv.topology_read {
+            self.listed = Some((now, inv.region.clone(), inv.zone.clone()));
+        } else if let Some((_, region, zone)) = &self.listed {
+            inv.region.clone_from(region);
+            inv.zone.clone_from(zone);
+        }
+    }
+}
+
+/// What the heartbeats remember from one to the next.
+#[derive(Debug, Default)]
+pub(super) struct Beats {
+    /// The last sequence number sent.
+    sequence: u64,
+    topology: Topology,
+    /// The rollout of the Manager's own Deployment.
+    pub(super) self_rollout: self_rollout::Watch,
+}
+
+/// The acks of the entries not delivered yet, for `pendingAcks`.
+pub fn pending_acks<'a>(
+    undelivered: impl Iterator<Item = &'a LedgerEntry>,
+    manager_id: &str,
+) -> Vec<Ack> {
+    undelivered
+        .map(|e| acks::ack(e, manager_id, e.attempts.max(1)))
+        .collect()
+}
+
+/// The heartbeat request from the inventory and this Manager's facts.
+pub fn body(
+    inv: Inventory,
+    cfg: &Config,
+    cluster: &ClusterRef,
+    (manager_id, sequence): (&str, u64),
+    pending_acks: Vec<Ack>,
+) -> HeartbeatRequest {
+    HeartbeatRequest {
+        manager_id: manager_id.to_owned(),
+        sequence,
+        sent_at: super::now_rfc3339(),
+        manager: HeartbeatManager {
+            version: crate::VERSION.into(),
+            build: crate::BUILD.into(),
+            protocol_version: wire::PROTOCOL_VERSION,
+            capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+        },
+        proxy_image: cfg.proxy_image.to_string(),
+        managed_proxy_count: inv.deployments.len(),
+        deployments: inv.deployments,
+        cluster: ClusterInfo {
+            uid: cluster.uid.clone(),
+            name: cfg.cluster_name.clone(),
+            region: cfg.cluster_region.clone().or(inv.region),
+            zone: cfg.cluster_zone.clone().or(inv.zone),
+            kubernetes_version: cluster.kubernetes_version.clone(),
+        },
+        pending_acks,
+        inventory_errors: inv.errors,
+    }
+}
+
+/// A heartbeat's answer, with what it carried.
+pub(super) struct Answer {
+    bytes: HeartbeatAnswer,
+    sequence: u64,
+    managed: usize,
+    /// The ids of the pending acks it carried.
+    carried: Vec<String>,
+}
+
+/// How sending a heartbeat ended.
+pub(super) enum Sent {
+    /// The CP answered 200 (the body is not decoded yet).
+    Answered(Answer),
+    /// It failed: wait this long.
+    RetryIn(Duration),
+}
+
+impl Pace {
+    /// Takes the CP's interval override, clamped.
+    pub(super) fn set_interval(&mut self, secs: u64) -> Option<Duration> {
+        let interval = clamp_interval(secs);
+        (interval != self.interval).then(|| {
+            self.interval = interval;
+            interval
+        })
+    }
+}
+
+impl Agent {
+    /// Reads the inventory, builds the body and sends it; reconnects and
+    /// sends it again once when the session expired (401).
+    pub(super) fn heartbeat(&mut self) -> Result<Sent, Fatal> {
+        let mut body = self.heartbeat_body();
+        // The lease was checked before the inventory was read; a process
+        // stopped in between (SIGSTOP, a frozen node) may have lost it
+        // since. Past the renew deadline nothing is sent: the lease is
+        // read again first.
+        if !self.elector.leading() {
+            log::warn!(
+                "the lease is past its renew deadline; heartbeat {} not sent, reading the lease again",
+                body.sequence
+            );
+            return Ok(Sent::RetryIn(Duration::ZERO));
+        }
+        let mut result = self.send(&body);
+        if matches!(&result, Err(e) if e.status() == Some(401)) {
+            log::info!(
+                "session expired; connecting again and resending heartbeat {}",
+                body.sequence
+            );
+            self.session = None;
+            if let Connected::RetryIn(delay) = self.connect()? {
+                return Ok(Sent::RetryIn(delay));
+            }
+            self.manager_id().clone_into(&mut body.manager_id);
+            result = self.send(&body);
+        }
+        Ok(match result {
+            Ok(bytes) => Sent::Answered(Answer {
+                bytes,
+                sequence: body.sequence,
+                managed: body.managed_proxy_count,
+                carried: body
+                    .pending_acks
+                    .into_iter()
+                    .map(|a| a.command_id)
+                    .collect(),
+            }),
+            Err(e) => Sent::RetryIn(self.heartbeat_failed(&e)),
+        })
+    }
+
+    fn send(&self, body: &HeartbeatRequest) -> Result<HeartbeatAnswer, CpError> {
+        match &self.session {
+            Some(session) => self.link.cp.heartbeat(&session.token, body),
+            None => Err(CpError::BadRequest),
+        }
+    }
+
+    /// Takes an answer apart: the carried acks are delivered, the interval
+    /// override taken, and the commands returned. A 200 whose body does
+    /// not decode is a failed heartbeat: `Err` is the wait.
+    pub(super) fn accepted<'a>(&mut self, answer: &'a Answer) -> Result<Commands<'a>, Duration> {
+        let resp = answer
+            .bytes
+            .parse()
+            .map_err(|e| self.heartbeat_failed(&e))?;
+        self.pace.backoff.reset();
+        {
+            let mut status = self.link.status();
+            status.heartbeat(true, Instant::now());
+            status.managed_proxies = answer.managed;
+        }
+        let sequence = answer.sequence;
+        log::debug!("heartbeat {sequence} accepted");
+        if !answer.carried.is_empty() {
+            log::info!(
+                "{} pending acks delivered with the heartbeat",
+                answer.carried.len()
+            );
+            self.store.mark_delivered(&self.link, &answer.carried);
+        }
+        if let Some(secs) = resp.heartbeat_interval_seconds {
+            self.set_interval(secs);
+        }
+        let commands = resp.commands.unwrap_or_default();
+        if commands.skipped > 0 {
+            log::warn!(
+                "the answer to heartbeat {sequence} holds {} commands; taking the first {}, skipping {} unacknowledged (the Control Plane sends them again)",
+                commands.taken.len() + commands.skipped,
+                wire::MAX_COMMANDS,
+                commands.skipped
+            );
+            crate::metrics::skipped_commands(commands.skipped);
+        }
+        Ok(commands)
+    }
+
+    /// A failed heartbeat: counted, logged; the wait before the next one.
+    fn heartbeat_failed(&mut self, e: &CpError) -> Duration {
+        self.link.status().heartbeat(false, Instant::now());
+        match e.status() {
+            Some(400 | 422) => {
+                log::error!("heartbeat refused as malformed ({e}); not resending it")
+            }
+            _ => log::warn!("heartbeat failed: {e}"),
+        }
+        match retry_decision(e, &mut self.pace.backoff) {
+            Retry::After(d) => {
+                let next = humantime::format_duration(round_ms(d));
+                log::info!("next heartbeat in {next}");
+                d
+            }
+            Retry::NextInterval => self.pace.interval,
+        }
+    }
+
+    /// Takes the CP's interval override.
+    pub(super) fn set_interval(&mut self, secs: u64) {
+        if let Some(interval) = self.pace.set_interval(secs) {
+            log::info!(
+                "heartbeat interval is now {} (set by the Control Plane)",
+                humantime::format_duration(interval)
+            );
+            self.link.status().interval = interval;
+        }
+    }
+
+    fn heartbeat_body(&mut self) -> HeartbeatRequest {
+        let cfg = &self.me.cfg;
+        let configured = cfg.cluster_region.is_some() && cfg.cluster_zone.is_some();
+        let now = Instant::now();
+        let mut inv = inventory::collect(
+            &self.link.kube,
+            &self.me.namespaces,
+            self.me.token.environment_id(),
+            !configured && self.beats.topology.due(now),
+        );
+        self.beats.topology.update(&mut inv, now);
+        if let Some(report) = self.check_self_rollout() {
+            inv.errors.push(report);
+        }
+        if let Some(report) = self.store.error() {
+            inv.errors.push(report.to_owned());
+        }
+        self.beats.sequence += 1;
+        let acks = pending_acks(self.store.undelivered(), self.manager_id());
+        body(
+            inv,
+            &self.me.cfg,
+            &self.me.cluster,
+            (self.manager_id(), self.beats.sequence),
+            acks,
+        )
+    }
+
+    /// Reads the Manager's own Deployment when due; a stalled upgrade's
+    /// report, or why the Deployment could not be read.
+    fn check_self_rollout(&mut self) -> Option<String> {
+        let now = Instant::now();
+        let watch = &mut self.beats.self_rollout;
+        if !watch.due(now) {
+            return None;
+        }
+        let (ns, name) = (&self.me.instance.namespace, &self.me.cfg.self_deployment);
+        let path = format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}");
+        match self.link.kube.get_opt::<SelfDeployment>(&path) {
+            Ok(Some(d)) => watch.observe(&d, &format!("{ns}/{name}"), now, self.pace.interval),
+            Ok(None) => {
+                // Not run from a Deployment (development, tests).
+                watch.unreadable(now);
+                None
+            }
+            Err(e) if e.status() == Some(403) => {
+                // RBAC without the shipped `get` on it: the watch is left
+                // out, as region and zone are when nodes may not be listed.
+                log::debug!("own deployment {ns}/{name} may not be read: {e}");
+                watch.unreadable(now);
+                None
+            }
+            Err(e) => {
+                watch.unreadable(now);
+                Some(format!("own deployment {ns}/{name}: {e}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::Jitter;
+
+    #[test]
+    fn nodes_are_listed_first_then_every_five_minutes() {
+        let now = Instant::now();
+        let mut t = Topology::default();
+        assert!(t.due(now));
+        let mut listed = Inventory {
+            region: Some("eu".into()),
+            zone: Some("eu-1a".into()),
+            topology_read: true,
+            ..Inventory::default()
+        };
+        t.update(&mut listed, now);
+        assert!(!t.due(now));
+        assert!(!t.due(now + TOPOLOGY_REFRESH - Duration::from_secs(1)));
+        assert!(t.due(now + TOPOLOGY_REFRESH));
+        let mut not_listed = Inventory::default();
+        t.update(&mut not_listed, now + Duration::from_secs(15));
+        assert_eq!(not_listed.region.as_deref(), Some("eu"), "reused");
+        assert_eq!(not_listed.zone.as_deref(), Some("eu-1a"));
+        assert!(
+            !t.due(now + Duration::from_secs(15)),
+            "a reuse is no listing"
+        );
+    }
+
+    #[test]
+    fn interval_override_is_clamped() {
+        assert_eq!(clamp_interval(1), Duration::from_secs(5));
+        assert_eq!(clamp_interval(30), Duration::from_secs(30));
+        assert_eq!(clamp_interval(100_000), Duration::from_secs(600));
+        let mut pace = Pace {
+            interval: Duration::from_secs(15),
+            backoff: Backoff::control_plane(),
+        };
+        assert_eq!(pace.set_interval(15), None, "unchanged");
+        assert_eq!(pace.set_interval(2), Some(INTERVAL_MIN));
+        assert_eq!(pace.interval, INTERVAL_MIN);
+    }
+
+    #[test]
+    fn the_body_reports_configured_topology_over_listed_and_counts_proxies() {
+        let cfg = Config::from_lookup(|k| match k {
+            "NEXO_CONTROL_PLANE_URL" => Some("https://cp.example".into()),
+            "NEXO_CONNECT_TOKEN" => Some(format!("nexo_ct_env-a_{}", "a".repeat(32))),
+            "NEXO_PROXY_IMAGE" => Some("r.example/nexo/proxy:1.0.0".into()),
+            "NEXO_CLUSTER_REGION" => Some("configured".into()),
+            _ => None,
+        })
+        .unwrap();
+        let inv = Inventory {
+            region: Some("listed".into()),
+            zone: Some("zone-listed".into()),
+            errors: vec!["list nodes: forbidden".into()],
+            ..Inventory::default()
+        };
+        let cluster = ClusterRef {
+            uid: "uid-1".into(),
+            kubernetes_version: "v1.34.0".into(),
+        };
+        let b = body(inv, &cfg, &cluster, ("m-1", 7), Vec::new());
+        assert_eq!((b.manager_id.as_str(), b.sequence), ("m-1", 7));
+        assert_eq!(b.cluster.region.as_deref(), Some("configured"));
+        assert_eq!(b.cluster.zone.as_deref(), Some("zone-listed"));
+        assert_eq!(b.managed_proxy_count, 0);
+        assert_eq!(b.inventory_errors, ["list nodes: forbidden"]);
+        assert_eq!(b.manager.version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(b.proxy_image, "r.example/nexo/proxy:1.0.0");
+    }
+
+    #[test]
+    fn retry_decisions() {
+        let status = |status, retry_after| CpError::Status {
+            status,
+            code: None,
+            message: None,
+            retry_after,
+        };
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::seeded(3),
+        );
+        assert_eq!(
+            retry_decision(&status(429, Some(Duration::from_secs(3))), &mut b),
+            Retry::After(Duration::from_secs(3))
+        );
+        assert_eq!(
+            retry_decision(&status(503, Some(Duration::from_secs(9))), &mut b),
+            Retry::After(Duration::from_secs(9))
+        );
+        assert_eq!(
+            retry_decision(&status(400, None), &mut b),
+            Retry::NextInterval
+        );
+        assert_eq!(
+            b.failures(),
+            2,
+            "429 and 503 advance the backoff, even with a Retry-After; 400 does not"
+        );
+        assert!(
+            matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(4))
+        );
+        assert!(
+            matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(8))
+        );
+        assert_eq!(b.failures(), 4);
+    }
+}

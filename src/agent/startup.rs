@@ -1,0 +1,301 @@
+//! Start-up: everything checked before the loop. The configuration's files
+//! and listeners first (exit 2 when wrong), then the cluster identity and
+//! the persisted state, read with retries while the API server is not
+//! ready yet, then the binding check (exit 3 when the state was bound on
+//! another cluster).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::version::Info;
+
+use super::heartbeat::Beats;
+use super::{Agent, Identity, Link, Pace, StateStore, round_ms};
+use crate::backoff::{Backoff, retry_after_delay};
+use crate::config::Config;
+use crate::cp::CpClient;
+use crate::cp::wire::{ClusterRef, InstanceInfo};
+use crate::fatal::Fatal;
+use crate::kube::{self, Client, KubeConfig};
+use crate::lease::Elector;
+use crate::probe::{Probe, Role, Status};
+use crate::state::{Binding, StateError, Store};
+use crate::wait::{Pause, Waiter, Wake};
+
+/// Builds the agent, or says why it cannot run.
+pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
+    // The probe listener first: the kubelet's probes are answered (not
+    // ready: starting) while the cluster identity and state are read.
+    let (waiter, status) = probes(&cfg)?;
+    if cfg.control_plane_url.starts_with("http://") {
+        log::warn!(
+            "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http ({}); never do this outside development",
+            cfg.control_plane_url
+        );
+    }
+    let token = crate::token::read(&cfg.token_source, cfg.environment_id.as_deref())
+        .map_err(Fatal::ConnectToken)?;
+    let cp = control_plane(&cfg)?;
+    let (kube, instance) = kube_client(&cfg, &waiter)?;
+    let namespaces = cfg.managed_namespaces(&instance.namespace);
+    let mut backoff = Backoff::control_plane();
+    let cluster = cluster_identity(&kube, &waiter, &mut backoff)?;
+    let store = Store::new(
+        &instance.namespace,
+        &cfg.state_secret,
+        token.environment_id(),
+    );
+    let store = load_state(store, &kube, &waiter, &mut backoff)?;
+    let secret = format!("{}/{}", instance.namespace, cfg.state_secret);
+    check_binding(store.binding(), &cluster, &secret)?;
+    backoff.reset();
+    log::info!(
+        "nexo-manager {} (build {}) starting: environment {}, cluster {} ({}), namespaces {}",
+        crate::VERSION,
+        crate::BUILD,
+        token.environment_id(),
+        cluster.uid,
+        cluster.kubernetes_version,
+        namespaces.join(",")
+    );
+    Ok(Agent {
+        elector: Elector::new(&instance.namespace, &cfg.lease_name, &instance.id),
+        pace: Pace {
+            interval: cfg.heartbeat_interval,
+            backoff,
+        },
+        link: Link {
+            kube,
+            cp,
+            waiter,
+            status,
+        },
+        store,
+        me: Identity {
+            cfg,
+            token,
+            instance,
+            cluster,
+            namespaces,
+        },
+        session: None,
+        beats: Beats::default(),
+    })
+}
+
+/// The Kubernetes client, pausing in `waiter`, and this pod's identity
+/// (its namespace from `POD_NAMESPACE` or the service account's).
+fn kube_client(cfg: &Config, waiter: &Rc<Waiter>) -> Result<(Client, InstanceInfo), Fatal> {
+    let kube_cfg = kube_config(cfg)?;
+    let namespace = cfg
+        .pod_namespace
+        .clone()
+        .or_else(|| kube_cfg.namespace.clone())
+        .ok_or(Fatal::NoNamespace)?;
+    let kube = Client::new(kube_cfg)
+        .map_err(Fatal::KubeConfig)?
+        .with_pause(Rc::clone(waiter) as Rc<dyn Pause>);
+    let host = hostname();
+    let instance = InstanceInfo {
+        id: cfg.pod_uid.clone().unwrap_or_else(|| host.clone()),
+        pod_name: cfg.pod_name.clone().unwrap_or(host),
+        namespace,
+    };
+    Ok((kube, instance))
+}
+
+/// Reads the state Secret, waiting while the API server fails transiently.
+fn load_state(
+    mut store: Store,
+    kube: &Client,
+    waiter: &Waiter,
+    backoff: &mut Backoff,
+) -> Result<StateStore, Fatal> {
+    let state = retry_kube(waiter, backoff, "read the state secret", || {
+        match store.load(kube) {
+            Ok(s) => Ok(Ok(s)),
+            Err(StateError::Kube(e)) => Err(e),
+            Err(other) => Ok(Err(other)),
+        }
+    })??;
+    Ok(StateStore::new(store, state))
+}
+
+/// The probe listener (when configured), the status it answers from, and
+/// the waiter that serves it.
+fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Status>>), Fatal> {
+    let probe = match cfg.listen_addr {
+        Some(addr) => {
+            let probe = Probe::bind(addr).map_err(|source| Fatal::Listen { addr, source })?;
+            // Port 0 picks a free port: the line says which.
+            match probe.local_addr() {
+                Ok(bound) => log::info!("probes and metrics listening on {bound}"),
+                Err(e) => log::warn!("probes and metrics: cannot read the bound address: {e}"),
+            }
+            Some(probe)
+        }
+        None => None,
+    };
+    let status = Rc::new(RefCell::new(Status {
+        role: Role::Starting,
+        interval: cfg.heartbeat_interval,
+        // The CP request timeout bounds the handshake of a standby check.
+        check_time: cfg.cp_request_timeout,
+        ..Status::default()
+    }));
+    let waiter = Waiter::new(probe, Rc::clone(&status)).map_err(Fatal::Signals)?;
+    Ok((Rc::new(waiter), status))
+}
+
+fn control_plane(cfg: &Config) -> Result<CpClient, Fatal> {
+    let ca = match &cfg.control_plane_ca_file {
+        Some(path) => Some(std::fs::read(path).map_err(|source| Fatal::ReadFile {
+            variable: "NEXO_CONTROL_PLANE_CA_FILE",
+            path: path.clone(),
+            source,
+        })?),
+        None => None,
+    };
+    CpClient::new(
+        &cfg.control_plane_url,
+        ca.as_deref(),
+        cfg.https_proxy.as_deref(),
+        (cfg.cp_connect_timeout, cfg.cp_request_timeout),
+    )
+    .map_err(Fatal::ControlPlaneSetup)
+}
+
+fn kube_config(cfg: &Config) -> Result<KubeConfig, Fatal> {
+    let host = std::env::var("KUBERNETES_SERVICE_HOST");
+    let port = std::env::var("KUBERNETES_SERVICE_PORT");
+    match (&cfg.kubeconfig, host, port) {
+        (Some(path), _, _) => KubeConfig::from_kubeconfig(path),
+        (None, Ok(host), Ok(port)) => KubeConfig::in_cluster(
+            &host,
+            &port,
+            std::path::Path::new(kube::config::SERVICE_ACCOUNT_DIR),
+        ),
+        _ => Err(kube::Error::Config(
+            "not in a cluster (KUBERNETES_SERVICE_HOST/_PORT unset) and KUBECONFIG is not set"
+                .into(),
+        )),
+    }
+    .map_err(Fatal::KubeConfig)
+}
+
+/// `metadata.uid` of `kube-system` (the cluster's identity) and the
+/// API server's version.
+fn cluster_identity(
+    kube: &Client,
+    waiter: &Waiter,
+    backoff: &mut Backoff,
+) -> Result<ClusterRef, Fatal> {
+    let cluster = retry_kube(waiter, backoff, "read the cluster identity", || {
+        let ns: Namespace = kube.get("/api/v1/namespaces/kube-system")?;
+        let version: Info = kube.get("/version")?;
+        Ok(ClusterRef {
+            uid: ns.metadata.uid.unwrap_or_default(),
+            kubernetes_version: version.git_version,
+        })
+    })?;
+    if cluster.uid.is_empty() {
+        return Err(Fatal::NoClusterUid);
+    }
+    Ok(cluster)
+}
+
+/// A state bound on another cluster was copied here: refused.
+pub(crate) fn check_binding(
+    binding: Option<&Binding>,
+    cluster: &ClusterRef,
+    secret: &str,
+) -> Result<(), Fatal> {
+    match binding {
+        Some(Binding {
+            cluster_uid,
+            environment_id,
+            ..
+        }) if *cluster_uid != cluster.uid => Err(Fatal::ClusterMismatch {
+            secret: secret.to_owned(),
+            bound: cluster_uid.clone(),
+            this: cluster.uid.clone(),
+            environment: environment_id.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Retries a Kubernetes read at start-up while it fails transiently;
+/// interruptible by SIGTERM.
+fn retry_kube<T>(
+    waiter: &Waiter,
+    backoff: &mut Backoff,
+    what: &'static str,
+    mut f: impl FnMut() -> Result<T, kube::Error>,
+) -> Result<T, Fatal> {
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() => {
+                let delay = retry_after_delay(e.retry_after(), backoff);
+                log::warn!(
+                    "cannot {what} yet: {e}; retrying in {}",
+                    humantime::format_duration(round_ms(delay))
+                );
+                if let Ok(Wake::Stop) = waiter.wait(delay) {
+                    return Err(Fatal::StoppedDuringStartup(what));
+                }
+            }
+            Err(source) => return Err(Fatal::Startup { what, source }),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::State;
+
+    fn state_bound_to(cluster_uid: &str) -> State {
+        State {
+            binding: Some(Binding {
+                environment_id: "env-a".into(),
+                manager_id: "m-1".into(),
+                cluster_uid: cluster_uid.into(),
+            }),
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn a_state_bound_on_another_cluster_is_refused() {
+        let here = ClusterRef {
+            uid: "uid-here".into(),
+            kubernetes_version: "v1.34.0".into(),
+        };
+        assert!(check_binding(None, &here, "ns/s").is_ok());
+        assert!(check_binding(state_bound_to("uid-here").binding.as_ref(), &here, "ns/s").is_ok());
+        let refused = check_binding(state_bound_to("uid-there").binding.as_ref(), &here, "ns/s");
+        match refused {
+            Err(e @ Fatal::ClusterMismatch { .. }) => {
+                assert_eq!(e.exit_code(), 3);
+                let text = e.to_string();
+                assert!(
+                    text.contains("uid-there") && text.contains("uid-here"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a cluster mismatch, got {other:?}"),
+        }
+    }
+}

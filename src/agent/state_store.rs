@@ -1,0 +1,145 @@
+//! The owner of the state in memory and of its Secret: callers ask it to
+//! record a result, mark acks delivered, or reload; it writes, retries once,
+//! and keeps the report of a write that failed for the heartbeats.
+
+use std::time::Duration;
+
+use super::Link;
+use crate::kube::Client;
+use crate::state::{self, Binding, LedgerEntry, State, StateError, Store};
+use crate::wait::Wake;
+
+/// The state, in memory and in its Secret.
+#[derive(Debug)]
+pub struct StateStore {
+    store: Store,
+    state: State,
+    /// A write that failed, reported in heartbeats until one succeeds.
+    error: Option<String>,
+}
+
+impl StateStore {
+    /// The state read from `store`.
+    pub fn new(store: Store, state: State) -> StateStore {
+        StateStore {
+            store,
+            state,
+            error: None,
+        }
+    }
+
+    /// The binding recorded, if any.
+    pub fn binding(&self) -> Option<&Binding> {
+        self.state.binding.as_ref()
+    }
+
+    /// The recorded result of a command, if it finished before.
+    pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
+        self.state.find(command_id)
+    }
+
+    /// The entries whose ack was not delivered yet.
+    pub fn undelivered(&self) -> impl Iterator<Item = &LedgerEntry> {
+        self.state.ledger.iter().filter(|e| !e.delivered)
+    }
+
+    /// The report of the last failed write, until a write succeeds.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Reads the state again (another pod may have written it); returns
+    /// the number of ledger entries.
+    pub(super) fn reload(&mut self, kube: &Client) -> Result<usize, StateError> {
+        self.state = self.store.load(kube)?;
+        Ok(self.state.ledger.len())
+    }
+
+    /// Records the binding when it changed. A failure is fatal: a session
+    /// is not used before its binding is recorded.
+    pub(super) fn bind(&mut self, kube: &Client, binding: Binding) -> Result<(), StateError> {
+        if self.state.binding.as_ref() == Some(&binding) {
+            return Ok(());
+        }
+        if let Some(old) = &self.state.binding {
+            log::warn!(
+                "binding changes from environment {} / manager {} to {} / {}",
+                old.environment_id,
+                old.manager_id,
+                binding.environment_id,
+                binding.manager_id
+            );
+        }
+        self.state = self.store.update(kube, &self.state, |s| {
+            s.binding = Some(binding.clone());
+        })?;
+        Ok(())
+    }
+
+    /// Records a finished command, cut to its budget, before its ack is
+    /// sent: a crash from here on neither re-executes the command nor
+    /// loses its ack. When it cannot be written it is kept in memory and
+    /// reported.
+    pub(super) fn record(&mut self, link: &Link, entry: &LedgerEntry) {
+        let bounded = entry
+            .clone()
+            .bounded(state::MESSAGE_MAX, state::RESOURCES_MAX);
+        if let Err(e) = self.write(link, |s| s.record(bounded.clone())) {
+            let id = &entry.command_id;
+            log::error!("command {id}: cannot record the result in the state secret: {e}");
+            self.state.record(entry.clone());
+            self.error = Some(format!(
+                "state secret: the result of command {id} is not recorded: {e}"
+            ));
+        }
+    }
+
+    /// Marks acks delivered.
+    pub(super) fn mark_delivered(&mut self, link: &Link, ids: &[String]) {
+        self.state.mark_delivered(ids);
+        self.persist(link, |s| s.mark_delivered(ids));
+    }
+
+    /// Sets the delivery attempts of an undelivered ack.
+    pub(super) fn set_attempts(&mut self, link: &Link, id: &str, attempts: u32) {
+        self.state.set_attempts(id, attempts);
+        self.persist(link, |s| s.set_attempts(id, attempts));
+    }
+
+    /// Persists a change already made in memory; a failure is logged and
+    /// reported in the next heartbeat.
+    fn persist(&mut self, link: &Link, change: impl Fn(&mut State)) {
+        if let Err(e) = self.write(link, change) {
+            log::error!("cannot update the state secret: {e}");
+            // A result not recorded, reported already, stays the report.
+            self.error
+                .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
+        }
+    }
+
+    /// Writes a change, trying once more after a pause when the first try
+    /// (the client's own retries included) fails. On success the state in
+    /// memory is the one written and a reported failure is cleared.
+    fn write(&mut self, link: &Link, change: impl Fn(&mut State)) -> Result<(), StateError> {
+        let mut result = self.store.update(&link.kube, &self.state, &change);
+        if let Err(e) = &result {
+            log::warn!("cannot write the state secret: {e}; trying again in 1s");
+            if matches!(link.waiter.wait(Duration::from_secs(1)), Ok(Wake::Stop)) {
+                crate::metrics::state_write_failed();
+                return result.map(|_| ());
+            }
+            result = self.store.update(&link.kube, &self.state, &change);
+        }
+        match result {
+            Ok(state) => {
+                self.state = state;
+                self.error = None;
+                Ok(())
+            }
+            Err(e) => {
+                crate::metrics::state_write_failed();
+                Err(e)
+            }
+        }
+    }
+}

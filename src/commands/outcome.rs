@@ -1,0 +1,182 @@
+//! How a command ended: its result, message and resources, and the typed
+//! error of one Kubernetes call on one object, written into the message.
+
+use std::fmt;
+
+use super::ObjectRef;
+use super::plan::Refused;
+use crate::cp::wire::{AckResource, AckResult, ResourceAction};
+use crate::kube;
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Applied or failed.
+    pub result: AckResult,
+    /// The ack message.
+    pub message: String,
+    /// The ack resources.
+    pub resources: Vec<AckResource>,
+}
+
+impl Outcome {
+    /// A failure.
+    pub fn failed(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
+        Outcome {
+            result: AckResult::Failed,
+            message: message.into(),
+            resources,
+        }
+    }
+
+    /// A success.
+    pub fn applied(message: impl Into<String>, resources: Vec<AckResource>) -> Outcome {
+        Outcome {
+            result: AckResult::Applied,
+            message: message.into(),
+            resources,
+        }
+    }
+}
+
+impl From<Refused> for Outcome {
+    fn from(r: Refused) -> Outcome {
+        Outcome::failed(r.message, r.resources)
+    }
+}
+
+/// `2 created, 1 unchanged`: the resources counted by action, in order of
+/// first appearance.
+pub fn summary(resources: &[AckResource]) -> String {
+    let mut counts: Vec<(ResourceAction, usize)> = Vec::new();
+    for r in resources {
+        match counts.iter_mut().find(|(a, _)| *a == r.action) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((r.action, 1)),
+        }
+    }
+    let parts: Vec<String> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
+    parts.join(", ")
+}
+
+/// A step of a command that failed on one object.
+#[derive(Debug)]
+pub enum StepError {
+    /// The API server refused or failed a call.
+    Api {
+        /// What was tried: `cannot read`, `dry run of`, `cannot apply`…
+        verb: &'static str,
+        /// The object.
+        reference: ObjectRef,
+        /// The API error, status and `Status.reason` kept.
+        source: Box<kube::Error>,
+    },
+    /// The object changed owner since it was read.
+    Refused {
+        /// The object.
+        reference: ObjectRef,
+        /// Why it may not be written.
+        why: String,
+    },
+    /// Every attempt met a 409 Conflict.
+    KeptChanging {
+        /// The object.
+        reference: ObjectRef,
+        /// Attempts made.
+        attempts: usize,
+    },
+}
+
+impl StepError {
+    /// An API error of `verb` on `reference`.
+    pub fn api(verb: &'static str, reference: &ObjectRef, source: kube::Error) -> StepError {
+        StepError::Api {
+            verb,
+            reference: reference.clone(),
+            source: Box::new(source),
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Api {
+                verb,
+                reference,
+                source,
+            } => match &**source {
+                kube::Error::Api {
+                    status: 409, body, ..
+                } if body.reason.as_deref() == Some("Conflict") => write!(
+                    f,
+                    "{verb} {reference}: conflict with another field manager, not taken over: {}",
+                    body.message.as_deref().unwrap_or("")
+                ),
+                other => write!(f, "{verb} {reference}: {other}"),
+            },
+            StepError::Refused { reference, why } => write!(f, "{reference} {why}"),
+            StepError::KeptChanging {
+                reference,
+                attempts,
+            } => write!(f, "{reference} kept changing ({attempts} conflicts)"),
+        }
+    }
+}
+
+impl std::error::Error for StepError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StepError::Api { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::Kind;
+
+    #[test]
+    fn step_errors_name_the_object_and_keep_the_cause() {
+        let r = ObjectRef::new(Kind::ConfigMap, "shop", "orders");
+        let conflict = StepError::api(
+            "cannot apply",
+            &r,
+            kube::Error::Api {
+                status: 409,
+                body: kube::error::Status {
+                    reason: Some("Conflict".into()),
+                    message: Some("field .data.x owned by kubectl".into()),
+                    details: None,
+                },
+                retry_after: None,
+            },
+        );
+        assert_eq!(
+            conflict.to_string(),
+            "cannot apply ConfigMap shop/orders: conflict with another field manager, not taken over: field .data.x owned by kubectl"
+        );
+        assert!(std::error::Error::source(&conflict).is_some());
+        let changing = StepError::KeptChanging {
+            reference: r,
+            attempts: 3,
+        };
+        assert_eq!(
+            changing.to_string(),
+            "ConfigMap shop/orders kept changing (3 conflicts)"
+        );
+    }
+
+    #[test]
+    fn summaries_count_by_action_in_order() {
+        let r = ObjectRef::new(Kind::Secret, "shop", "s");
+        let resources = [
+            r.ack(ResourceAction::Created),
+            r.ack(ResourceAction::Unchanged),
+            r.ack(ResourceAction::Created),
+        ];
+        assert_eq!(summary(&resources), "2 created, 1 unchanged");
+    }
+}

@@ -1,0 +1,337 @@
+use super::*;
+use crate::commands::{Deploy, Format, Manifest};
+
+const ENV: &str = "env-a";
+
+fn obj(kind: &str, name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "shop", "labels": labels, "resourceVersion": "7", "uid": "u1"}})
+}
+
+fn owned() -> Value {
+    json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV})
+}
+
+fn d(adopt: bool) -> Deploy {
+    Deploy {
+        deployment: Target {
+            name: "orders".into(),
+            namespace: "shop".into(),
+        },
+        format: Format::Crd,
+        manifests: vec![
+            Manifest {
+                reference: ObjectRef::new(Kind::ConfigMap, "shop", "orders-config"),
+                object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-config", "namespace": "shop", "labels": {"team": "db"}}}),
+            },
+            Manifest {
+                reference: ObjectRef::new(Kind::NexoProxy, "shop", "orders"),
+                object: json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": "orders", "namespace": "shop"}}),
+            },
+        ],
+        adopt_legacy: adopt,
+    }
+}
+
+#[test]
+fn deploy_labels_everything_and_orders_the_proxy_first() {
+    let w = deploy(&d(false), &[None, None], ENV, false).unwrap();
+    assert_eq!(w[0].reference.kind, Kind::NexoProxy);
+    assert!(w[1].owned_by_proxy && !w[0].owned_by_proxy);
+    let labels = &w[1].object["metadata"]["labels"];
+    assert_eq!(labels["team"], "db");
+    assert_eq!(labels["nexo.io/owner-id"], ENV);
+    assert_eq!(labels["nexo.io/deployment"], "orders");
+    assert_eq!(
+        w[1].reference.path(),
+        "/api/v1/namespaces/shop/configmaps/orders-config"
+    );
+    assert_eq!(
+        w[0].reference.path(),
+        "/apis/nexo.io/v1alpha1/namespaces/shop/nexoproxies/orders"
+    );
+}
+
+#[test]
+fn the_migration_gate_needs_both_halves() {
+    let legacy = Some(obj(
+        "ConfigMap",
+        "orders-config",
+        json!({"app.kubernetes.io/part-of": "nexo"}),
+    ));
+    for (cluster, command) in [(false, false), (true, false), (false, true)] {
+        let r = deploy(&d(command), &[legacy.clone(), None], ENV, cluster).unwrap_err();
+        assert!(r.message.contains("legacy"), "{}", r.message);
+        assert_eq!(r.resources[0].action, ResourceAction::Refused);
+    }
+    let w = deploy(&d(true), &[legacy, None], ENV, true).unwrap();
+    assert!(w[1].adopt);
+}
+
+#[test]
+fn unrelated_and_foreign_objects_are_refused() {
+    let foreign = Some(obj(
+        "ConfigMap",
+        "orders-config",
+        json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"}),
+    ));
+    let r = deploy(&d(true), &[foreign, None], ENV, true).unwrap_err();
+    assert!(
+        r.message.contains("belongs to environment env-b"),
+        "{}",
+        r.message
+    );
+    let unrelated = Some(obj("ConfigMap", "orders-config", json!({})));
+    let r = deploy(&d(true), &[unrelated, None], ENV, true).unwrap_err();
+    assert!(r.message.contains("not managed by nexo-manager"));
+    let mine = Some(obj("ConfigMap", "orders-config", owned()));
+    assert_eq!(
+        deploy(&d(false), &[mine, None], ENV, false).unwrap()[1]
+            .existing
+            .as_ref()
+            .map(|at| at.version.as_str()),
+        Some("7")
+    );
+}
+
+#[test]
+fn an_object_of_another_deployment_is_refused_by_every_class() {
+    // beta's deploy names alpha's ConfigMap: refused, never relabelled.
+    let mut alpha = owned();
+    alpha["nexo.io/deployment"] = json!("alpha");
+    let alphas = obj("ConfigMap", "orders-config", alpha.clone());
+    let r = deploy(&d(false), &[Some(alphas.clone()), None], ENV, false).unwrap_err();
+    assert!(
+        r.message.contains("belongs to deployment alpha"),
+        "{}",
+        r.message
+    );
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(r.resources[0].action, ResourceAction::Refused);
+    // The same with the label right but a controller elsewhere.
+    let mut controlled = obj("ConfigMap", "orders-config", owned());
+    controlled["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
+    let r = deploy(&d(false), &[Some(controlled.clone()), None], ENV, false).unwrap_err();
+    assert!(
+        r.message.contains("controlled by NexoProxy alpha"),
+        "{}",
+        r.message
+    );
+    // Its own controller, its own label, or no label at all: fine.
+    let mut mine = obj("ConfigMap", "orders-config", owned());
+    mine["metadata"]["ownerReferences"] = owner_reference("orders", "u-orders");
+    mine["metadata"]["labels"]["nexo.io/deployment"] = json!("orders");
+    assert!(deploy(&d(false), &[Some(mine), None], ENV, false).is_ok());
+    // A non-controller reference does not claim the object.
+    let mut referenced = obj("ConfigMap", "orders-config", owned());
+    referenced["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}]);
+    assert!(deploy(&d(false), &[Some(referenced), None], ENV, false).is_ok());
+}
+
+#[test]
+fn rollout_and_uninstall_refuse_another_deployments_objects() {
+    let mut alpha = owned();
+    alpha["nexo.io/deployment"] = json!("alpha");
+    // A rollout or uninstall of "orders" whose NexoProxy says "alpha".
+    let t = Target {
+        name: "orders".into(),
+        namespace: "shop".into(),
+    };
+    let mut proxy = obj("NexoProxy", "orders", alpha.clone());
+    proxy["spec"] = json!({"image": "p:1"});
+    let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", ENV).unwrap_err();
+    assert_eq!(r.resources[0].action, ResourceAction::Refused);
+    assert!(
+        r.message.contains("belongs to deployment alpha"),
+        "{}",
+        r.message
+    );
+    let r = uninstall(&t, Some(&proxy), None, &[], ENV).unwrap_err();
+    assert!(
+        r.message.contains("belongs to deployment alpha"),
+        "{}",
+        r.message
+    );
+    let dep = obj("Deployment", "orders", alpha);
+    assert!(uninstall(&t, None, Some(&dep), &[], ENV).is_err());
+    // A labelled object controlled by something else is left alone.
+    let mut labels = owned();
+    labels["nexo.io/deployment"] = json!("orders");
+    let mine = obj("Deployment", "orders", labels.clone());
+    let mut svc = obj("Service", "orders", labels);
+    svc["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
+    let Removal::Legacy(refs) = uninstall(
+        &t,
+        None,
+        Some(&mine),
+        &[(ObjectRef::new(Kind::Service, "shop", "orders"), svc)],
+        ENV,
+    )
+    .unwrap() else {
+        panic!("an owned legacy Deployment is removed")
+    };
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    // A hostile label value cannot forge a line of the ack message.
+    let mut forged = owned();
+    forged["nexo.io/deployment"] = json!("x\nINFO fake");
+    let r = deploy(
+        &d(false),
+        &[Some(obj("ConfigMap", "orders-config", forged)), None],
+        ENV,
+        false,
+    )
+    .unwrap_err();
+    assert!(!r.message.contains('\n'), "{}", r.message);
+}
+
+#[test]
+fn rollout_checks_every_target_first() {
+    let t = |n: &str| Target {
+        name: n.into(),
+        namespace: "shop".into(),
+    };
+    let mut mine = obj("NexoProxy", "a", owned());
+    mine["spec"] = json!({"image": "p:1"});
+    let ok = rollout(&[(t("a"), Some(mine.clone()))], "p:2", ENV).unwrap();
+    assert!(ok[0].changed);
+    assert!(!rollout(&[(t("a"), Some(mine.clone()))], "p:1", ENV).unwrap()[0].changed);
+    let r = rollout(
+        &[
+            (t("a"), Some(mine.clone())),
+            (t("b"), None),
+            (t("c"), Some(obj("NexoProxy", "c", json!({})))),
+        ],
+        "p:2",
+        ENV,
+    )
+    .unwrap_err();
+    let actions: Vec<&str> = r.resources.iter().map(|x| x.action.as_str()).collect();
+    assert_eq!(actions, ["absent", "refused", "unchanged"]);
+    let img = ImageRef::parse("r.io/nexo/proxy:1.4.2").unwrap();
+    assert_eq!(rollout_image(&img, Some("1.4.3")), "r.io/nexo/proxy:1.4.3");
+    assert_eq!(rollout_image(&img, None), "r.io/nexo/proxy:1.4.2");
+    let dg = format!("sha256:{}", "a".repeat(64));
+    assert_eq!(
+        rollout_image(&img, Some(&dg)),
+        format!("r.io/nexo/proxy@{dg}")
+    );
+}
+
+#[test]
+fn upgrade_picks_the_manager_container() {
+    let dep = |cs: Value| json!({"spec": {"template": {"spec": {"containers": cs}}}});
+    assert_eq!(
+        upgrade_container(&dep(json!([{"name": "x", "image": "i"}])))
+            .unwrap()
+            .0,
+        "x"
+    );
+    assert_eq!(
+        upgrade_container(&dep(json!([{"name": "x"}, {"name": "manager"}])))
+            .unwrap()
+            .0,
+        "manager"
+    );
+    let two = dep(json!([{"name": "x"}, {"name": "y"}]));
+    assert_eq!(
+        upgrade_container(&two),
+        Err(NoManagerContainer { containers: 2 })
+    );
+    let running = dep(json!([{"name": "manager", "image": "m@sha256:1"}]));
+    assert_eq!(upgrade(&running, "m@sha256:1"), Ok(UpgradePlan::Unchanged));
+    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, "m@sha256:2") else {
+        panic!("a new image is a patch");
+    };
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["containers"][0],
+        json!({"name": "manager", "image": "m@sha256:2"})
+    );
+    assert!(upgrade(&two, "m@sha256:2").is_err());
+}
+
+#[test]
+fn a_write_says_what_it_did_from_the_version_it_got_back() {
+    let mut w = deploy(&d(false), &[None, None], ENV, false)
+        .unwrap()
+        .remove(1);
+    assert_eq!(w.action(Some("1")), ResourceAction::Created);
+    assert!(
+        w.needs_owner_dry_run(false),
+        "a new runtime object of a new NexoProxy"
+    );
+    assert!(!w.needs_owner_dry_run(true));
+    w.existing = Some(ReadAt {
+        uid: "u1".into(),
+        version: "7".into(),
+    });
+    assert_eq!(w.action(Some("7")), ResourceAction::Unchanged);
+    assert_eq!(w.action(Some("8")), ResourceAction::Configured);
+    assert!(!w.needs_owner_dry_run(false));
+    w.adopt = true;
+    assert_eq!(
+        w.action(Some("7")),
+        ResourceAction::Configured,
+        "an adoption always configures"
+    );
+}
+
+#[test]
+fn existing_objects_are_guarded_by_where_they_were_read() {
+    let mine = obj("ConfigMap", "orders-config", owned());
+    let w = deploy(&d(false), &[Some(mine.clone()), None], ENV, false).unwrap();
+    assert_eq!(w[1].object["metadata"]["uid"], "u1");
+    assert_eq!(w[1].object["metadata"]["resourceVersion"], "7");
+    assert!(
+        w[0].object["metadata"].get("uid").is_none(),
+        "an absent one is not"
+    );
+    let mut unguardable = mine;
+    unguardable["metadata"]["uid"] = Value::Null;
+    let r = deploy(&d(false), &[Some(unguardable), None], ENV, false).unwrap_err();
+    assert!(r.message.contains("without a uid"), "{}", r.message);
+}
+
+#[test]
+fn uninstall_refuses_what_is_not_owned() {
+    let t = Target {
+        name: "orders".into(),
+        namespace: "shop".into(),
+    };
+    assert_eq!(
+        uninstall(&t, None, None, &[], ENV).unwrap(),
+        Removal::Absent
+    );
+    let mine = obj("NexoProxy", "orders", owned());
+    assert!(matches!(
+        uninstall(&t, Some(&mine), None, &[], ENV).unwrap(),
+        Removal::Proxy(_)
+    ));
+    assert!(
+        uninstall(
+            &t,
+            Some(&obj("NexoProxy", "orders", json!({}))),
+            None,
+            &[],
+            ENV
+        )
+        .is_err()
+    );
+    let mut labels = owned();
+    labels["nexo.io/deployment"] = json!("orders");
+    let svc = (
+        ObjectRef::new(Kind::Service, "shop", "orders"),
+        obj("Service", "orders", labels),
+    );
+    let other = (
+        ObjectRef::new(Kind::Service, "shop", "x"),
+        obj("Service", "x", owned()),
+    );
+    let Removal::Legacy(refs) = uninstall(&t, None, Some(&mine), &[svc, other], ENV).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        refs.iter().map(|r| r.reference.kind).collect::<Vec<_>>(),
+        [Kind::Deployment, Kind::Service]
+    );
+}

@@ -1,0 +1,169 @@
+use super::*;
+use crate::kube::verbs::page_through;
+use serde_json::json;
+
+fn api(status: u16, retry_after: Option<u64>) -> Error {
+    Error::Api {
+        status,
+        body: Status::default(),
+        retry_after: retry_after.map(Duration::from_secs),
+    }
+}
+
+#[test]
+fn retry_policy() {
+    let mut b = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
+    assert_eq!(
+        retry_delay(&Method::POST, &api(429, Some(2)), 1, &mut b),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(
+        retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b),
+        Some(RETRY_CAP),
+        "Retry-After is capped"
+    );
+    // Every 429 advanced the backoff: this is its third step.
+    assert!(
+        retry_delay(&Method::GET, &api(503, None), 1, &mut b).is_some_and(|d| d <= RETRY_BASE * 4)
+    );
+    let mut fresh = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
+    assert!(
+        retry_delay(&Method::GET, &api(429, Some(0)), 1, &mut fresh)
+            .is_some_and(|d| d >= Duration::from_secs(1)),
+        "Retry-After: 0 never retries faster than once a second"
+    );
+    assert!(retry_delay(&Method::PATCH, &api(500, None), 2, &mut b).is_some());
+    assert_eq!(
+        retry_delay(&Method::POST, &api(500, None), 1, &mut b),
+        None,
+        "a create is not repeated blindly"
+    );
+    assert_eq!(retry_delay(&Method::PUT, &api(409, None), 1, &mut b), None);
+    assert_eq!(retry_delay(&Method::GET, &api(403, None), 1, &mut b), None);
+    assert_eq!(
+        retry_delay(&Method::GET, &api(503, None), RETRIES + 1, &mut b),
+        None,
+        "bounded"
+    );
+}
+
+#[test]
+fn paging_follows_tokens_and_restarts_once_on_410() {
+    let page = |items: &[i64], next: Option<&str>| {
+        Ok((
+            items.iter().map(|i| json!(i)).collect(),
+            next.map(str::to_owned),
+        ))
+    };
+    // Pages 1, 2 (410 the first time), then a full restart.
+    let mut calls = Vec::new();
+    let mut gone_once = false;
+    let mut seen = Vec::new();
+    let r = page_through(
+        |token| {
+            calls.push(token.map(str::to_owned));
+            match token {
+                None => page(&[1, 2], Some("t1")),
+                Some("t1") if !gone_once => {
+                    gone_once = true;
+                    Err(api(410, None))
+                }
+                Some("t1") => page(&[3], None),
+                _ => unreachable!(),
+            }
+        },
+        |v| seen.push(v.as_i64().unwrap()),
+    );
+    assert!(r.is_ok());
+    assert_eq!(calls, [None, Some("t1".into()), None, Some("t1".into())]);
+    assert_eq!(seen, [1, 2, 1, 2, 3]);
+    // A second 410 is an error.
+    let r = page_through(
+        |t| {
+            if t.is_none() {
+                page(&[1], Some("t"))
+            } else {
+                Err(api(410, None))
+            }
+        },
+        |_| {},
+    );
+    assert_eq!(r.unwrap_err().status(), Some(410));
+}
+
+/// Serves one canned HTTP answer on loopback; returns its base URL.
+/// A client of a server that gives one connection `answer`.
+fn one_answer(answer: Vec<u8>) -> Client {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut head = [0u8; 4096];
+        let _ = conn.read(&mut head);
+        let _ = conn.write_all(&answer);
+    });
+    Client::new(KubeConfig {
+        server: url,
+        ca_pem: None,
+        auth: Auth::None,
+        namespace: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_long_error_body_keeps_its_status() {
+    let page = "x".repeat(200 * 1024);
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+        page.len()
+    );
+    let client = one_answer(answer.into_bytes());
+    let err = client
+        .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
+        .unwrap_err();
+    assert_eq!(err.status(), Some(503), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("xxxx") && message.len() < 1024,
+        "{message}"
+    );
+}
+
+#[test]
+fn a_body_over_the_limit_is_refused_not_retried() {
+    let n = MAX_BODY as usize + 1024;
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
+    )
+    .into_bytes();
+    answer.resize(answer.len() + n - 3, b'x');
+    answer.extend_from_slice(b"\"]");
+    let client = one_answer(answer);
+    let err = client
+        .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
+    assert!(!err.is_transient(), "a retry would read it again");
+    assert_eq!(
+        err.to_string(),
+        "kubernetes api: response body over the 8 MiB limit"
+    );
+}
+
+#[test]
+fn query_encodes_selectors_and_tokens() {
+    let q = Query::new()
+        .param(
+            "labelSelector",
+            "app.kubernetes.io/managed-by=nexo-manager,a!=b",
+        )
+        .param("continue", "eyJ2Ijoi+/=")
+        .finish();
+    assert_eq!(
+        q,
+        "?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dnexo-manager%2Ca%21%3Db&continue=eyJ2Ijoi%2B%2F%3D"
+    );
+    assert_eq!(Query::new().finish(), "");
+}

@@ -1,0 +1,304 @@
+//! The verbs of the Kubernetes client: typed get, create, server-side
+//! apply, patch, guarded delete, and paged lists (with the paging loop
+//! itself, [`page_through`], testable without a server).
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::client::{
+    APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, to_json,
+};
+use super::error::Error;
+
+/// The parameters of a server-side apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyParams {
+    /// Take over fields owned by other field managers (`force=true`).
+    pub force: bool,
+    /// Validate and admit, write nothing (`dryRun=All`).
+    pub dry_run: bool,
+}
+
+impl ApplyParams {
+    /// A plain apply.
+    pub const WRITE: ApplyParams = ApplyParams {
+        force: false,
+        dry_run: false,
+    };
+    /// A dry run.
+    pub const DRY_RUN: ApplyParams = ApplyParams {
+        force: false,
+        dry_run: true,
+    };
+
+    /// The same, with `force` set.
+    pub fn forced(self, force: bool) -> ApplyParams {
+        ApplyParams { force, ..self }
+    }
+}
+
+impl Client {
+    /// GET, decoded into `T`.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        self.request_as::<T>(Method::GET, path, None)?
+            .ok_or_else(|| Error::Decode {
+                what: "object",
+                source: serde::de::Error::custom("the body is empty"),
+            })
+    }
+
+    /// GET that maps 404 to `None`.
+    pub fn get_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, Error> {
+        match self.get(path) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// POST a new object to a collection path.
+    pub fn create(&self, collection: &str, object: &Value) -> Result<Value, Error> {
+        let bytes = to_json("request body", object)?;
+        self.request(
+            Method::POST,
+            collection,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// PUT a whole object (an update guarded by its `metadata.resourceVersion`).
+    pub fn replace(&self, path: &str, object: &Value) -> Result<Value, Error> {
+        let bytes = to_json("request body", object)?;
+        self.request(
+            Method::PUT,
+            path,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// Server-side apply of `object` at its object path, as [`FIELD_MANAGER`].
+    /// `dry_run` asks the server to validate and admit without persisting.
+    pub fn apply(&self, path: &str, object: &Value, params: ApplyParams) -> Result<Value, Error> {
+        let mut query = Query::new().param("fieldManager", FIELD_MANAGER);
+        if params.force {
+            query = query.param("force", "true");
+        }
+        if params.dry_run {
+            query = query.param("dryRun", "All");
+        }
+        let bytes = to_json("request body", object)?;
+        self.request(
+            Method::PATCH,
+            &format!("{path}{}", query.finish()),
+            Some(Body {
+                content_type: APPLY_PATCH,
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// Creates an absent object so that it is exactly as a server-side
+    /// apply would have made it, but fails (409 `AlreadyExists`) if the
+    /// object appeared since it was found absent: a POST, then the
+    /// `managedFields` of the apply's dry run (`apply_fields`) put in
+    /// place of the POST's own entry, guarded by the new resourceVersion.
+    /// Later applies then own, change and remove its fields as if it had
+    /// been applied. Should that second step fail, the object stays created
+    /// (with an update entry of this field manager) and a warning is logged.
+    pub fn create_as_applied(
+        &self,
+        collection: &str,
+        name: &str,
+        object: &Value,
+        apply_fields: Option<&Value>,
+    ) -> Result<Value, Error> {
+        let bytes = to_json("object", object)?;
+        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        let created = self.request(
+            Method::POST,
+            &format!("{collection}{query}"),
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )?;
+        let Some(fields) = apply_fields.filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
+        else {
+            return Ok(created);
+        };
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": created["metadata"]["resourceVersion"],
+            "managedFields": fields,
+        }});
+        match self.patch(&format!("{collection}/{name}"), MERGE_PATCH, &patch) {
+            Ok(updated) => Ok(updated),
+            Err(e) => {
+                log::warn!(
+                    "{collection}/{name} created; its fields stay recorded as an update, not an apply: {e}"
+                );
+                Ok(created)
+            }
+        }
+    }
+
+    /// PATCH with `content_type` (merge or strategic merge), as [`FIELD_MANAGER`].
+    pub fn patch(
+        &self,
+        path: &str,
+        content_type: &'static str,
+        patch: &Value,
+    ) -> Result<Value, Error> {
+        let bytes = to_json("request body", patch)?;
+        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        self.request(
+            Method::PATCH,
+            &format!("{path}{query}"),
+            Some(Body {
+                content_type,
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// DELETE with a propagation policy (`Background`, `Foreground`, `Orphan`).
+    pub fn delete(&self, path: &str, propagation: &str) -> Result<Value, Error> {
+        self.delete_if(path, propagation, None)
+    }
+
+    /// DELETE of the object read before: `preconditions` holds its uid and
+    /// resourceVersion, so that a 409 (not a deletion) answers if it was
+    /// replaced or changed since.
+    pub fn delete_if(
+        &self,
+        path: &str,
+        propagation: &str,
+        preconditions: Option<(&str, &str)>,
+    ) -> Result<Value, Error> {
+        let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
+        if let Some((uid, version)) = preconditions {
+            body["preconditions"] = serde_json::json!({"uid": uid, "resourceVersion": version});
+        }
+        let bytes = to_json("delete options", &body)?;
+        self.request(
+            Method::DELETE,
+            path,
+            Some(Body {
+                content_type: "application/json",
+                bytes: &bytes,
+            }),
+        )
+    }
+
+    /// One page of a list: the items and the `continue` token of the next page.
+    pub fn list_page(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), Error> {
+        self.list_page_as(collection, label_selector, limit, continue_token)
+    }
+
+    /// [`Client::list_page`] with each item decoded into `T`: a projection
+    /// of the few fields the caller reads keeps a page small.
+    pub fn list_page_as<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<T>, Option<String>), Error> {
+        let mut query = Query::new().param("limit", &limit.to_string());
+        if let Some(selector) = label_selector {
+            query = query.param("labelSelector", selector);
+        }
+        if let Some(token) = continue_token {
+            query = query.param("continue", token);
+        }
+        let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
+        let next = page.metadata.continue_token.filter(|t| !t.is_empty());
+        Ok((page.items, next))
+    }
+
+    /// Visits every item of a collection, a page of `limit` at a time, so
+    /// memory stays bounded by one page. A 410 Gone (the continue token
+    /// expired) restarts the list from the beginning once; `visit` must then
+    /// tolerate seeing items again.
+    pub fn list_each(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        visit: impl FnMut(Value),
+    ) -> Result<(), Error> {
+        self.list_each_as(collection, label_selector, limit, visit)
+    }
+
+    /// [`Client::list_each`] with each item decoded into `T`.
+    pub fn list_each_as<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        visit: impl FnMut(T),
+    ) -> Result<(), Error> {
+        page_through(
+            |token| self.list_page_as(collection, label_selector, limit, token),
+            visit,
+        )
+        .inspect_err(|e| {
+            if e.status() == Some(410) {
+                log::warn!("list of {collection} expired twice; giving up on this pass");
+            }
+        })
+    }
+}
+
+/// The paging loop of [`Client::list_each`], over any page source: follows
+/// `continue` tokens, and restarts once from the beginning on 410 Gone.
+pub fn page_through<T>(
+    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<T>, Option<String>), Error>,
+    mut visit: impl FnMut(T),
+) -> Result<(), Error> {
+    let mut restarted = false;
+    let mut token: Option<String> = None;
+    loop {
+        match fetch(token.as_deref()) {
+            Ok((items, next)) => {
+                items.into_iter().for_each(&mut visit);
+                match next {
+                    Some(next) => token = Some(next),
+                    None => return Ok(()),
+                }
+            }
+            Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
+                log::warn!("a list's continue token expired mid-way; restarting it once");
+                restarted = true;
+                token = None;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(bound(deserialize = "T: DeserializeOwned"))]
+struct ListPage<T> {
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
+    #[serde(default)]
+    metadata: ListMeta,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ListMeta {
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
