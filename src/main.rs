@@ -31,7 +31,9 @@ ENVIRONMENT:
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
     NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
-    NEXO_LISTEN_ADDR             probes and metrics address, or off [default: 0.0.0.0:8080]
+    NEXO_LISTEN_ADDR             probes and metrics address, or off; port 0 takes a free
+                                 port, logged as `probes and metrics listening on ADDR`
+                                 [default: 0.0.0.0:8080]
     NEXO_STATE_SECRET            state Secret in its own namespace [default: nexo-manager-state]
     NEXO_LEASE_NAME              leader-election Lease in its own namespace [default: nexo-manager]
     NEXO_SELF_DEPLOYMENT         its own Deployment, for upgrade [default: nexo-manager]

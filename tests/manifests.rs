@@ -28,6 +28,16 @@ fn install() {
         return;
     }
     let tb = testbed();
+    // A fresh install on a shared test bed: a Deployment a previous run
+    // upgraded keeps its image and its stalled rollout (no kubelet here), and
+    // the Manager would rightly report it.
+    let admin = tb.admin();
+    let deployment = format!("/apis/apps/v1/namespaces/{NS}/deployments/nexo-manager");
+    match admin.delete(&deployment, "Background") {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => panic!("cannot delete {deployment} a previous run left: {e}"),
+    }
     let out = Command::new(&tb.kubectl)
         .arg("--kubeconfig")
         .arg(&tb.kubeconfig)
@@ -119,6 +129,20 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
         dir.join("connect-token").display().to_string(),
     );
     env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "1s".into());
+    // Outside a pod, port 8080 of the host may be taken: any free port.
+    env.insert(
+        "NEXO_LISTEN_ADDR".into(),
+        support::PROBES_ON_ANY_PORT.into(),
+    );
+    // A fresh install: the state Secret a previous run on a shared test
+    // bed left is another environment's, and the Manager would rightly
+    // refuse it (exit 2).
+    let state = format!("/api/v1/namespaces/{NS}/secrets/nexo-manager-state");
+    match admin.delete(&state, "Background") {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => panic!("cannot delete the state Secret {state} a previous run left: {e}"),
+    }
     let sa_token = tb.token(NS, "nexo-manager");
     env.insert(
         "KUBECONFIG".into(),

@@ -22,7 +22,10 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The lines of `text` before its test module (by convention at the end of
 /// a file, after `#[cfg(test)]`); none for a file that is a test module.
 fn production_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
     if name == "tests.rs" || name.ends_with("_tests.rs") {
         return Vec::new();
     }
