@@ -39,6 +39,7 @@ pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub(crate) mod ownership;
+pub mod policy;
 pub(crate) mod probe;
 pub(crate) mod resolve;
 pub(crate) mod secret;
@@ -46,6 +47,7 @@ pub(crate) mod self_rollout;
 pub mod state;
 pub(crate) mod tls;
 pub(crate) mod token;
+pub mod trust;
 pub mod wait;
 
 /// The Manager's version (the crate version).

@@ -1,0 +1,352 @@
+//! Signed commands (protocol.md, "Command trust", capability
+//! `command.signature.ed25519.v1`): the command keys a cluster owner gives
+//! the Manager, and the verification of a command's Ed25519 signature
+//! before anything else is done with it.
+//!
+//! With keys, every command must be the envelope
+//! `{"id", "keyId", "signed": base64url(bytes), "signature": base64url(64 bytes)}`
+//! whose `signed` bytes are the command itself, with the same `id`, this
+//! environment's `environmentId` and a `notAfter` not more than
+//! [`NOT_AFTER_GRACE`] in the past. Without keys, commands are taken as
+//! they come (a signed envelope is unwrapped, not verified).
+//!
+//! What this module does not do: it does not parse the command (that is
+//! [`crate::commands::parse`], on the verified bytes), and it does not
+//! decide what a refusal does to the ledger (the batch does).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// How far in the past a signed command's `notAfter` may be.
+pub const NOT_AFTER_GRACE: Duration = Duration::from_secs(5 * 60);
+
+/// Most keys in a key file.
+pub const MAX_KEYS: usize = 64;
+
+/// Largest key file read, bytes.
+pub const MAX_KEY_FILE: u64 = 64 * 1024;
+
+/// One command-verification key.
+#[derive(Clone, PartialEq, Eq)]
+struct Key {
+    id: String,
+    public: [u8; 32],
+}
+
+/// The command keys: none means commands are accepted unsigned.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Keys {
+    keys: Vec<Key>,
+}
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
+        f.debug_struct("Keys").field("ids", &ids).finish()
+    }
+}
+
+/// A key file that cannot be used.
+#[derive(Debug)]
+pub enum KeysError {
+    /// It exists but cannot be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line is not `<keyId> <base64 of 32 bytes>`.
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// It holds no key, or more than [`MAX_KEYS`], or is over [`MAX_KEY_FILE`].
+    Size(&'static str),
+}
+
+impl fmt::Display for KeysError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeysError::Read { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            KeysError::Line { line, problem } => write!(f, "line {line}: {problem}"),
+            KeysError::Size(problem) => f.write_str(problem),
+        }
+    }
+}
+
+impl std::error::Error for KeysError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KeysError::Read { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Keys {
+    /// Parses a key file: one `<keyId> <base64 of a raw 32-byte Ed25519
+    /// public key>` a line; blank lines and `#` comments are skipped.
+    pub fn parse(text: &str) -> Result<Keys, KeysError> {
+        let mut keys: Vec<Key> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |problem| KeysError::Line {
+                line: n + 1,
+                problem,
+            };
+            let mut parts = line.split_whitespace();
+            let (Some(id), Some(key), None) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(bad("not `<keyId> <base64 public key>`"));
+            };
+            if !crate::cp::wire::valid_command_id(id) {
+                return Err(bad("the key id is not [A-Za-z0-9][A-Za-z0-9._-]{0,127}"));
+            }
+            let bytes = STANDARD
+                .decode(key)
+                .or_else(|_| URL_SAFE_NO_PAD.decode(key.trim_end_matches('=')))
+                .map_err(|_| bad("the key is not base64"))?;
+            let public: [u8; 32] = bytes
+                .try_into()
+                .map_err(|_| bad("the key is not 32 bytes (a raw Ed25519 public key)"))?;
+            if keys.iter().any(|k| k.id == id) {
+                return Err(bad("the key id appears twice"));
+            }
+            keys.push(Key {
+                id: id.to_owned(),
+                public,
+            });
+        }
+        if keys.is_empty() {
+            return Err(KeysError::Size("it holds no key"));
+        }
+        if keys.len() > MAX_KEYS {
+            return Err(KeysError::Size("it holds more than 64 keys"));
+        }
+        Ok(Keys { keys })
+    }
+
+    /// The key ids, for logs.
+    pub fn ids(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.id.as_str()).collect()
+    }
+
+    fn get(&self, id: &str) -> Option<&[u8; 32]> {
+        self.keys.iter().find(|k| k.id == id).map(|k| &k.public)
+    }
+}
+
+/// Reads a key file: `Ok(None)` when it does not exist (commands are then
+/// accepted unsigned).
+pub fn read(path: &Path) -> Result<Option<Keys>, KeysError> {
+    let read_error = |source| KeysError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_error(e)),
+    };
+    if meta.len() > MAX_KEY_FILE {
+        return Err(KeysError::Size("it is over 64 KiB"));
+    }
+    let text = std::fs::read_to_string(path).map_err(read_error)?;
+    Keys::parse(&text).map(Some)
+}
+
+/// Why a command was refused before it was parsed (each its own ack message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Untrusted {
+    /// Keys are configured and the command is not signed.
+    Unsigned,
+    /// Its `keyId` is not among the keys.
+    UnknownKey(String),
+    /// The envelope is malformed: `keyId`, `signed` or `signature` missing
+    /// or not base64url, a signature not 64 bytes.
+    Envelope(&'static str),
+    /// The signature does not verify.
+    BadSignature,
+    /// The signed bytes are not a JSON object with an `id`.
+    Inner(&'static str),
+    /// The signed `id` is not the outer one.
+    IdMismatch(String),
+    /// The signed `environmentId` is missing or not this environment.
+    Environment(Option<String>),
+    /// The signed `notAfter` is missing, not RFC 3339, or too long past.
+    Expired(String),
+}
+
+impl fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let clip = |s: &str| crate::commands::clip(s, 64);
+        match self {
+            Untrusted::Unsigned => f.write_str("unsigned command: command keys are configured"),
+            Untrusted::UnknownKey(id) => write!(f, "unknown keyId {:?}", clip(id)),
+            Untrusted::Envelope(why) => write!(f, "malformed signed command: {why}"),
+            Untrusted::BadSignature => f.write_str("bad signature"),
+            Untrusted::Inner(why) => write!(f, "malformed signed command: {why}"),
+            Untrusted::IdMismatch(inner) => {
+                write!(
+                    f,
+                    "signed id {:?} differs from the command's id",
+                    clip(inner)
+                )
+            }
+            Untrusted::Environment(None) => f.write_str("signed command has no environmentId"),
+            Untrusted::Environment(Some(other)) => {
+                write!(f, "signed for environment {:?}, not this one", clip(other))
+            }
+            Untrusted::Expired(why) => write!(f, "expired signed command: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Untrusted {}
+
+/// The envelope's fields, raw.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    key_id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    signed: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    signature: Option<&'a RawValue>,
+}
+
+/// The fields of the signed command checked here.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Inner {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    environment_id: Option<String>,
+    #[serde(default)]
+    not_after: Option<String>,
+}
+
+/// The command to parse: the raw command itself, or the verified bytes
+/// of a signed one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verified<'a> {
+    /// As received (no keys, and not signed).
+    Plain(&'a str),
+    /// The signed bytes, verified when keys are configured.
+    Signed(String),
+}
+
+impl Verified<'_> {
+    /// The command's JSON text.
+    pub fn text(&self) -> &str {
+        match self {
+            Verified::Plain(s) => s,
+            Verified::Signed(s) => s,
+        }
+    }
+}
+
+fn string_field(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
+/// Checks a raw command whose outer id is `id`, against `keys` (none:
+/// unsigned commands are accepted) for environment `environment_id` at
+/// `now`. The signature is checked before the signed bytes are read.
+pub fn verify<'a>(
+    raw: &'a str,
+    id: &str,
+    keys: Option<&Keys>,
+    environment_id: &str,
+    now: SystemTime,
+) -> Result<Verified<'a>, Untrusted> {
+    let envelope: Envelope =
+        serde_json::from_str(raw).map_err(|_| Untrusted::Envelope("not an object"))?;
+    let Some(signed) = envelope.signed else {
+        return match keys {
+            Some(_) => Err(Untrusted::Unsigned),
+            None => Ok(Verified::Plain(raw)),
+        };
+    };
+    let signed = string_field(Some(signed)).ok_or(Untrusted::Envelope("signed is not a string"))?;
+    let bytes = decode(&signed).ok_or(Untrusted::Envelope("signed is not base64url"))?;
+    if let Some(keys) = keys {
+        let key_id =
+            string_field(envelope.key_id).ok_or(Untrusted::Envelope("keyId is missing"))?;
+        let public = keys
+            .get(&key_id)
+            .ok_or_else(|| Untrusted::UnknownKey(key_id.clone()))?;
+        let signature = string_field(envelope.signature)
+            .and_then(|s| decode(&s))
+            .ok_or(Untrusted::Envelope("signature is missing or not base64url"))?;
+        if signature.len() != 64 {
+            return Err(Untrusted::Envelope("signature is not 64 bytes"));
+        }
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public)
+            .verify(&bytes, &signature)
+            .map_err(|_| Untrusted::BadSignature)?;
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| Untrusted::Inner("the signed bytes are not UTF-8"))?;
+    let inner: Inner = serde_json::from_str(&text)
+        .map_err(|_| Untrusted::Inner("the signed bytes are not a JSON object"))?;
+    match inner.id {
+        Some(inner_id) if inner_id == id => {}
+        Some(inner_id) => return Err(Untrusted::IdMismatch(inner_id)),
+        None => return Err(Untrusted::Inner("the signed command has no id")),
+    }
+    match inner.environment_id {
+        Some(env) if env == environment_id => {}
+        other => return Err(Untrusted::Environment(other)),
+    }
+    check_not_after(inner.not_after.as_deref(), now)?;
+    Ok(Verified::Signed(text))
+}
+
+/// `notAfter` must be RFC 3339 and at most [`NOT_AFTER_GRACE`] past.
+fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<(), Untrusted> {
+    let Some(text) = not_after else {
+        return Err(Untrusted::Expired("it has no notAfter".into()));
+    };
+    let at = humantime::parse_rfc3339_weak(text).map_err(|_| {
+        Untrusted::Expired(format!(
+            "notAfter {:?} is not RFC 3339",
+            crate::commands::clip(text, 40)
+        ))
+    })?;
+    if at + NOT_AFTER_GRACE < now {
+        return Err(Untrusted::Expired(format!(
+            "notAfter {text} is more than 5 minutes past"
+        )));
+    }
+    Ok(())
+}
+
+/// base64url, padded or not (standard alphabet accepted too).
+fn decode(s: &str) -> Option<Vec<u8>> {
+    let trimmed = s.trim_end_matches('=');
+    URL_SAFE_NO_PAD.decode(trimmed).ok().or_else(|| {
+        base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(trimmed)
+            .ok()
+    })
+}
+
+#[cfg(test)]
+#[path = "trust_tests.rs"]
+mod tests;
