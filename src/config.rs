@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::image::ImageRef;
+use crate::policy::{PodSecurity, Policy};
 use crate::secret::Secret;
 use crate::token::{ConnectToken, TokenError};
 
@@ -85,7 +86,18 @@ pub struct Config {
     /// `HTTPS_PROXY` (or `https_proxy`) for the CP connection, unless `NO_PROXY`
     /// excludes the CP host. Default: none.
     pub https_proxy: Option<String>,
+    /// `NEXO_COMMAND_KEYS_FILE`: Ed25519 command-verification keys; while
+    /// the file does not exist, unsigned commands are accepted. Default:
+    /// `/var/run/secrets/nexo/command-keys`.
+    pub command_keys_file: PathBuf,
+    /// The content policy: `NEXO_ALLOWED_IMAGE_REPOSITORIES`,
+    /// `NEXO_MANAGER_IMAGE_REPOSITORY`, `NEXO_ALLOW_EXTERNAL_SERVICES`,
+    /// `NEXO_POD_SECURITY` (see [`Policy`] for the defaults).
+    pub policy: Policy,
 }
+
+/// The default command-keys file.
+pub const DEFAULT_COMMAND_KEYS_FILE: &str = "/var/run/secrets/nexo/command-keys";
 
 /// The default connect-token file.
 pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/nexo/connect-token";
@@ -267,6 +279,8 @@ impl Config {
             _ => None,
         };
 
+        let policy = policy(&get)?;
+
         Ok(Config {
             control_plane_url,
             token_source,
@@ -292,6 +306,11 @@ impl Config {
             cp_connect_timeout,
             cp_request_timeout,
             https_proxy,
+            command_keys_file: PathBuf::from(
+                get("NEXO_COMMAND_KEYS_FILE")
+                    .unwrap_or_else(|| DEFAULT_COMMAND_KEYS_FILE.to_owned()),
+            ),
+            policy,
         })
     }
 
@@ -303,6 +322,52 @@ impl Config {
             self.namespaces.clone()
         }
     }
+}
+
+/// An image repository named by a variable: `host/path`, no tag or digest.
+fn repository(var: &'static str, v: &str) -> Result<String, ConfigError> {
+    match ImageRef::parse(v) {
+        Ok(r) if r.tag.is_none() && r.digest.is_none() => Ok(r.repository),
+        _ => Err(err(
+            var,
+            format!("{v:?} is not an image repository (host/path, without a tag or digest)"),
+        )),
+    }
+}
+
+/// The content policy's variables.
+fn policy(get: &impl Fn(&str) -> Option<String>) -> Result<Policy, ConfigError> {
+    let mut image_repositories = Vec::new();
+    let var = "NEXO_ALLOWED_IMAGE_REPOSITORIES";
+    for r in get(var)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        image_repositories.push(repository(var, r)?);
+    }
+    let var = "NEXO_MANAGER_IMAGE_REPOSITORY";
+    let manager_repository = get(var).map(|r| repository(var, &r)).transpose()?;
+    let pod_security = match get("NEXO_POD_SECURITY").as_deref() {
+        None | Some("baseline") => PodSecurity::Baseline,
+        Some("restricted") => PodSecurity::Restricted,
+        Some(v) => {
+            return Err(err(
+                "NEXO_POD_SECURITY",
+                format!("{v:?} is neither baseline nor restricted"),
+            ));
+        }
+    };
+    Ok(Policy {
+        image_repositories,
+        manager_repository,
+        external_services: parse_bool(
+            "NEXO_ALLOW_EXTERNAL_SERVICES",
+            get("NEXO_ALLOW_EXTERNAL_SERVICES"),
+        )?,
+        pod_security,
+    })
 }
 
 fn parse_bool(var: &'static str, v: Option<String>) -> Result<bool, ConfigError> {

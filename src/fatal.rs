@@ -46,6 +46,8 @@ pub enum Fatal {
     KubeConfig(kube::Error),
     /// Exit 2: the Manager's own namespace is unknown.
     NoNamespace,
+    /// Exit 2: `NEXO_COMMAND_KEYS_FILE` exists and cannot be used.
+    CommandKeys(crate::trust::KeysError),
     /// Exit 2: `NEXO_STATE_SECRET` names a Secret that is not this Manager's.
     ForeignState(StateError),
     /// Exit 3: the state Secret was bound on another cluster.
@@ -111,6 +113,7 @@ impl Fatal {
             | Fatal::ControlPlaneSetup(_)
             | Fatal::KubeConfig(_)
             | Fatal::NoNamespace
+            | Fatal::CommandKeys(_)
             | Fatal::ForeignState(_) => 2,
             Fatal::ClusterMismatch { .. }
             | Fatal::EnvironmentMismatch { .. }
@@ -147,6 +150,10 @@ impl Fatal {
                 "POD_NAMESPACE: not set, and no service-account namespace to fall back on",
             ),
             Fatal::ForeignState(e) => write!(f, "NEXO_STATE_SECRET: {e}"),
+            Fatal::CommandKeys(e) => write!(
+                f,
+                "NEXO_COMMAND_KEYS_FILE: {e}; it holds lines of `<keyId> <base64 of a raw 32-byte Ed25519 public key>`"
+            ),
             Fatal::ClusterMismatch {
                 secret,
                 bound,
@@ -228,6 +235,7 @@ impl StdError for Fatal {
             Fatal::ControlPlaneSetup(e) => Some(e),
             Fatal::KubeConfig(e) | Fatal::Startup { source: e, .. } => Some(e),
             Fatal::ForeignState(e) | Fatal::State(e) => Some(e),
+            Fatal::CommandKeys(e) => Some(e),
             Fatal::BoundElsewhere { source: e, .. }
             | Fatal::ProtocolUnsupported(e)
             | Fatal::ConnectForbidden(e)

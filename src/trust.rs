@@ -168,6 +168,94 @@ pub fn read(path: &Path) -> Result<Option<Keys>, KeysError> {
     Keys::parse(&text).map(Some)
 }
 
+/// The key file as last read. It is read again (when it changed) before
+/// each batch of commands, so that keys are rotated by rewriting it.
+#[derive(Debug)]
+pub struct KeyFile {
+    path: PathBuf,
+    /// Size and modification time when read: a rewrite changes one.
+    stamp: Option<(u64, Option<SystemTime>)>,
+    keys: Option<Keys>,
+    /// Why the file, present, cannot be used: every command is refused
+    /// until it can (never a silent fall back to unsigned commands).
+    broken: Option<String>,
+}
+
+impl KeyFile {
+    /// Reads the file at start: a present file that cannot be used is a
+    /// configuration error.
+    pub fn open(path: &Path) -> Result<KeyFile, KeysError> {
+        let mut file = KeyFile {
+            path: path.to_owned(),
+            stamp: None,
+            keys: None,
+            broken: None,
+        };
+        file.stamp = file.current_stamp();
+        file.keys = read(path)?;
+        Ok(file)
+    }
+
+    fn current_stamp(&self) -> Option<(u64, Option<SystemTime>)> {
+        std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.len(), m.modified().ok()))
+    }
+
+    /// Reads the file again if it changed. Keys that cannot be read
+    /// replace nothing: the last good keys stay, or, if there were none,
+    /// every command is refused until the file is fixed. A removed file
+    /// means unsigned commands again, as configured.
+    pub fn refresh(&mut self) {
+        let stamp = self.current_stamp();
+        if stamp == self.stamp {
+            return;
+        }
+        self.stamp = stamp;
+        match read(&self.path) {
+            Ok(keys) => {
+                match (&self.keys, &keys) {
+                    (Some(_), None) => log::warn!(
+                        "command keys: {} is gone; unsigned commands are accepted again",
+                        self.path.display()
+                    ),
+                    (_, Some(k)) => log::info!(
+                        "command keys: {} key(s): {}",
+                        k.ids().len(),
+                        k.ids().join(", ")
+                    ),
+                    (None, None) => {}
+                }
+                self.keys = keys;
+                self.broken = None;
+            }
+            Err(e) => {
+                log::error!(
+                    "command keys: {} cannot be used: {e}; {}",
+                    self.path.display(),
+                    if self.keys.is_some() {
+                        "keeping the previous keys"
+                    } else {
+                        "refusing every command until it can"
+                    }
+                );
+                if self.keys.is_none() {
+                    self.broken = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// The keys to verify with (`None`: unsigned commands accepted), or
+    /// why no command can be accepted.
+    pub fn keys(&self) -> Result<Option<&Keys>, Untrusted> {
+        match &self.broken {
+            Some(why) => Err(Untrusted::KeyFile(why.clone())),
+            None => Ok(self.keys.as_ref()),
+        }
+    }
+}
+
 /// Why a command was refused before it was parsed (each its own ack message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Untrusted {
@@ -188,6 +276,8 @@ pub enum Untrusted {
     Environment(Option<String>),
     /// The signed `notAfter` is missing, not RFC 3339, or too long past.
     Expired(String),
+    /// The key file is present and unusable.
+    KeyFile(String),
 }
 
 impl fmt::Display for Untrusted {
@@ -211,6 +301,7 @@ impl fmt::Display for Untrusted {
                 write!(f, "signed for environment {:?}, not this one", clip(other))
             }
             Untrusted::Expired(why) => write!(f, "expired signed command: {why}"),
+            Untrusted::KeyFile(why) => write!(f, "command keys unusable, nothing accepted: {why}"),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! again), recorded in the state Secret, then acknowledged with a bounded
 //! number of attempts; an ack not delivered waits in `pendingAcks`.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use serde_json::value::RawValue;
 
@@ -12,7 +12,7 @@ use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
 use crate::backoff::Jitter;
 use crate::commands::execute::{self, Outcome};
-use crate::commands::{self, Refusal};
+use crate::commands::{self, Action, Command, Refusal};
 use crate::cp::AckOutcome;
 use crate::cp::wire::{AckResult, Commands};
 use crate::lease;
@@ -33,6 +33,10 @@ enum Go {
 impl Agent {
     /// Handles a batch; a stop requested mid-batch ends the loop.
     pub(super) fn batch(&mut self, commands: Commands<'_>) -> Next {
+        if !commands.taken.is_empty() {
+            // Keys are rotated by rewriting the file: read again when it changed.
+            self.me.keys.refresh();
+        }
         for command in commands.taken {
             match self.go_on() {
                 Go::On => self.handle_command(command),
@@ -70,14 +74,13 @@ impl Agent {
         Go::On
     }
 
-    /// Validates, executes (once), records and acknowledges one command.
+    /// Verifies, validates, executes (once), records and acknowledges one
+    /// command.
     fn handle_command(&mut self, raw: &RawValue) {
         let started = Instant::now();
-        let parsed = commands::parse(raw.get(), CAPABILITIES, &self.me.namespaces);
-        let id = match &parsed {
-            Ok(cmd) => cmd.id.clone(),
-            Err(Refusal::Failed { id, .. }) => id.clone(),
-            Err(Refusal::NoId(why)) => {
+        let id = match commands::command_id(raw.get()) {
+            Ok(id) => id,
+            Err(Refusal::NoId(why) | Refusal::Failed { message: why, .. }) => {
                 // Not its text: a command may carry Secret data.
                 let bytes = raw.get().len();
                 log::error!("skipping a command without a valid id ({why}; {bytes} bytes)");
@@ -85,11 +88,15 @@ impl Agent {
                 return;
             }
         };
-        let deployment = parsed
+        let checked = self.checked(raw.get(), &id);
+        let deployment = checked
             .as_ref()
             .ok()
             .and_then(|c| c.action.deployment_name());
         let _scope = crate::logging::CommandScope::enter(&id, deployment);
+        // A recorded id is acknowledged again with its recorded result,
+        // whatever this copy of it is: nothing runs twice, and a copy that
+        // fails its checks (a replay with a bad signature) changes nothing.
         if let Some(entry) = self.store.find(&id).cloned() {
             log::info!(
                 "command {id} already finished ({}); acknowledging its recorded result again",
@@ -97,19 +104,49 @@ impl Agent {
             );
             return self.deliver(entry);
         }
-        let class = parsed.as_ref().map_or("invalid", |c| c.action.class());
-        let outcome = match parsed {
+        let class = checked.as_ref().map_or("invalid", |c| c.action.class());
+        let outcome = match checked {
             Ok(cmd) => {
                 log::info!("command {id}: executing");
                 execute::run(&self.execution(), &cmd)
             }
-            Err(Refusal::Failed { message, .. } | Refusal::NoId(message)) => {
-                crate::metrics::refused(crate::metrics::refusal_reason(&message));
+            Err((reason, message)) => {
+                crate::metrics::refused(reason);
                 Outcome::failed(message, Vec::new())
             }
         };
         self.finished(&id, class, outcome);
         crate::metrics::command_duration(class, started.elapsed());
+    }
+
+    /// Every check made before anything is read from the cluster: the
+    /// signature first (protocol.md, "Command trust"), then validation,
+    /// then the content policy. The refusal is its metrics reason and its
+    /// ack message.
+    fn checked(&self, raw: &str, id: &str) -> Result<Command, (&'static str, String)> {
+        let verified = self
+            .me
+            .keys
+            .keys()
+            .and_then(|keys| {
+                let env = self.me.token.environment_id();
+                crate::trust::verify(raw, id, keys, env, SystemTime::now())
+            })
+            .map_err(|u| ("signature", u.to_string()))?;
+        let cmd = commands::parse(verified.text(), CAPABILITIES, &self.me.namespaces).map_err(
+            |r| match r {
+                Refusal::Failed { message, .. } | Refusal::NoId(message) => {
+                    (crate::metrics::refusal_reason(&message), message)
+                }
+            },
+        )?;
+        if let Action::Deploy(d) = &cmd.action {
+            let cfg = &self.me.cfg;
+            cfg.policy
+                .check_deploy(d, &cfg.proxy_image)
+                .map_err(|v| ("policy", v.to_string()))?;
+        }
+        Ok(cmd)
     }
 
     /// What the executor needs, borrowed from the agent.
@@ -122,6 +159,7 @@ impl Agent {
             namespaces: &self.me.namespaces,
             own_namespace: &self.me.instance.namespace,
             self_deployment: &self.me.cfg.self_deployment,
+            policy: &self.me.cfg.policy,
         }
     }
 

@@ -52,6 +52,8 @@ pub const CAPABILITIES: &[&str] = &[
     "ownership.guard.v1",
     "ownership.migration-gate.v1",
     "promotion-contract.v1",
+    "command.signature.ed25519.v1",
+    "command.policy.v1",
 ];
 
 /// The process's connections, and what its probes answer from.
@@ -75,6 +77,8 @@ impl Link {
 /// is re-read from its file after a 401.
 struct Identity {
     cfg: Config,
+    /// The command keys, read again before each batch.
+    keys: crate::trust::KeyFile,
     token: ConnectToken,
     instance: InstanceInfo,
     cluster: ClusterRef,

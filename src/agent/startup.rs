@@ -37,6 +37,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let token = crate::token::read(&cfg.token_source, cfg.environment_id.as_deref())
         .map_err(Fatal::ConnectToken)?;
     let cp = control_plane(&cfg)?;
+    let keys = crate::trust::KeyFile::open(&cfg.command_keys_file).map_err(Fatal::CommandKeys)?;
     let (kube, instance) = kube_client(&cfg, &waiter)?;
     let namespaces = cfg.managed_namespaces(&instance.namespace);
     let mut backoff = Backoff::control_plane();
@@ -74,6 +75,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         store,
         me: Identity {
             cfg,
+            keys,
             token,
             instance,
             cluster,

@@ -36,6 +36,8 @@ pub struct Context<'a> {
     pub own_namespace: &'a str,
     /// The Manager's own Deployment.
     pub self_deployment: &'a str,
+    /// The content policy (an upgrade's image is checked against it).
+    pub policy: &'a crate::policy::Policy,
 }
 
 /// Runs a validated command.
@@ -372,7 +374,7 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
         }
     };
     let image = u.manager_image.to_string();
-    let patch = match plan::upgrade(&deployment, &image) {
+    let patch = match plan::upgrade(&deployment, &u.manager_image, ctx.policy) {
         Ok(UpgradePlan::Patch(patch)) => patch,
         Ok(UpgradePlan::Unchanged) => {
             return Outcome::applied(
@@ -380,7 +382,7 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
                 vec![r.ack(ResourceAction::Unchanged)],
             );
         }
-        Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
+        Err(e) => return Outcome::failed(e, vec![r.ack(ResourceAction::Refused)]),
     };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(_) => Outcome::applied(

@@ -252,9 +252,14 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
-/// Parses and validates one raw command (its JSON text) against the
-/// advertised `capabilities` and the `managed` namespaces.
-pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
+/// A command's id, checked: without a usable one a command cannot be
+/// acknowledged, and is logged and skipped.
+pub fn command_id(raw: &str) -> Result<String, Refusal> {
+    envelope(raw).map(|(_, id)| id)
+}
+
+/// The command's fields as raw slices, and its checked id.
+fn envelope(raw: &str) -> Result<(Envelope<'_>, String), Refusal> {
     // serde's message would quote the offending value: a whole command's
     // text, which may hold Secret data. Only where and what kind of error.
     let env: Envelope = serde_json::from_str(raw).map_err(|e| {
@@ -272,6 +277,13 @@ pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Com
         Err(text) => return Err(Refusal::NoId(format!("invalid id {text}"))),
         Ok(None) => return Err(Refusal::NoId("no id".into())),
     };
+    Ok((env, id))
+}
+
+/// Parses and validates one raw command (its JSON text) against the
+/// advertised `capabilities` and the `managed` namespaces.
+pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
+    let (env, id) = envelope(raw)?;
     let fail = |message: String| Refusal::Failed {
         id: id.clone(),
         message,

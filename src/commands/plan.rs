@@ -12,6 +12,7 @@ use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::{ImageRef, valid_digest};
 use crate::kube;
 use crate::ownership::{self, Ownership};
+use crate::policy::Policy;
 
 /// Why an existing object may not be written.
 pub fn refusal_reason(existing: &Value, environment_id: &str, gate_open: bool) -> Option<String> {
@@ -388,10 +389,20 @@ pub enum UpgradePlan {
     Patch(Value),
 }
 
-/// Plans an upgrade of the Manager's own Deployment to `image`.
-pub fn upgrade(deployment: &Value, image: &str) -> Result<UpgradePlan, NoManagerContainer> {
-    let (container, current) = upgrade_container(deployment)?;
-    if current == Some(image) {
+/// Plans an upgrade of the Manager's own Deployment to `image`, within
+/// `policy`: the image stays in the repository the Manager runs from (or
+/// the one configured). The refusal is the ack message.
+pub fn upgrade(
+    deployment: &Value,
+    image: &ImageRef,
+    policy: &Policy,
+) -> Result<UpgradePlan, String> {
+    let (container, current) = upgrade_container(deployment).map_err(|e| e.to_string())?;
+    policy
+        .check_upgrade(image, current)
+        .map_err(|v| v.to_string())?;
+    let image = image.to_string();
+    if current == Some(image.as_str()) {
         return Ok(UpgradePlan::Unchanged);
     }
     Ok(UpgradePlan::Patch(

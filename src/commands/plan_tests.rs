@@ -237,16 +237,28 @@ fn upgrade_picks_the_manager_container() {
         upgrade_container(&two),
         Err(NoManagerContainer { containers: 2 })
     );
-    let running = dep(json!([{"name": "manager", "image": "m@sha256:1"}]));
-    assert_eq!(upgrade(&running, "m@sha256:1"), Ok(UpgradePlan::Unchanged));
-    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, "m@sha256:2") else {
+    let (one, other) = (
+        format!("m@sha256:{}", "1".repeat(64)),
+        format!("m@sha256:{}", "2".repeat(64)),
+    );
+    let image = |s: &str| ImageRef::parse(s).unwrap();
+    let policy = Policy::default();
+    let running = dep(json!([{"name": "manager", "image": one}]));
+    assert_eq!(
+        upgrade(&running, &image(&one), &policy),
+        Ok(UpgradePlan::Unchanged)
+    );
+    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, &image(&other), &policy) else {
         panic!("a new image is a patch");
     };
     assert_eq!(
         patch["spec"]["template"]["spec"]["containers"][0],
-        json!({"name": "manager", "image": "m@sha256:2"})
+        json!({"name": "manager", "image": other})
     );
-    assert!(upgrade(&two, "m@sha256:2").is_err());
+    assert!(upgrade(&two, &image(&other), &policy).is_err());
+    let elsewhere = format!("evil.example.com/m@sha256:{}", "2".repeat(64));
+    let refused = upgrade(&running, &image(&elsewhere), &policy).unwrap_err();
+    assert!(refused.starts_with("policy: managerImage"), "{refused}");
 }
 
 #[test]
