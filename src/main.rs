@@ -31,6 +31,16 @@ ENVIRONMENT:
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
     NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
+    NEXO_COMMAND_KEYS_FILE       Ed25519 keys commands must be signed with, lines of
+                                 `<keyId> <base64 public key>`; no file: unsigned accepted
+                                 [default: /var/run/secrets/nexo/command-keys]
+    NEXO_ALLOWED_IMAGE_REPOSITORIES  comma-separated repositories a deploy may use besides
+                                 the Proxy image's [default: none]
+    NEXO_MANAGER_IMAGE_REPOSITORY    a repository an upgrade may use besides the Manager's
+                                 own [default: none]
+    NEXO_ALLOW_EXTERNAL_SERVICES allow NodePort and LoadBalancer Services [default: false]
+    NEXO_POD_SECURITY            Pod Security profile of a legacy pod template: baseline
+                                 or restricted [default: baseline]
     NEXO_LISTEN_ADDR             probes and metrics address, or off; port 0 takes a free
                                  port, logged as `probes and metrics listening on ADDR`
                                  [default: 0.0.0.0:8080]

@@ -187,6 +187,7 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         namespaces: &namespaces,
         own_namespace: &f.ns.name,
         self_deployment: "nexo-manager",
+        policy: &nexo_manager::policy::Policy::default(),
     };
     execute::run(&ctx, cmd)
 }

@@ -70,7 +70,7 @@ impl Fixture {
     }
 
     /// The Manager's environment: the admin kubeconfig, a 1 s interval,
-    /// probes off, debug logs.
+    /// probes off, no command keys, debug logs.
     pub fn env(&self) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         let mut set = |k: &str, v: String| {
@@ -93,6 +93,12 @@ impl Fixture {
         set("KUBECONFIG", self.tb.kubeconfig.display().to_string());
         set("NEXO_HEARTBEAT_INTERVAL", "1s".to_owned());
         set("NEXO_LISTEN_ADDR", "off".to_owned());
+        // No key file (unsigned commands accepted), whatever this machine
+        // holds at the default path.
+        set(
+            "NEXO_COMMAND_KEYS_FILE",
+            self.dir.join("no-command-keys").display().to_string(),
+        );
         set("RUST_LOG", "debug".to_owned());
         env
     }

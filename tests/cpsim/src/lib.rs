@@ -18,6 +18,7 @@
 
 pub mod http;
 pub mod protocol;
+pub mod signing;
 pub mod tls;
 
 use std::collections::VecDeque;
@@ -335,14 +336,43 @@ impl Simulator {
         protocol::manager_id(env)
     }
 
-    /// Queues a command for the next heartbeat of `env`.
+    /// Queues a command for the next heartbeat of `env` (signed, when the
+    /// environment signs its commands).
     pub fn enqueue_command(&self, env: &str, command: Value) {
+        lock(&self.shared.state)
+            .envs
+            .get_mut(env)
+            .expect("known environment")
+            .enqueue(env, command);
+    }
+
+    /// Queues a command exactly as given: never signed (for the cases a
+    /// test crafts, a bad signature say).
+    pub fn enqueue_raw(&self, env: &str, command: Value) {
         lock(&self.shared.state)
             .envs
             .get_mut(env)
             .expect("known environment")
             .queue
             .push_back(command);
+    }
+
+    /// Signs every command queued for `env` from now on with a new key pair
+    /// of id `key_id`; returns its key-file line.
+    pub fn sign_commands(&self, env: &str, key_id: &str) -> String {
+        let signer = Arc::new(signing::Signer::generate(key_id));
+        let line = signer.key_line();
+        self.set_signer(env, signer);
+        line
+    }
+
+    /// Signs every command queued for `env` from now on with `signer`.
+    pub fn set_signer(&self, env: &str, signer: Arc<signing::Signer>) {
+        lock(&self.shared.state)
+            .envs
+            .get_mut(env)
+            .expect("known environment")
+            .signer = Some(signer);
     }
 
     /// Sets or clears the interval the CP asks for.
@@ -728,7 +758,9 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
             let Some(e) = state.envs.get_mut(env) else {
                 return protocol::error(404, "unknown_environment", "no such environment");
             };
-            e.queue.extend(commands);
+            for command in commands {
+                e.enqueue(env, command);
+            }
             Response::text(204, "")
         }
         _ => protocol::error(404, "not_found", "no such admin endpoint"),

@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! nexo-cpsim [--addr 127.0.0.1:PORT] [--env ID[=TOKEN]]... [--ca-out PATH]
-//!            [--plain-http] [--heartbeat-interval SECS]
+//!            [--plain-http] [--heartbeat-interval SECS] [--keys-out PATH]
 //! ```
-//! Prints `url=...`, `token.<ID>=...`, `ca=...` and `ready`, one per line,
+//! With `--keys-out`, every environment signs its commands with a key pair
+//! made for this run, whose key line is written to PATH (the Manager's
+//! `NEXO_COMMAND_KEYS_FILE`).
+//! Prints `url=...`, `token.<ID>=...`, `ca=...`, `keys=...` and `ready`, one per line,
 //! then serves until killed. Admin endpoints: `GET /_sim/log`,
 //! `GET /_sim/acks`, `GET /_sim/heartbeats`, `POST /_sim/commands?env=ID`,
 //! `POST /_sim/expire-sessions`.
@@ -36,6 +39,7 @@ fn run() -> Result<(), String> {
     let mut addr: SocketAddr = "127.0.0.1:0".parse().expect("literal");
     let mut envs: Vec<(String, Option<String>)> = Vec::new();
     let mut ca_out: Option<PathBuf> = None;
+    let mut keys_out: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -54,6 +58,7 @@ fn run() -> Result<(), String> {
             }
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
             "--plain-http" => config.tls = false,
+            "--keys-out" => keys_out = Some(PathBuf::from(value()?)),
             "--heartbeat-interval" => {
                 config.heartbeat_interval_seconds = Some(
                     value()?
@@ -63,7 +68,7 @@ fn run() -> Result<(), String> {
             }
             "--help" | "-h" => {
                 println!(
-                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS]"
+                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS] [--keys-out PATH]"
                 );
                 return Ok(());
             }
@@ -74,6 +79,7 @@ fn run() -> Result<(), String> {
         Simulator::start_on(config, addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "url={}", sim.url());
+    let mut key_lines = Vec::new();
     for (id, token) in envs {
         let token = match token {
             Some(t) => {
@@ -83,6 +89,14 @@ fn run() -> Result<(), String> {
             None => sim.add_environment(&id),
         };
         let _ = writeln!(out, "token.{id}={token}");
+        if keys_out.is_some() {
+            key_lines.push(sim.sign_commands(&id, &format!("sim-{id}")));
+        }
+    }
+    if let Some(path) = keys_out {
+        std::fs::write(&path, key_lines.join("\n") + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let _ = writeln!(out, "keys={}", path.display());
     }
     if let Some(path) = ca_out {
         sim.write_ca(&path);

@@ -21,6 +21,19 @@ pub struct Environment {
     pub delivered: HashSet<String>,
     /// Ids of commands acknowledged.
     pub acked: HashSet<String>,
+    /// When set, every queued command is signed with it.
+    pub signer: Option<std::sync::Arc<crate::signing::Signer>>,
+}
+
+impl Environment {
+    /// Queues a command, signed when the environment has a signer.
+    pub fn enqueue(&mut self, env: &str, command: Value) {
+        let command = match &self.signer {
+            Some(s) => s.sign(env, &command),
+            None => command,
+        };
+        self.queue.push_back(command);
+    }
 }
 
 /// A live session.
@@ -148,6 +161,7 @@ impl State {
                 queue: VecDeque::new(),
                 delivered: HashSet::new(),
                 acked: HashSet::new(),
+                signer: None,
             },
         );
     }
