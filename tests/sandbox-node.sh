@@ -62,7 +62,7 @@ trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done' EXIT
 
 say "starting the Control Plane simulator on $NODE_IP"
 target/release/nexo-cpsim --addr "$NODE_IP:0" --env env-sandbox --ca-out "$work/cp-ca.pem" \
-  >"$work/sim.out" 2>"$work/sim.err" &
+  --keys-out "$work/command-keys" >"$work/sim.out" 2>"$work/sim.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^ready$' "$work/sim.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '^ready$' "$work/sim.out" || { cat "$work/sim.err" >&2; echo "sandbox: the simulator did not start" >&2; exit 1; }
@@ -78,7 +78,7 @@ repo=$(image manager); digest=${repo#*@}; repo=${repo%@*}
 cat >"$overlay/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-resources: [base]
+resources: [base, keys.yaml]
 images:
   - {name: registry.example.com/nexo/manager, newName: $repo, digest: $digest}
 configMapGenerator:
@@ -112,6 +112,13 @@ apiVersion: v1
 kind: Secret
 metadata: {name: nexo-connect-token, namespace: $ns}
 stringData: {connect-token: "$token"}
+YAML
+# The simulator signs every command: the pod verifies with its key.
+cat >"$overlay/keys.yaml" <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: nexo-command-keys, namespace: $ns}
+stringData: {command-keys: "$(cat "$work/command-keys")"}
 YAML
 k apply --server-side -k "$overlay" >/dev/null
 k -n "$ns" rollout status deployment/nexo-manager --timeout=120s >/dev/null

@@ -65,8 +65,9 @@ say "installing manifests/ (CRDs, namespace, ServiceAccount, RBAC, Deployment)"
 k apply -k manifests/ >/dev/null
 ns=nexo-system
 
-say "starting the Control Plane simulator"
-target/release/nexo-cpsim --env env-sandbox --ca-out "$work/cp-ca.pem" >"$work/sim.out" 2>"$work/sim.err" &
+say "starting the Control Plane simulator (it signs every command with a key made for this run)"
+target/release/nexo-cpsim --env env-sandbox --ca-out "$work/cp-ca.pem" --keys-out "$work/command-keys" \
+  >"$work/sim.out" 2>"$work/sim.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^ready$' "$work/sim.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '^ready$' "$work/sim.out" || { cat "$work/sim.err" >&2; echo "sandbox: the simulator did not start" >&2; exit 1; }
@@ -93,7 +94,7 @@ say "starting nexo-manager as ServiceAccount $ns/nexo-manager"
 env -i PATH="$PATH" \
   NEXO_CONTROL_PLANE_URL="$cp_url" NEXO_CONTROL_PLANE_CA_FILE="$work/cp-ca.pem" \
   NEXO_CONNECT_TOKEN_FILE="$work/connect-token" NEXO_PROXY_IMAGE=registry.example.com/nexo/proxy:1.4.2 \
-  NEXO_HEARTBEAT_INTERVAL=2s NEXO_LISTEN_ADDR=127.0.0.1:0 \
+  NEXO_HEARTBEAT_INTERVAL=2s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
   POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
   KUBECONFIG="$work/manager.kubeconfig" RUST_LOG=info \
   target/release/nexo-manager 2>"$work/manager.log" &
