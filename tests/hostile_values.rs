@@ -15,6 +15,7 @@ use nexo_manager::commands::{self, Refusal};
 use nexo_manager::cp::client::{CpError, HeartbeatAnswer};
 use nexo_manager::cp::wire::ConnectResponse;
 use nexo_manager::lease::{Record, decide};
+use nexo_manager::trust::{self, Keys};
 
 const CASES: usize = 3000;
 const CAPABILITIES: &[&str] = &["deploy.crd.v1", "rollout.v1"];
@@ -292,6 +293,36 @@ fn generated_answers_and_commands_never_panic_and_refusals_say_why() {
         parsed > 0 && refused > 30 && skipped > 30,
         "the generator reaches every outcome"
     );
+}
+
+#[test]
+fn generated_signed_envelopes_and_key_files_never_panic_and_are_refused() {
+    let mut g = Gen::new(11);
+    let keys = Keys::parse("k1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+    let now = std::time::SystemTime::now();
+    for _ in 0..CASES {
+        g.fresh();
+        // Envelopes of generated fields, some of them base64url-looking.
+        let signed = if g.0 % 3 == 0 {
+            "\"eyJpZCI6ImNtZC0xIn0\"".to_owned()
+        } else {
+            g.value(2)
+        };
+        let raw = format!(
+            r#"{{"id":"cmd-1","keyId":{},"signed":{},"signature":{}}}"#,
+            g.value(1),
+            signed,
+            g.value(1)
+        );
+        // Nothing signed by k1's (all-zero) key can verify: each is refused.
+        let verdict = trust::verify(&raw, "cmd-1", Some(&keys), "env-a", now);
+        assert!(verdict.is_err(), "{raw}");
+        // Without keys, the same never panics either.
+        let _ = trust::verify(&raw, "cmd-1", None, "env-a", now);
+        // Key files of generated lines.
+        let file = format!("{} {}\n{}", g.string(), g.string(), g.value(1));
+        let _ = Keys::parse(&file);
+    }
 }
 
 #[test]
