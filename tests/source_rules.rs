@@ -80,3 +80,26 @@ fn the_rule_sees_what_it_forbids() {
     assert!(production_lines(Path::new("src/commands/tests.rs"), text).is_empty());
     assert!(production_lines(Path::new("src/state_tests.rs"), text).is_empty());
 }
+
+/// Every variable the configuration reads is in `--help`, with its default.
+#[test]
+fn help_lists_every_variable_the_configuration_reads() {
+    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/config.rs"))
+        .expect("read src/config.rs");
+    let mut vars: Vec<&str> = source
+        .split('"')
+        .filter(|s| {
+            s.starts_with("NEXO_") && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        })
+        .collect();
+    vars.sort_unstable();
+    vars.dedup();
+    assert!(vars.len() > 20, "found only {vars:?} in src/config.rs");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nexo-manager"))
+        .arg("--help")
+        .output()
+        .expect("run nexo-manager --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let missing: Vec<&&str> = vars.iter().filter(|v| !help.contains(**v)).collect();
+    assert!(missing.is_empty(), "--help lacks {missing:?}:\n{help}");
+}
