@@ -136,6 +136,7 @@ impl Policy {
                 let pod = &o["spec"]["template"]["spec"];
                 pod_images(&at, pod, repositories)?;
                 service_account(&at, pod)?;
+                apparmor_annotations(&at, &o["spec"]["template"]["metadata"]["annotations"])?;
                 pod_security(&at, pod, self.pod_security)
             }
             Kind::Secret => match o["type"].as_str() {
@@ -268,6 +269,26 @@ fn service_account(at: &str, pod: &Value) -> Result<(), Violation> {
                     ),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// The AppArmor profiles the pod template's annotations may ask for
+/// (`container.apparmor.security.beta.kubernetes.io/<container>`):
+/// `runtime/default` or `localhost/…`.
+fn apparmor_annotations(at: &str, annotations: &Value) -> Result<(), Violation> {
+    const PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+    for (key, value) in annotations.as_object().into_iter().flatten() {
+        if !key.starts_with(PREFIX) {
+            continue;
+        }
+        let value = value.as_str().unwrap_or("?");
+        if value != "runtime/default" && !value.starts_with("localhost/") {
+            return Err(violation(
+                &format!("{at} spec.template.metadata.annotations"),
+                format!("{} {} is not allowed", clip(key), clip(value)),
+            ));
         }
     }
     Ok(())

@@ -159,6 +159,14 @@ fn every_baseline_rule_is_checked_where_it_applies() {
             "hostProcess",
         ),
         (
+            changed(|d| {
+                d.pointer_mut("/spec/template/metadata").unwrap()["annotations"] = json!({
+                    "container.apparmor.security.beta.kubernetes.io/proxy": "unconfined"
+                })
+            }),
+            "apparmor.security.beta.kubernetes.io/proxy unconfined",
+        ),
+        (
             changed(
                 |d| d.pointer_mut(pod).unwrap()["initContainers"] = json!([{"name": "setup", "image": format!("{PROXY}:0.2.0"), "securityContext": {"privileged": true}}]),
             ),
