@@ -90,6 +90,9 @@ pub struct Config {
     /// the file does not exist, unsigned commands are accepted. Default:
     /// `/var/run/secrets/nexo/command-keys`.
     pub command_keys_file: PathBuf,
+    /// `NEXO_BUNDLE_VERSION`: the installed bundle (chart) version, for the
+    /// release contract. Default: absent.
+    pub bundle_version: Option<String>,
     /// The content policy: `NEXO_ALLOWED_IMAGE_REPOSITORIES`,
     /// `NEXO_MANAGER_IMAGE_REPOSITORY`, `NEXO_ALLOW_EXTERNAL_SERVICES`,
     /// `NEXO_POD_SECURITY` (see [`Policy`] for the defaults).
@@ -306,6 +309,7 @@ impl Config {
             cp_connect_timeout,
             cp_request_timeout,
             https_proxy,
+            bundle_version: get("NEXO_BUNDLE_VERSION"),
             command_keys_file: PathBuf::from(
                 get("NEXO_COMMAND_KEYS_FILE")
                     .unwrap_or_else(|| DEFAULT_COMMAND_KEYS_FILE.to_owned()),

@@ -41,6 +41,7 @@ pub mod metrics;
 pub(crate) mod ownership;
 pub mod policy;
 pub(crate) mod probe;
+pub mod release;
 pub(crate) mod resolve;
 pub(crate) mod secret;
 pub(crate) mod self_rollout;

@@ -31,6 +31,8 @@ ENVIRONMENT:
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
     NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
+    NEXO_BUNDLE_VERSION          the installed bundle (chart) version, reported in the
+                                 heartbeat's releaseContract [default: absent]
     NEXO_COMMAND_KEYS_FILE       Ed25519 keys commands must be signed with, lines of
                                  `<keyId> <base64 public key>`; no file: unsigned accepted
                                  [default: /var/run/secrets/nexo/command-keys]

@@ -91,6 +91,8 @@ pub(super) struct Beats {
     topology: Topology,
     /// The rollout of the Manager's own Deployment.
     pub(super) self_rollout: self_rollout::Watch,
+    /// The release-contract inventory, read every few minutes.
+    release: crate::release::Cache,
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -133,6 +135,7 @@ pub fn body(
         },
         pending_acks,
         inventory_errors: inv.errors,
+        release_contract: None,
     }
 }
 
@@ -303,13 +306,21 @@ impl Agent {
         }
         self.beats.sequence += 1;
         let acks = pending_acks(self.store.undelivered(), self.manager_id());
-        body(
+        let kube = &self.link.kube;
+        let bundle = self.me.cfg.bundle_version.as_deref();
+        let contract = self
+            .beats
+            .release
+            .get(now, || crate::release::read(kube, bundle));
+        let mut body = body(
             inv,
             &self.me.cfg,
             &self.me.cluster,
             (self.manager_id(), self.beats.sequence),
             acks,
-        )
+        );
+        body.release_contract = Some(contract);
+        body
     }
 
     /// Reads the Manager's own Deployment when due; a stalled upgrade's

@@ -54,6 +54,7 @@ pub const CAPABILITIES: &[&str] = &[
     "promotion-contract.v1",
     "command.signature.ed25519.v1",
     "command.policy.v1",
+    "release-contract.v1",
 ];
 
 /// The process's connections, and what its probes answer from.

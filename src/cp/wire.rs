@@ -152,6 +152,9 @@ pub struct HeartbeatRequest {
     /// What part of the inventory could not be read.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub inventory_errors: Vec<String>,
+    /// The release-contract inventory (`release-contract.v1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_contract: Option<crate::release::ReleaseContract>,
 }
 
 /// Most commands taken from one heartbeat answer; the rest are skipped
