@@ -26,6 +26,10 @@ use serde_json::value::RawValue;
 /// How far in the past a signed command's `notAfter` may be.
 pub const NOT_AFTER_GRACE: Duration = Duration::from_secs(5 * 60);
 
+/// Longest `signed` field: the base64url of a command of
+/// [`crate::commands::MAX_COMMAND_BYTES`].
+pub const MAX_SIGNED: usize = crate::commands::MAX_COMMAND_BYTES.div_ceil(3) * 4;
+
 /// Most keys in a key file.
 pub const MAX_KEYS: usize = 64;
 
@@ -374,6 +378,13 @@ pub fn verify<'a>(
             None => Ok(Verified::Plain(raw)),
         };
     };
+    // The command inside is held to the same budget as an unsigned one:
+    // nothing larger is decoded.
+    if signed.get().len() > MAX_SIGNED + 2 {
+        return Err(Untrusted::Envelope(
+            "signed is over the 2 MiB command limit",
+        ));
+    }
     let signed = string_field(Some(signed)).ok_or(Untrusted::Envelope("signed is not a string"))?;
     let bytes = decode(&signed).ok_or(Untrusted::Envelope("signed is not base64url"))?;
     if let Some(keys) = keys {

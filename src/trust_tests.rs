@@ -99,6 +99,11 @@ fn every_refusal_has_its_own_reason() {
             json!({"id": "cmd-1", "keyId": "k1", "signed": "e30", "signature": "AAAA"}).to_string(),
             Untrusted::Envelope("signature is not 64 bytes"),
         ),
+        (
+            json!({"id": "cmd-1", "keyId": "k1", "signed": "A".repeat(MAX_SIGNED + 4), "signature": "AAAA"})
+                .to_string(),
+            Untrusted::Envelope("signed is over the 2 MiB command limit"),
+        ),
     ];
     let mut messages = Vec::new();
     for (raw, want) in cases {
