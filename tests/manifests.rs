@@ -275,6 +275,11 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
         hb.get("inventoryErrors").is_none(),
         &format!("the shipped RBAC reads the whole inventory: {hb}"),
     );
+    m.check(
+        hb["releaseContract"]["errors"] == json!([])
+            && hb["releaseContract"]["schemaFingerprint"].is_string(),
+        &format!("and the whole release contract: {}", hb["releaseContract"]),
+    );
     m.signal("TERM");
     let status = m.wait_exit(support::manager::STOP_WAIT);
     m.check(status.success(), "exit 0");
