@@ -102,7 +102,7 @@ manager=$!
 pids+=($manager)
 
 # The timeline: what the Manager says, as it says it.
-tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'connected|executing|applied|failed|ack|leading|interval' \
+tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'command keys|connected|executing|applied|failed|ack|leading|interval' \
   | sed -u -E 's/^[^ ]* [A-Z]* *nexo_manager::[a-z_:]+: /  manager: /' &
 
 send() { # id class payload

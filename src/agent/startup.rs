@@ -38,6 +38,17 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         .map_err(Fatal::ConnectToken)?;
     let cp = control_plane(&cfg)?;
     let keys = crate::trust::KeyFile::open(&cfg.command_keys_file).map_err(Fatal::CommandKeys)?;
+    match keys.keys() {
+        Ok(Some(k)) => log::info!(
+            "command keys: {} ({}); unsigned commands are refused",
+            k.ids().join(", "),
+            cfg.command_keys_file.display()
+        ),
+        _ => log::info!(
+            "command keys: none ({} is absent); unsigned commands are accepted",
+            cfg.command_keys_file.display()
+        ),
+    }
     let (kube, instance) = kube_client(&cfg, &waiter)?;
     let namespaces = cfg.managed_namespaces(&instance.namespace);
     let mut backoff = Backoff::control_plane();
