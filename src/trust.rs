@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -119,10 +119,7 @@ impl Keys {
             if !crate::cp::wire::valid_command_id(id) {
                 return Err(bad("the key id is not [A-Za-z0-9][A-Za-z0-9._-]{0,127}"));
             }
-            let bytes = STANDARD
-                .decode(key)
-                .or_else(|_| URL_SAFE_NO_PAD.decode(key.trim_end_matches('=')))
-                .map_err(|_| bad("the key is not base64"))?;
+            let bytes = decode(key).ok_or_else(|| bad("the key is not base64"))?;
             let public: [u8; 32] = bytes
                 .try_into()
                 .map_err(|_| bad("the key is not 32 bytes (a raw Ed25519 public key)"))?;
@@ -356,8 +353,9 @@ impl Verified<'_> {
     }
 }
 
+/// A field that must be a string; `None` when absent or anything else.
 fn string_field(raw: Option<&RawValue>) -> Option<String> {
-    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+    crate::commands::raw_string(raw).ok().flatten()
 }
 
 /// Checks a raw command whose outer id is `id`, against `keys` (none:
@@ -442,11 +440,10 @@ fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<(), Untru
 /// base64url, padded or not (standard alphabet accepted too).
 fn decode(s: &str) -> Option<Vec<u8>> {
     let trimmed = s.trim_end_matches('=');
-    URL_SAFE_NO_PAD.decode(trimmed).ok().or_else(|| {
-        base64::engine::general_purpose::STANDARD_NO_PAD
-            .decode(trimmed)
-            .ok()
-    })
+    URL_SAFE_NO_PAD
+        .decode(trimmed)
+        .or_else(|_| STANDARD_NO_PAD.decode(trimmed))
+        .ok()
 }
 
 #[cfg(test)]

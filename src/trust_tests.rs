@@ -1,4 +1,5 @@
 use super::*;
+use base64::engine::general_purpose::STANDARD;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::json;
 

@@ -821,9 +821,7 @@ fn probes_and_metrics_are_served_from_the_wait() {
         &format!("/metrics lacks {build_info}:\n{text}"),
     );
     assert_eq!(http_get(addr, "/nope").0, 404);
-    m.signal("TERM");
-    let status = m.wait_exit(STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 #[test]

@@ -8,7 +8,6 @@ use std::time::Duration;
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
 use nexo_manager::kube::Client;
 use serde_json::{Value, json};
-use support::PROBES_ON_ANY_PORT;
 use support::commands::{ack_of, command, configmap, ns_path, proxy, secret, wait_ack};
 use support::fixture::Fixture;
 use support::manager::{Manager, STOP_WAIT};
@@ -77,10 +76,7 @@ fn ack_line(ack: &Value) -> (&str, Vec<(String, String)>) {
 /// its own: a test may read its /metrics).
 fn start(prefix: &str) -> (Fixture, Manager) {
     let f = Fixture::new(prefix);
-    f.tb.install_crds();
-    let mut env = f.env();
-    env.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
-    let m = f.spawn(&env);
+    let m = f.spawn_with_probes(&[]);
     (f, m)
 }
 

@@ -280,9 +280,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             && hb["releaseContract"]["schemaFingerprint"].is_string(),
         &format!("and the whole release contract: {}", hb["releaseContract"]),
     );
-    m.signal("TERM");
-    let status = m.wait_exit(support::manager::STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 #[test]

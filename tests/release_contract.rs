@@ -98,7 +98,5 @@ fn the_heartbeat_reports_the_installed_crds_as_jq_and_sha256sum_see_them() {
         contract["errors"].as_array().is_some_and(Vec::is_empty),
         &format!("no errors: {contract}"),
     );
-    m.signal("TERM");
-    let status = m.wait_exit(support::manager::STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use nexo_cpsim::signing::{Signer, envelope, stamp};
 use nexo_manager::kube::Client;
 use serde_json::{Value, json};
-use support::PROBES_ON_ANY_PORT;
 use support::commands::{command, configmap, ns_path, proxy, wait_ack};
 use support::fixture::Fixture;
 use support::manager::{Manager, STOP_WAIT};
@@ -59,20 +58,10 @@ fn nothing_written(f: &Fixture, m: &Manager, c: &Client, deploy: &Value, why: &s
     }
 }
 
-fn start(f: &Fixture, extra: &[(&str, &str)]) -> Manager {
-    f.tb.install_crds();
-    let mut env = f.env();
-    env.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
-    for (k, v) in extra {
-        env.insert((*k).into(), (*v).into());
-    }
-    f.spawn(&env)
-}
-
 #[test]
 fn every_policy_rule_refuses_and_writes_nothing() {
     let f = Fixture::new("trust-policy");
-    let mut m = start(&f, &[]);
+    let mut m = f.spawn_with_probes(&[]);
     let c = f.tb.admin();
     let pod = "/spec/template/spec";
     let c0 = "/spec/template/spec/containers/0";
@@ -233,25 +222,20 @@ fn every_policy_rule_refuses_and_writes_nothing() {
             &format!("{path} exists"),
         );
     }
-    m.signal("TERM");
-    let status = m.wait_exit(STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 #[test]
 fn the_switches_widen_and_narrow_the_policy() {
     let f = Fixture::new("trust-switch");
-    let mut m = start(
-        &f,
-        &[
-            ("NEXO_ALLOW_EXTERNAL_SERVICES", "true"),
-            ("NEXO_POD_SECURITY", "restricted"),
-            (
-                "NEXO_ALLOWED_IMAGE_REPOSITORIES",
-                "mirror.example.com/nexo/proxy",
-            ),
-        ],
-    );
+    let mut m = f.spawn_with_probes(&[
+        ("NEXO_ALLOW_EXTERNAL_SERVICES", "true"),
+        ("NEXO_POD_SECURITY", "restricted"),
+        (
+            "NEXO_ALLOWED_IMAGE_REPOSITORIES",
+            "mirror.example.com/nexo/proxy",
+        ),
+    ]);
     let c = f.tb.admin();
     // Baseline only: refused under restricted.
     let deploy = legacy_deploy(&f, "sw-baseline", "plain", vec![legacy("plain", |_| {})]);
@@ -297,9 +281,7 @@ fn the_switches_widen_and_narrow_the_policy() {
         svc.is_some_and(|s| s["spec"]["type"] == "LoadBalancer"),
         "the LoadBalancer Service exists",
     );
-    m.signal("TERM");
-    let status = m.wait_exit(STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 /// A uninstall of a deployment that is not there: applied when accepted,
@@ -323,7 +305,7 @@ fn signed_commands_are_verified_and_every_bad_one_refused() {
         format!("# the simulator's key\n{}\n", signer.key_line()),
     )
     .unwrap();
-    let mut m = start(&f, &[("NEXO_COMMAND_KEYS_FILE", keys.to_str().unwrap())]);
+    let mut m = f.spawn_with_probes(&[("NEXO_COMMAND_KEYS_FILE", keys.to_str().unwrap())]);
     let c = f.tb.admin();
     let env = f.env_id.clone();
     // A deploy whose objects are named after its id.
@@ -440,9 +422,7 @@ fn signed_commands_are_verified_and_every_bad_one_refused() {
         refused == Some(cases.len() as f64),
         &format!("every bad signature counted: {refused:?}"),
     );
-    m.signal("TERM");
-    let status = m.wait_exit(STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 #[test]
@@ -451,7 +431,7 @@ fn keys_rotate_by_rewriting_the_file() {
     let (old, new) = (Signer::generate("k-old"), Signer::generate("k-new"));
     let keys = f.dir.join("command-keys");
     std::fs::write(&keys, format!("{}\n", old.key_line())).unwrap();
-    let mut m = start(&f, &[("NEXO_COMMAND_KEYS_FILE", keys.to_str().unwrap())]);
+    let mut m = f.spawn_with_probes(&[("NEXO_COMMAND_KEYS_FILE", keys.to_str().unwrap())]);
     let send = |m: &mut Manager, id: &str, signer: &Signer| -> Value {
         f.sim
             .enqueue_raw(&f.env_id, signer.sign(&f.env_id, &probe_command(id, &f)));
@@ -491,9 +471,7 @@ fn keys_rotate_by_rewriting_the_file() {
         ack["result"] == "applied",
         &format!("the last good keys stay: {ack}"),
     );
-    m.signal("TERM");
-    let status = m.wait_exit(STOP_WAIT);
-    m.check(status.success(), "exit 0");
+    m.stop_expecting_exit_0();
 }
 
 #[test]

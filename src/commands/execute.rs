@@ -88,8 +88,7 @@ fn write_failed(
     done: usize,
     count: usize,
 ) -> Result<Outcome, Raced> {
-    let raced = matches!(&e, StepError::Api { source, .. } if source.is_precondition_failure());
-    if raced {
+    if e.raced() {
         return Err(Raced(Outcome::failed(e.to_string(), resources)));
     }
     Ok(Outcome::failed(
@@ -207,8 +206,7 @@ fn write_all(
             }
             Err(e) => {
                 let done = resources.len();
-                if !matches!(&e, StepError::Api { source, .. } if source.is_precondition_failure())
-                {
+                if !e.raced() {
                     resources.push(w.reference.ack(ResourceAction::Refused));
                 }
                 return write_failed(e, resources, done, count);

@@ -230,7 +230,7 @@ fn requires(raw: Option<&RawValue>, capabilities: &[&str]) -> Result<(), String>
 }
 
 /// A field's raw JSON as a string, if it is one (`null` counts as absent).
-fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
+pub(crate) fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
     match raw.map(RawValue::get) {
         None | Some("null") => Ok(None),
         Some(text) if text.starts_with('"') => serde_json::from_str(text)

@@ -88,6 +88,13 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// Whether the write's guard failed (the object appeared, changed or
+    /// was replaced since it was read): the command is read and planned
+    /// again.
+    pub fn raced(&self) -> bool {
+        matches!(self, StepError::Api { source, .. } if source.is_precondition_failure())
+    }
+
     /// An API error of `verb` on `reference`.
     pub fn api(verb: &'static str, reference: &ObjectRef, source: kube::Error) -> StepError {
         StepError::Api {

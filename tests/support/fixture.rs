@@ -103,6 +103,18 @@ impl Fixture {
         env
     }
 
+    /// Installs the CRDs and starts the Manager with probes on a port of
+    /// its own (a test may read its /metrics), plus `extra` variables.
+    pub fn spawn_with_probes(&self, extra: &[(&str, &str)]) -> Manager {
+        self.tb.install_crds();
+        let mut env = self.env();
+        env.insert("NEXO_LISTEN_ADDR".into(), super::PROBES_ON_ANY_PORT.into());
+        for (k, v) in extra {
+            env.insert((*k).into(), (*v).into());
+        }
+        self.spawn(&env)
+    }
+
     /// Starts the Manager with `env`.
     pub fn spawn(&self, env: &BTreeMap<String, String>) -> Manager {
         Manager::spawn(env).with_sim(&self.sim)

@@ -152,6 +152,16 @@ impl Manager {
         assert!(ok.success(), "kill -{name} failed");
     }
 
+    /// Stops it with SIGTERM and checks that it exits 0 within [`STOP_WAIT`].
+    pub fn stop_expecting_exit_0(&mut self) {
+        self.signal("TERM");
+        let status = self.wait_exit(STOP_WAIT);
+        self.check(
+            status.success(),
+            &format!("exit 0 on SIGTERM, got {status:?}"),
+        );
+    }
+
     /// What it wrote to stdout so far.
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(&self.stdout).unwrap_or_default()
