@@ -167,13 +167,13 @@ impl Config {
         };
 
         let environment_id = get("NEXO_ENVIRONMENT_ID");
-        if let Some(id) = &environment_id {
-            if !crate::token::valid_environment_id(id) {
-                return Err(err(
-                    "NEXO_ENVIRONMENT_ID",
-                    format!("{id:?} is not an environment id ([a-z0-9][a-z0-9-]{{2,62}})"),
-                ));
-            }
+        if let Some(id) = &environment_id
+            && !crate::token::valid_environment_id(id)
+        {
+            return Err(err(
+                "NEXO_ENVIRONMENT_ID",
+                format!("{id:?} is not an environment id ([a-z0-9][a-z0-9-]{{2,62}})"),
+            ));
         }
         // A token given by value is checked now; a file is checked when read.
         if let TokenSource::Value(value) = &token_source {
@@ -249,13 +249,13 @@ impl Config {
         let self_deployment = name_var("NEXO_SELF_DEPLOYMENT", "nexo-manager")?;
 
         let pod_namespace = get("POD_NAMESPACE");
-        if let Some(ns) = &pod_namespace {
-            if !is_dns_label(ns) {
-                return Err(err(
-                    "POD_NAMESPACE",
-                    format!("{ns:?} is not a namespace name"),
-                ));
-            }
+        if let Some(ns) = &pod_namespace
+            && !is_dns_label(ns)
+        {
+            return Err(err(
+                "POD_NAMESPACE",
+                format!("{ns:?} is not a namespace name"),
+            ));
         }
 
         let log_format = match get("NEXO_LOG_FORMAT").as_deref() {

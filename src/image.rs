@@ -98,10 +98,10 @@ impl ImageRef {
             }
             None => (name, None),
         };
-        if let Some(t) = &tag {
-            if !valid_tag(t) {
-                return Err(invalid(ImageProblem::Tag));
-            }
+        if let Some(t) = &tag
+            && !valid_tag(t)
+        {
+            return Err(invalid(ImageProblem::Tag));
         }
         if !valid_repository(repository) {
             return Err(invalid(ImageProblem::Reference));

@@ -19,7 +19,7 @@ fn big(id: usize, delivered: bool) -> LedgerEntry {
         kind: "NexoProxy".into(),
         namespace: "shop".into(),
         name: format!("proxy-with-a-long-name-{i:04}"),
-        action: if i % 3 == 0 {
+        action: if i.is_multiple_of(3) {
             ResourceAction::Unchanged
         } else {
             ResourceAction::Configured

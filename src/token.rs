@@ -75,13 +75,13 @@ impl ConnectToken {
         if secret.len() < 32 || !secret.bytes().all(|c| c.is_ascii_alphanumeric()) {
             return Err(TokenError::Secret);
         }
-        if let Some(expected) = expected {
-            if expected != env {
-                return Err(TokenError::Mismatch {
-                    token: env.to_owned(),
-                    configured: expected.to_owned(),
-                });
-            }
+        if let Some(expected) = expected
+            && expected != env
+        {
+            return Err(TokenError::Mismatch {
+                token: env.to_owned(),
+                configured: expected.to_owned(),
+            });
         }
         Ok(ConnectToken {
             environment_id: env.to_owned(),

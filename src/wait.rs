@@ -132,10 +132,10 @@ impl Waiter {
                 }
                 return Err(err);
             }
-            if fds[1].revents != 0 {
-                if let Some(probe) = &self.probe {
-                    probe.serve(&self.status.borrow(), Instant::now());
-                }
+            if fds[1].revents != 0
+                && let Some(probe) = &self.probe
+            {
+                probe.serve(&self.status.borrow(), Instant::now());
             }
             if fds[0].revents == 0 && fds[1].revents == 0 {
                 return Ok(Wake::Timeout); // poll timed out
@@ -162,10 +162,10 @@ impl Pause for Waiter {
     }
 
     fn checkpoint(&self) {
-        if self.polled_at.get().elapsed() >= CHECKPOINT_EVERY {
-            if let Err(e) = self.wait(Duration::ZERO) {
-                log::warn!("wait failed: {e}");
-            }
+        if self.polled_at.get().elapsed() >= CHECKPOINT_EVERY
+            && let Err(e) = self.wait(Duration::ZERO)
+        {
+            log::warn!("wait failed: {e}");
         }
     }
 }

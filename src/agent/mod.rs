@@ -156,10 +156,10 @@ impl Agent {
         if let Lead::Standby(delay) = self.lead() {
             return Ok(Next::Wait(delay));
         }
-        if self.session.as_ref().is_none_or(Session::stale) {
-            if let session::Connected::RetryIn(delay) = self.connect()? {
-                return Ok(Next::Wait(delay));
-            }
+        if self.session.as_ref().is_none_or(Session::stale)
+            && let session::Connected::RetryIn(delay) = self.connect()?
+        {
+            return Ok(Next::Wait(delay));
         }
         let answer = match self.heartbeat()? {
             heartbeat::Sent::Answered(answer) => answer,
