@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,36 +53,6 @@ fn install() {
     *done = true;
 }
 
-/// The Manager's environment, read from the installed Deployment: plain
-/// values as they are, downward-API fields filled as the kubelet would.
-fn deployment_env() -> BTreeMap<String, String> {
-    let d: Value = testbed()
-        .admin()
-        .get(&format!(
-            "/apis/apps/v1/namespaces/{NS}/deployments/nexo-manager"
-        ))
-        .unwrap();
-    let mut env = BTreeMap::new();
-    for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .unwrap()
-    {
-        let name = e["name"].as_str().unwrap().to_owned();
-        let value = match (
-            &e["value"],
-            e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
-        ) {
-            (Value::String(v), _) => v.clone(),
-            (_, Some("metadata.name")) => "nexo-manager-5d8f-e2e".into(),
-            (_, Some("metadata.namespace")) => NS.into(),
-            (_, Some("metadata.uid")) => "0b5e6d0e-e2e0-4c1e-9d1a-000000000001".into(),
-            other => panic!("unexpected env source {other:?}"),
-        };
-        env.insert(name, value);
-    }
-    env
-}
-
 /// A command whose id is unique to this run: the state Secret in
 /// `nexo-system` outlives a test binary when the test bed is shared.
 fn command(id: &str, class: &str, payload: Value) -> Value {
@@ -113,7 +82,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     let legacy = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-config", "labels": {"app.kubernetes.io/part-of": "nexo"}}});
     let _ = admin.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &legacy);
 
-    let mut env = deployment_env();
+    let mut env = tb.deployment_env(NS, "nexo-manager");
     assert_eq!(
         env["NEXO_CONNECT_TOKEN_FILE"],
         "/var/run/secrets/nexo/connect-token"

@@ -35,6 +35,8 @@ pub struct Testbed {
     pub server: String,
     /// The `kubectl` built with the test bed.
     pub kubectl: PathBuf,
+    /// The `helm` built with the test bed.
+    pub helm: PathBuf,
     /// The Kubernetes version it runs, `v1.37.2`.
     pub version: String,
 }
@@ -97,6 +99,7 @@ pub fn read_env(dir: &Path) -> Result<Testbed, String> {
         kubeconfig: PathBuf::from(get("KUBECONFIG")?),
         server: get("APISERVER_URL")?,
         kubectl: PathBuf::from(get("KUBECTL")?),
+        helm: PathBuf::from(get("HELM")?),
         version: get("K8S_VERSION")?,
     })
 }
@@ -157,6 +160,41 @@ impl Testbed {
         });
         std::fs::write(&path, serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
         path
+    }
+
+    /// The environment of the Manager container of the Deployment
+    /// `namespace/name`, as the kubelet would give it: plain values as they
+    /// are, the downward-API fields filled with a made-up pod's.
+    pub fn deployment_env(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        let d: Value = self
+            .admin()
+            .get(&format!(
+                "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+            ))
+            .unwrap_or_else(|e| panic!("read the Deployment {namespace}/{name}: {e}"));
+        let mut env = std::collections::BTreeMap::new();
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{namespace}/{name} has no env: {d}"))
+        {
+            let key = e["name"].as_str().unwrap().to_owned();
+            let value = match (
+                &e["value"],
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+            ) {
+                (Value::String(v), _) => v.clone(),
+                (_, Some("metadata.name")) => format!("{name}-5d8f-e2e"),
+                (_, Some("metadata.namespace")) => namespace.to_owned(),
+                (_, Some("metadata.uid")) => "0b5e6d0e-e2e0-4c1e-9d1a-000000000001".into(),
+                other => panic!("unexpected env source {other:?} in {namespace}/{name}"),
+            };
+            env.insert(key, value);
+        }
+        env
     }
 
     /// A client that authenticates with `token`.

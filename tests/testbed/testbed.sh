@@ -2,7 +2,8 @@
 # The test bed: a real Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager) on 127.0.0.1, for one pinned release.
 #
-#   testbed.sh build [--node]     build and cache the binaries (once per version)
+#   testbed.sh build [--node]     build and cache the binaries (once per version): the
+#                                 control plane, helm, and with --node the node
 #   testbed.sh start DIR [--node] [PID]
 #                                 start a control plane with its data in DIR (new or empty);
 #                                 when PID is given, everything is stopped and DIR removed
@@ -13,7 +14,8 @@
 #                                 and does nothing when DIR does not exist
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin [--node]       print the folder holding the cached (node) binaries
+#   testbed.sh bin [--node|--helm]
+#                                 print the folder holding the cached (node, helm) binaries
 #   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
 #                                 the test beds listed in RECORD; exit 1 if there are any
 #
@@ -35,11 +37,11 @@
 #
 # The binaries come from the official Go modules through the Go module proxy:
 # k8s.io/kubernetes (its staging modules replaced by their published versions)
-# and go.etcd.io/etcd/server/v3. They are cached, keyed by version, in
+# and go.etcd.io/etcd/server/v3, and helm from helm.sh/helm/v4. They are cached, keyed by version, in
 # $NEXO_TESTBED_CACHE (default: ${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed).
 #
 # After `start`, DIR holds: admin.kubeconfig, ca.crt, admin.crt/admin.key,
-# env (APISERVER_URL, ETCD_PORT, ... and the process ids; NETNS, NODE_NAME,
+# env (APISERVER_URL, KUBECTL, HELM, ETCD_PORT, ... and the process ids; NETNS, NODE_NAME,
 # NODE_IP with --node), logs/*.log, and .nexo-testbed, the marker that
 # `stop` looks for before it deletes DIR (who started it, when, which pid
 # it watches).
@@ -48,9 +50,11 @@ set -euo pipefail
 K8S_VERSION=v1.37.2
 STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.6.16
+HELM_VERSION=v4.3.2
 CACHE_ROOT=${NEXO_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed}
 BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin
 NODE_BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-node/bin
+HELM_BIN_DIR=$CACHE_ROOT/helm-$HELM_VERSION/bin
 CNI_BIN_DIR=/usr/lib/cni
 NODE_NAME=nexo-node
 NODE_IP=10.77.0.1
@@ -203,6 +207,35 @@ build_node() {
   mv "$NODE_BIN_DIR.tmp" "$NODE_BIN_DIR"
 }
 
+# Helm, for the chart's tests (tests/chart.rs): the helm command of the
+# helm.sh/helm/v4 module, its version stamped in as its Makefile does.
+build_helm() {
+  local mod=$CACHE_ROOT/build-helm-$HELM_VERSION
+  rm -rf "$HELM_BIN_DIR.tmp"
+  mkdir -p "$mod" "$HELM_BIN_DIR.tmp"
+  cat >"$mod/go.mod" <<GOMOD
+module nexo.io/testbed-helm
+
+go 1.26.0
+
+require helm.sh/helm/v4 $HELM_VERSION
+GOMOD
+  cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "helm.sh/helm/v4/cmd/helm"
+GO
+  tidy_module "$mod" "helm $HELM_VERSION"
+  log "building helm $HELM_VERSION"
+  (cd "$mod" && go build -trimpath -tags tools \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+    -o "$HELM_BIN_DIR.tmp/helm" helm.sh/helm/v4/cmd/helm)
+  rm -rf "$HELM_BIN_DIR"
+  mv "$HELM_BIN_DIR.tmp" "$HELM_BIN_DIR"
+}
+
 need_node_packages() {
   local missing=()
   command -v containerd >/dev/null 2>&1 || missing+=(containerd)
@@ -237,6 +270,12 @@ cmd_build() { # [--node]
     local started=$SECONDS
     build_node
     log "built the node into $NODE_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -x "$HELM_BIN_DIR/helm" ]; then
+    need go
+    local started=$SECONDS
+    build_helm
+    log "built helm into $HELM_BIN_DIR in $((SECONDS - started)) s"
   fi
   return 0
 }
@@ -596,6 +635,7 @@ ETCD_PID=$etcd_pid
 APISERVER_PID=$api_pid
 CONTROLLER_MANAGER_PID=$kcm_pid
 KUBECTL=$BIN_DIR/kubectl
+HELM=$HELM_BIN_DIR/helm
 K8S_VERSION=$K8S_VERSION
 $node_env
 ENV
@@ -786,7 +826,11 @@ case "${1:-}" in
   stop) shift; cmd_stop "$@" ;;
   token) shift; cmd_token "$@" ;;
   import) shift; cmd_import "$@" ;;
-  bin) if [ "${2:-}" = --node ]; then echo "$NODE_BIN_DIR"; else echo "$BIN_DIR"; fi ;;
+  bin) case ${2:-} in
+         --node) echo "$NODE_BIN_DIR" ;;
+         --helm) echo "$HELM_BIN_DIR" ;;
+         *) echo "$BIN_DIR" ;;
+       esac ;;
   leftovers) shift; cmd_leftovers "$@" ;;
   # The usage: the comment at the top of this file.
   *) sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
