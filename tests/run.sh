@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test of the project: unit tests, and the integration and
+# Runs every test of the project: the release check (.ci/release-check:
+# format, clippy, the declared rust-version, cargo deny), unit tests, and the integration and
 # end-to-end tests against one real Kubernetes test bed (built once and
 # cached; see tests/testbed/testbed.sh), shared by all test binaries; the
 # node tests (tests/node.rs) on a test bed with a node of their own; then
@@ -8,6 +9,9 @@
 # those: a test bed started by hand keeps running, untouched and unnamed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# First what is quick to fail: format, clippy, MSRV, licences and bans.
+bash .ci/release-check
 
 testbed=tests/testbed/testbed.sh
 bash "$testbed" build --node
