@@ -609,3 +609,77 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
         assert!(exists(tb, &kept), "{kept} is gone after helm uninstall");
     }
 }
+
+/// The value of `key: value` on the first line of `text` that has `key`.
+fn yaml_scalar<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().trim_matches('"'))
+}
+
+#[test]
+fn one_version_number_everywhere() {
+    // Cargo.toml's is the one; everything else is checked against it.
+    let chart = std::fs::read_to_string(Path::new(CHART).join("Chart.yaml")).unwrap();
+    assert_eq!(
+        yaml_scalar(&chart, "version"),
+        Some(VERSION),
+        "Chart.yaml version (the bundle)"
+    );
+    assert_eq!(
+        yaml_scalar(&chart, "appVersion"),
+        Some(VERSION),
+        "Chart.yaml appVersion"
+    );
+
+    let tb = testbed();
+    let base = objects(tb, &ok(kubectl(tb).args(["kustomize", MANIFESTS]), None));
+    for (key, object) in &base {
+        if let Some(v) = object["metadata"]["labels"].get("app.kubernetes.io/version") {
+            assert_eq!(v, VERSION, "{key}: app.kubernetes.io/version");
+        }
+    }
+    let deployment = &base["Deployment nexo-system/nexo-manager"];
+    let bundle = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "NEXO_BUNDLE_VERSION")
+        .expect("the base sets NEXO_BUNDLE_VERSION");
+    assert_eq!(
+        bundle["value"], VERSION,
+        "manifests/deployment.yaml NEXO_BUNDLE_VERSION"
+    );
+    assert_eq!(
+        deployment["metadata"]["labels"]["app.kubernetes.io/version"],
+        VERSION
+    );
+
+    let out = ok(
+        Command::new(support::manager::binary()).arg("--version"),
+        None,
+    );
+    assert!(
+        out.starts_with(&format!("nexo-manager {VERSION} ")),
+        "--version: {out}"
+    );
+
+    // The newest release in CHANGELOG.md is this one.
+    let changelog =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("CHANGELOG.md"))
+            .unwrap();
+    let newest = changelog
+        .lines()
+        .find_map(|l| l.strip_prefix("## ["))
+        .and_then(|l| l.split(']').next());
+    let newest = if newest == Some("Unreleased") {
+        changelog
+            .lines()
+            .filter_map(|l| l.strip_prefix("## ["))
+            .nth(1)
+            .and_then(|l| l.split(']').next())
+    } else {
+        newest
+    };
+    assert_eq!(newest, Some(VERSION), "CHANGELOG.md's newest release");
+}
