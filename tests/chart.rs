@@ -277,6 +277,10 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
     let release_ns = tb.namespace("chart-dry");
     let shop = tb.namespace("chart-shop");
     let billing = tb.namespace("chart-billing");
+    let ca =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chart-ca-{}.pem", std::process::id()));
+    Simulator::start(SimConfig::default()).write_ca(&ca);
+    let ca_arg = format!("controlPlane.caBundle={}", ca.display());
     let rendered = template(
         tb,
         "dry",
@@ -300,6 +304,8 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
             "logFormat=json",
             "--set",
             "controlPlane.requestTimeout=20s",
+            "--set-file",
+            &ca_arg,
         ],
     );
     let objects = objects(tb, &rendered);
@@ -316,6 +322,11 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
         release_ns.name
     )));
     assert!(!objects.keys().any(|k| k.contains("nexo-connect-token")));
+    let ca_map = &objects[&format!("ConfigMap {}/dry-nexo-manager-cp-ca", release_ns.name)];
+    assert_eq!(
+        ca_map["data"]["ca.crt"].as_str(),
+        Some(std::fs::read_to_string(&ca).unwrap().as_str())
+    );
     let env: BTreeMap<&str, &str> = objects[&format!(
         "Deployment {}/dry-nexo-manager",
         release_ns.name
@@ -340,6 +351,7 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
         ("NEXO_POD_SECURITY", "restricted"),
         ("NEXO_LOG_FORMAT", "json"),
         ("NEXO_CP_REQUEST_TIMEOUT", "20s"),
+        ("NEXO_CONTROL_PLANE_CA_FILE", "/var/run/nexo-cp-ca/ca.crt"),
         ("NEXO_BUNDLE_VERSION", VERSION),
         ("NEXO_SELF_DEPLOYMENT", "dry-nexo-manager"),
         ("NEXO_STATE_SECRET", "dry-nexo-manager-state"),
@@ -359,6 +371,15 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
         objects.len(),
         "kubectl apply --dry-run=server:\n{out}"
     );
+}
+
+/// The next patch release of `version`: 0.3.0 → 0.3.1.
+fn next_patch(version: &str) -> String {
+    let (head, patch) = version.rsplit_once('.').expect("major.minor.patch");
+    format!(
+        "{head}.{}",
+        patch.parse::<u32>().expect("a numeric patch") + 1
+    )
 }
 
 /// A copy of the chart at `version` (the next release, for `helm upgrade`).
@@ -543,7 +564,8 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
     let state_before: Value = tb.admin().get(&state).unwrap();
 
     // helm upgrade to the next chart version, with a new image.
-    let next = chart_at("0.3.1");
+    let next_version = next_patch(VERSION);
+    let next = chart_at(&next_version);
     let digest = format!("sha256:{}", "1".repeat(64));
     let mut upgrade = helm(tb);
     upgrade.args(["upgrade", "nm"]).arg(&next).args([
@@ -575,7 +597,7 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
     let mut m = start_as_installed(tb, &sim, &dir, &rel.name, name);
     let hb = heartbeat_after(&mut m, &sim, seen);
     m.check(
-        hb["releaseContract"]["bundleVersion"] == "0.3.1"
+        hb["releaseContract"]["bundleVersion"] == next_version.as_str()
             && hb["deployments"]
                 .as_array()
                 .is_some_and(|d| d.len() == 1 && d[0]["name"] == "kept"),

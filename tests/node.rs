@@ -1,5 +1,6 @@
 //! The Manager as users run it: a pod from our image, started by a kubelet
-//! from `manifests/`, probed, limited to 32 MiB, replaced by rolling updates.
+//! from `manifests/`, probed, limited to 32 MiB, replaced by rolling updates;
+//! and a second one installed with `helm install` from the chart.
 //!
 //! Run as `cargo test --test node` (tests/run.sh runs it with the rest). It
 //! needs root, the static binary (`NEXO_STATIC_BINARY`, built by
@@ -217,6 +218,10 @@ fn run_scenarios(dir: &Path) -> ExitCode {
         (
             "the_projected_service_account_token_is_rotated_under_it",
             token_rotation,
+        ),
+        (
+            "installed_with_helm_the_pod_heartbeats_deploys_and_uninstalls",
+            helm_install,
         ),
     ];
     let filter: Vec<String> = std::env::args()
@@ -1217,6 +1222,147 @@ fn token_rotation(bed: &Bed) {
         Some(leader.as_str()),
         "the same pod leads"
     );
+}
+
+/// The README's `helm install`, beside the kustomize install: a release
+/// of its own in a namespace of its own, for another environment. Its pod
+/// becomes Ready under the chart's RBAC, heartbeats with the bundle version,
+/// deploys and uninstalls; `helm uninstall` takes the pod and leaves the
+/// CRDs and what it deployed.
+fn helm_install(bed: &Bed) {
+    const HNS: &str = "nexo-helm";
+    let env_id = "node-helm-env";
+    let token = bed.sim.add_environment(env_id);
+    let manager_id = bed.sim.manager_id(env_id);
+    let (repo, digest) = bed.images.manager.split_once('@').unwrap();
+    let ca = bed.node_dir.join("helm-cp-ca.pem");
+    std::fs::write(&ca, bed.sim.ca_pem()).unwrap();
+    let helm = |args: &[&str]| {
+        let home = bed.node_dir.join("helm-home");
+        run_ok(
+            Command::new(&bed.tb.helm)
+                .arg("--kubeconfig")
+                .arg(&bed.tb.kubeconfig)
+                .args(args)
+                .env("HELM_CACHE_HOME", home.join("cache"))
+                .env("HELM_CONFIG_HOME", home.join("config"))
+                .env("HELM_DATA_HOME", home.join("data")),
+        )
+    };
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/nexo-manager");
+    let sets = [
+        format!("image.repository={repo}"),
+        format!("image.digest={digest}"),
+        format!("controlPlane.url={}", bed.sim.url()),
+        format!("connectToken.value={token}"),
+        format!("proxyImage={}", bed.images.proxy),
+        format!("heartbeatInterval={}s", INTERVAL.as_secs()),
+    ];
+    let mut args = vec![
+        "install",
+        "nm",
+        chart.to_str().unwrap(),
+        "--namespace",
+        HNS,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "120s",
+    ];
+    for s in &sets {
+        args.extend(["--set", s.as_str()]);
+    }
+    let ca_arg = format!("controlPlane.caBundle={}", ca.display());
+    args.extend(["--set-file", &ca_arg]);
+    helm(&args);
+
+    let pods = bed.json(&[
+        "-n",
+        HNS,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/instance=nm",
+    ]);
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pods.len(), 1, "one pod of the release: {pods:?}");
+    assert!(ready(&pods[0]), "helm --wait left a Ready pod");
+    assert_eq!(image_of(&pods[0]), bed.images.manager);
+    let hb = wait_for(
+        Duration::from_secs(30),
+        "a heartbeat of the chart's Manager",
+        || {
+            bed.sim
+                .heartbeats()
+                .into_iter()
+                .rfind(|h| h["managerId"] == manager_id.as_str())
+        },
+    );
+    assert_eq!(
+        hb["releaseContract"]["bundleVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "{hb}"
+    );
+    assert_eq!(hb["releaseContract"]["errors"], json!([]), "{hb}");
+    assert!(hb.get("inventoryErrors").is_none(), "{hb}");
+
+    let send = |id: &str, class: &str, payload: Value| {
+        bed.sim.enqueue_command(
+            env_id,
+            json!({"id": id, "class": class, "issuedAt": "2026-12-03T00:00:00Z", "payload": payload}),
+        );
+        let ack = bed.wait_ack(id, Duration::from_secs(30));
+        assert_eq!(ack["result"], "applied", "{ack}");
+    };
+    let proxy = |name: &str| {
+        json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+            "spec": {"image": bed.images.proxy, "replicas": 1, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}})
+    };
+    for name in ["helm-orders", "helm-kept"] {
+        send(
+            &format!("helm-deploy-{name}"),
+            "deploy",
+            json!({"deployment": {"name": name, "namespace": HNS}, "format": "crd", "manifests": [proxy(name)]}),
+        );
+        bed.kubectl_ok(&["-n", HNS, "get", "nexoproxy", name]);
+    }
+    send(
+        "helm-uninstall-orders",
+        "uninstall",
+        json!({"deployment": {"name": "helm-orders", "namespace": HNS}}),
+    );
+    assert!(
+        bed.kubectl(&["-n", HNS, "get", "nexoproxy", "helm-orders"])
+            .is_err()
+    );
+
+    helm(&[
+        "uninstall",
+        "nm",
+        "--namespace",
+        HNS,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    wait_for(Duration::from_secs(60), "the release's pod gone", || {
+        let pods = bed.json(&[
+            "-n",
+            HNS,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/instance=nm",
+        ]);
+        pods["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+            .then_some(())
+    });
+    bed.kubectl_ok(&["get", "crd", "nexoproxies.nexo.io", "nexopipelines.nexo.io"]);
+    bed.kubectl_ok(&["-n", HNS, "get", "nexoproxy", "helm-kept"]);
+    // The kustomize-installed Manager went on beside it all.
+    assert_eq!(bed.pods().len(), 1);
 }
 
 fn unix_now() -> u64 {
