@@ -16,6 +16,8 @@
 //! `/proc/PID/status`, the DIY loop's peak from `wait4`'s rusage, times
 //! from the simulator's arrival timestamps.
 
+#[path = "common.rs"]
+mod common;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -26,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use common::{machine, median, read_proc, ticks_per_second};
 use nexo_cpsim::{Brief, Endpoint, Fault, FaultAction};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
@@ -112,69 +115,6 @@ impl Plan {
             }
         }
     }
-}
-
-// ------------------------------------------------------------------ /proc --
-
-/// What the kernel says about one process at one moment.
-#[derive(Debug, Clone, Copy, Default)]
-struct Proc {
-    /// Time on the CPU, nanoseconds (`schedstat`).
-    cpu_ns: u64,
-    /// User + system ticks of the process itself, and of its waited-for children.
-    ticks: u64,
-    child_ticks: u64,
-    rss_kb: u64,
-    hwm_kb: u64,
-    voluntary: u64,
-    involuntary: u64,
-    threads: u64,
-}
-
-fn read_proc(pid: u32) -> Proc {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|r| r.trim_start_matches(':').split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("/proc/{pid}/status has no {name}"))
-    };
-    let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/schedstat: {e}"));
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
-    // Fields after the command name (which may hold spaces): state is field 3.
-    let rest: Vec<u64> = stat[stat.rfind(')').expect("stat has a comm") + 2..]
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    // utime, stime, cutime, cstime are fields 14..17, i.e. rest[11..15].
-    Proc {
-        cpu_ns: schedstat
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
-            .expect("schedstat runtime"),
-        ticks: rest[11] + rest[12],
-        child_ticks: rest[13] + rest[14],
-        rss_kb: field("VmRSS"),
-        hwm_kb: field("VmHWM"),
-        voluntary: field("voluntary_ctxt_switches"),
-        involuntary: field("nonvoluntary_ctxt_switches"),
-        threads: field("Threads"),
-    }
-}
-
-/// Clock ticks per second of `/proc/PID/stat`.
-fn ticks_per_second() -> u64 {
-    let out = Command::new("getconf").arg("CLK_TCK").output();
-    out.ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100)
 }
 
 /// Socket inodes a process holds (a reused connection keeps its inode).
@@ -301,11 +241,6 @@ fn stop(m: &mut Manager) {
     m.signal("TERM");
     let status = m.wait_exit(STOP_WAIT);
     m.check(status.success(), "a clean stop exits 0");
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn since(a: SystemTime, b: SystemTime) -> f64 {
@@ -455,32 +390,6 @@ fn render(rows: &[Row]) -> String {
         );
     }
     s
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "{} cores of {cpu}, {:.0} GiB, Linux {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        mem_kb as f64 / 1_048_576.0,
-        kernel.trim()
-    )
 }
 
 // ------------------------------------------------------------ measures --
@@ -1437,13 +1346,5 @@ const END: &str = "<!-- bench:end -->";
 /// Replaces the generated part of `path` (between the markers), keeping
 /// the analysis around it; a new file gets the markers alone.
 fn write_report(path: &Path, generated: &str) {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let block = format!("{BEGIN}\n{generated}{END}");
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(a), Some(b)) if a < b => {
-            format!("{}{block}{}", &old[..a], &old[b + END.len()..])
-        }
-        _ => format!("{old}{block}\n"),
-    };
-    std::fs::write(path, new).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    common::write_section(path, BEGIN, END, generated);
 }

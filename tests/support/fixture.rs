@@ -41,7 +41,11 @@ impl Fixture {
 
     /// A new world with a simulator configured by `config`.
     pub fn with_config(prefix: &str, config: SimConfig) -> Fixture {
-        let tb = testbed();
+        Fixture::on(testbed(), prefix, config)
+    }
+
+    /// A new world on the test bed `tb` (one of the caller's own).
+    pub fn on(tb: &'static Testbed, prefix: &str, config: SimConfig) -> Fixture {
         let ns = tb.namespace(prefix);
         let sim = Arc::new(Simulator::start(config));
         let env_id = format!(

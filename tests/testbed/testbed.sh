@@ -2,20 +2,27 @@
 # The test bed: a real Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager) on 127.0.0.1, for one pinned release.
 #
-#   testbed.sh build [--node]     build and cache the binaries (once per version): the
-#                                 control plane, helm, and with --node the node
-#   testbed.sh start DIR [--node] [PID]
+#   testbed.sh build [--node] [--peer]
+#                                 build and cache the binaries (once per version): the
+#                                 control plane, helm; with --node the node; with --peer
+#                                 the benchmarks' peer, OCM's work agent
+#   testbed.sh start DIR [--node] [--audit] [PID]
 #                                 start a control plane with its data in DIR (new or empty);
 #                                 when PID is given, everything is stopped and DIR removed
 #                                 as soon as that process is gone. --node: inside a network
-#                                 namespace of its own, with a node (see below)
+#                                 namespace of its own, with a node (see below). --audit:
+#                                 the API server writes an audit log (Metadata level, JSON
+#                                 lines) to DIR/logs/audit.log
 #   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR; refuses a
 #                                 DIR that `start` did not create (no DIR/.nexo-testbed)
 #                                 and does nothing when DIR does not exist
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
+#   testbed.sh user DIR NAME      write DIR/NAME.kubeconfig: a client certificate for the
+#                                 user NAME in system:masters (so the audit log tells one
+#                                 client from another), print its path
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin [--node|--helm]
-#                                 print the folder holding the cached (node, helm) binaries
+#   testbed.sh bin [--node|--helm|--peer]
+#                                 print the folder holding the cached (node, helm, peer) binaries
 #   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
 #                                 the test beds listed in RECORD; exit 1 if there are any
 #
@@ -51,10 +58,13 @@ K8S_VERSION=v1.37.2
 STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
+# The benchmarks' peer (tests/bench/peer.rs): Open Cluster Management's work agent.
+OCM_VERSION=v1.2.1
 CACHE_ROOT=${NEXO_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed}
 BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin
 NODE_BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-node/bin
 HELM_BIN_DIR=$CACHE_ROOT/helm-$HELM_VERSION/bin
+PEER_DIR=$CACHE_ROOT/ocm-work-$OCM_VERSION
 CNI_BIN_DIR=/usr/lib/cni
 NODE_NAME=nexo-node
 NODE_IP=10.77.0.1
@@ -236,6 +246,54 @@ GO
   mv "$HELM_BIN_DIR.tmp" "$HELM_BIN_DIR"
 }
 
+# The peer of the benchmarks, built only by `build --peer` (tests/bench.sh):
+# the work agent of open-cluster-management.io/ocm (its `work` command, whose
+# `agent` subcommand applies ManifestWorks), and the ManifestWork and
+# AppliedManifestWork CRDs of the open-cluster-management.io/api release its
+# go.mod requires. Into PEER_DIR: bin/work, crds/*.yaml, VERSIONS.
+build_peer() {
+  local mod=$CACHE_ROOT/build-ocm-$OCM_VERSION
+  rm -rf "$PEER_DIR.tmp"
+  mkdir -p "$mod" "$PEER_DIR.tmp/bin" "$PEER_DIR.tmp/crds"
+  cat >"$mod/go.mod" <<GOMOD
+module nexo.io/testbed-ocm
+
+go 1.26.0
+
+require open-cluster-management.io/ocm $OCM_VERSION
+GOMOD
+  cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "open-cluster-management.io/ocm/cmd/work"
+GO
+  local upstream_mod
+  upstream_mod=$(go_download "$mod" "open-cluster-management.io/ocm@$OCM_VERSION" GoMod)
+  # The upstream module's replace lines, if any, apply to a build of it.
+  if grep -q '^replace' "$upstream_mod"; then
+    sed -n '/^replace/,$p' "$upstream_mod" >>"$mod/go.mod"
+  fi
+  tidy_module "$mod" "ocm $OCM_VERSION"
+  local api_version
+  api_version=$(cd "$mod" && go list -m -f '{{.Version}}' open-cluster-management.io/api)
+  local api
+  api=$(go_download "$mod" "open-cluster-management.io/api@$api_version" Dir)
+  cp "$api/work/v1/0000_00_work.open-cluster-management.io_manifestworks.crd.yaml" \
+     "$api/work/v1/0000_01_work.open-cluster-management.io_appliedmanifestworks.crd.yaml" \
+     "$PEER_DIR.tmp/crds/"
+  log "building the OCM work agent $OCM_VERSION (slow the first time)"
+  local v=${OCM_VERSION#v}
+  (cd "$mod" && go build -trimpath -tags tools \
+    -ldflags "-s -w -X open-cluster-management.io/ocm/pkg/version.versionFromGit=$OCM_VERSION -X open-cluster-management.io/ocm/pkg/version.majorFromGit=${v%%.*} -X open-cluster-management.io/ocm/pkg/version.minorFromGit=$(echo "$v" | cut -d. -f2)" \
+    -o "$PEER_DIR.tmp/bin/work" open-cluster-management.io/ocm/cmd/work)
+  printf 'open-cluster-management.io/ocm %s\nopen-cluster-management.io/api %s\n%s\n' \
+    "$OCM_VERSION" "$api_version" "$(go version)" >"$PEER_DIR.tmp/VERSIONS"
+  rm -rf "$PEER_DIR"
+  mv "$PEER_DIR.tmp" "$PEER_DIR"
+}
+
 need_node_packages() {
   local missing=()
   command -v containerd >/dev/null 2>&1 || missing+=(containerd)
@@ -249,9 +307,15 @@ need_node_packages() {
   [ "$(id -u)" = 0 ] || die "the node needs root (network namespace, mounts, containerd)"
 }
 
-cmd_build() { # [--node]
-  local node=
-  [ "${1:-}" = --node ] && node=1
+cmd_build() { # [--node] [--peer]
+  local node= peer=
+  for arg in "$@"; do
+    case $arg in
+      --node) node=1 ;;
+      --peer) peer=1 ;;
+      *) die "build: unknown argument $arg" ;;
+    esac
+  done
   if ! { [ -x "$BIN_DIR/kube-apiserver" ] && [ -x "$BIN_DIR/kube-controller-manager" ] \
      && [ -x "$BIN_DIR/kubectl" ] && [ -x "$BIN_DIR/etcd" ]; }; then
     need go
@@ -276,6 +340,12 @@ cmd_build() { # [--node]
     local started=$SECONDS
     build_helm
     log "built helm into $HELM_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ -n "$peer" ] && ! { [ -x "$PEER_DIR/bin/work" ] && [ -f "$PEER_DIR/VERSIONS" ]; }; then
+    need go
+    local started=$SECONDS
+    build_peer
+    log "built the OCM work agent into $PEER_DIR in $((SECONDS - started)) s"
   fi
   return 0
 }
@@ -489,15 +559,16 @@ keep_logs() {
 }
 
 cmd_start() {
-  local node= watch_pid=
+  local node= watch_pid= audit=
   DIR=
   for arg in "$@"; do
     case $arg in
       --node) node=1 ;;
+      --audit) audit=1 ;;
       *) if [ -z "$DIR" ]; then DIR=$arg; else watch_pid=$arg; fi ;;
     esac
   done
-  [ -n "$DIR" ] || die "usage: testbed.sh start DIR [--node] [PID]"
+  [ -n "$DIR" ] || die "usage: testbed.sh start DIR [--node] [--audit] [PID]"
   need curl openssl python3
   if [ -n "$node" ]; then
     need_node_packages
@@ -560,8 +631,18 @@ cmd_start() {
   # (The kubelet is reached at its InternalIP: no name resolves here.)
   [ -z "$node" ] || api_net=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --endpoint-reconciler-type lease
     --kubelet-preferred-address-types InternalIP)
+  # Every request, its user, verb and resource, once answered (the
+  # benchmarks' account of what each client costs the API server).
+  local audit_args=()
+  if [ -n "$audit" ]; then
+    printf '%s\n' "apiVersion: audit.k8s.io/v1" "kind: Policy" \
+      "omitStages: [RequestReceived, ResponseStarted]" "rules:" "  - level: Metadata" \
+      >"$DIR/audit-policy.yaml"
+    audit_args=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
+      --audit-log-format json --audit-log-mode blocking)
+  fi
   "${IN[@]}" "$BIN_DIR/kube-apiserver" \
-    "${api_net[@]}" --secure-port "$api_port" \
+    "${api_net[@]}" "${audit_args[@]}" --secure-port "$api_port" \
     --etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt" \
     --etcd-certfile "$DIR/admin.crt" --etcd-keyfile "$DIR/admin.key" \
     --tls-cert-file "$DIR/server.crt" --tls-private-key-file "$DIR/server.key" \
@@ -729,6 +810,22 @@ cmd_stop() {
 
 # ---------------------------------------------------------------- token --
 
+cmd_user() {
+  local dir=${1:?usage: testbed.sh user DIR NAME} name=${2:?usage: testbed.sh user DIR NAME}
+  [ -f "$dir/$MARKER" ] || die "$dir is not a test bed"
+  DIR=$(cd "$dir" && pwd)
+  printf 'extendedKeyUsage=clientAuth\n' >"$DIR/user-$name.ext"
+  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=$name" \
+    -keyout "$DIR/user-$name.key" -out "$DIR/user-$name.csr" 2>/dev/null
+  openssl x509 -req -in "$DIR/user-$name.csr" -CA "$DIR/ca.crt" -CAkey "$DIR/ca.key" -CAcreateserial \
+    -days 2 -extfile "$DIR/user-$name.ext" -out "$DIR/user-$name.crt" 2>/dev/null
+  rm -f "$DIR/user-$name.csr" "$DIR/user-$name.ext"
+  local url
+  url=$(sed -n 's/^APISERVER_URL=//p' "$DIR/env")
+  write_kubeconfig "$DIR/$name.kubeconfig" "$url" "user-$name"
+  echo "$DIR/$name.kubeconfig"
+}
+
 cmd_token() {
   local dir=${1:?usage: testbed.sh token DIR NAMESPACE SERVICEACCOUNT} ns=${2:?} sa=${3:?}
   # shellcheck disable=SC1091
@@ -825,10 +922,12 @@ case "${1:-}" in
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   token) shift; cmd_token "$@" ;;
+  user) shift; cmd_user "$@" ;;
   import) shift; cmd_import "$@" ;;
   bin) case ${2:-} in
          --node) echo "$NODE_BIN_DIR" ;;
          --helm) echo "$HELM_BIN_DIR" ;;
+         --peer) echo "$PEER_DIR" ;;
          *) echo "$BIN_DIR" ;;
        esac ;;
   leftovers) shift; cmd_leftovers "$@" ;;
