@@ -9,9 +9,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use base64::Engine as _;
 use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 use support::manager::Manager;
-use support::{Testbed, testbed};
+use support::{Testbed, run_ok_with_input as ok, run_with_input as run, testbed};
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/nexo-manager");
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
@@ -28,39 +27,6 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const WAIT: Duration = Duration::from_secs(60);
 /// The labels Helm's chart puts on every object and the kustomize base does not.
 const HELM_LABELS: [&str; 2] = ["helm.sh/chart", "app.kubernetes.io/managed-by"];
-
-/// Runs `cmd` with `stdin`, returns its output; the caller checks the status.
-fn run(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Runs `cmd` and returns its stdout; panics with everything on failure.
-fn ok(cmd: &mut Command, stdin: Option<&[u8]>) -> String {
-    let shown = format!("{cmd:?}");
-    let out = run(cmd, stdin);
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// `helm` against the test bed, with its caches in a folder of this test binary.
 fn helm(tb: &Testbed) -> Command {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
-use support::{Testbed, wait_for};
+use support::{Testbed, run_ok, wait_for};
 
 /// The heartbeat interval of the Manager under test (the shipped default is
 /// 15 s; 3 s keeps failover and rollout scenarios short).
@@ -103,21 +103,6 @@ fn set_up_and_run_inside() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if !out.status.success() {
-        panic!(
-            "{cmd:?} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn env_value(dir: &Path, key: &str) -> String {
@@ -299,15 +284,16 @@ impl Bed {
 
     /// The Manager's pods, oldest first.
     fn pods(&self) -> Vec<Value> {
-        let list = self.json(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=nexo-manager",
-        ]);
-        let mut pods = list["items"].as_array().cloned().unwrap_or_default();
+        self.pods_of(NS, "app.kubernetes.io/name=nexo-manager")
+    }
+
+    /// The pods of `namespace` that `selector` selects, oldest first.
+    fn pods_of(&self, namespace: &str, selector: &str) -> Vec<Value> {
+        let list = self.json(&["-n", namespace, "get", "pods", "-l", selector]);
+        let mut pods = list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("kubectl gave no pod list: {list}"));
         pods.sort_by_key(|p| {
             p["metadata"]["creationTimestamp"]
                 .as_str()
@@ -1276,15 +1262,8 @@ fn helm_install(bed: &Bed) {
     args.extend(["--set-file", &ca_arg]);
     helm(&args);
 
-    let pods = bed.json(&[
-        "-n",
-        HNS,
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/instance=nm",
-    ]);
-    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    let release = "app.kubernetes.io/instance=nm";
+    let pods = bed.pods_of(HNS, release);
     assert_eq!(pods.len(), 1, "one pod of the release: {pods:?}");
     assert!(ready(&pods[0]), "helm --wait left a Ready pod");
     assert_eq!(image_of(&pods[0]), bed.images.manager);
@@ -1346,18 +1325,7 @@ fn helm_install(bed: &Bed) {
         "120s",
     ]);
     wait_for(Duration::from_secs(60), "the release's pod gone", || {
-        let pods = bed.json(&[
-            "-n",
-            HNS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/instance=nm",
-        ]);
-        pods["items"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-            .then_some(())
+        bed.pods_of(HNS, release).is_empty().then_some(())
     });
     bed.kubectl_ok(&["get", "crd", "nexoproxies.nexo.io", "nexopipelines.nexo.io"]);
     bed.kubectl_ok(&["-n", HNS, "get", "nexoproxy", "helm-kept"]);

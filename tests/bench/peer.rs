@@ -47,7 +47,7 @@ use nexo_cpsim::SimConfig;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
 use support::manager::{Manager, STOP_WAIT, static_binary};
-use support::{Testbed, wait_for};
+use support::{Testbed, run_ok, run_ok_with_input, wait_for};
 
 const BEGIN: &str = "<!-- peer:begin (written by tests/bench/peer.rs) -->";
 const END: &str = "<!-- peer:end -->";
@@ -172,29 +172,13 @@ impl AuditedBed {
     }
 
     fn kubectl_stdin(&self, args: &[&str], input: &str) -> String {
-        use std::io::Write as _;
-        let mut child = Command::new(&self.tb.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.tb.kubeconfig)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        run_ok_with_input(
+            Command::new(&self.tb.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.tb.kubeconfig)
+                .args(args),
+            Some(input.as_bytes()),
+        )
     }
 
     /// The API server's metrics, as text.
@@ -211,20 +195,6 @@ impl Drop for AuditedBed {
             .arg(&self.dir)
             .status();
     }
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 // ------------------------------------------------------------ the bill --

@@ -16,7 +16,7 @@ pub mod proxy;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -336,4 +336,45 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
 /// One series of the `/metrics` served at `addr` ([`sample`]).
 pub fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
     sample(&http_get(addr, "/metrics").1, series)
+}
+
+/// Runs `cmd` with `input` on its stdin (without: /dev/null) and returns
+/// its output; the caller judges the status.
+pub fn run_with_input(cmd: &mut Command, input: Option<&[u8]>) -> Output {
+    use std::io::Write as _;
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    if let Some(input) = input {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `cmd` with `input` and returns its stdout; on failure, panics with
+/// the command, its status, stdout and stderr.
+pub fn run_ok_with_input(cmd: &mut Command, input: Option<&[u8]>) -> String {
+    let shown = format!("{cmd:?}");
+    let out = run_with_input(cmd, input);
+    assert!(
+        out.status.success(),
+        "{shown} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`run_ok_with_input`] with nothing on stdin.
+pub fn run_ok(cmd: &mut Command) -> String {
+    run_ok_with_input(cmd, None)
 }

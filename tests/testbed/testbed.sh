@@ -357,23 +357,28 @@ free_port() {
   "${IN[@]}" python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# Writes DIR/NAME.crt and DIR/NAME.key: a key and a certificate for SUBJECT
+# signed by DIR's CA; with SAN a serving and client certificate, without a
+# client certificate only.
+sign_cert() { # dir name subject [san]
+  local d=$1 name=$2 subj=$3 san=${4:-}
+  openssl req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$d/$name.key" -out "$d/$name.csr" 2>/dev/null
+  if [ -n "$san" ]; then
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$san" >"$d/$name.ext"
+  else
+    printf 'extendedKeyUsage=clientAuth\n' >"$d/$name.ext"
+  fi
+  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 2 -extfile "$d/$name.ext" -out "$d/$name.crt" 2>/dev/null
+  rm -f "$d/$name.csr" "$d/$name.ext"
+}
+
 gen_certs() {
   local d=$1
   local o="openssl"
   $o req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=nexo-testbed-ca" \
     -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
-  sign() { # name subject [san]
-    local name=$1 subj=$2 san=${3:-}
-    $o req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$d/$name.key" -out "$d/$name.csr" 2>/dev/null
-    if [ -n "$san" ]; then
-      printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$san" >"$d/$name.ext"
-    else
-      printf 'extendedKeyUsage=clientAuth\n' >"$d/$name.ext"
-    fi
-    $o x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
-      -days 2 -extfile "$d/$name.ext" -out "$d/$name.crt" 2>/dev/null
-    rm -f "$d/$name.csr" "$d/$name.ext"
-  }
+  sign() { sign_cert "$d" "$@"; }
   sign server "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
   sign admin "/O=system:masters/CN=nexo-testbed-admin"
   sign kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME"
@@ -814,12 +819,7 @@ cmd_user() {
   local dir=${1:?usage: testbed.sh user DIR NAME} name=${2:?usage: testbed.sh user DIR NAME}
   [ -f "$dir/$MARKER" ] || die "$dir is not a test bed"
   DIR=$(cd "$dir" && pwd)
-  printf 'extendedKeyUsage=clientAuth\n' >"$DIR/user-$name.ext"
-  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=$name" \
-    -keyout "$DIR/user-$name.key" -out "$DIR/user-$name.csr" 2>/dev/null
-  openssl x509 -req -in "$DIR/user-$name.csr" -CA "$DIR/ca.crt" -CAkey "$DIR/ca.key" -CAcreateserial \
-    -days 2 -extfile "$DIR/user-$name.ext" -out "$DIR/user-$name.crt" 2>/dev/null
-  rm -f "$DIR/user-$name.csr" "$DIR/user-$name.ext"
+  sign_cert "$DIR" "user-$name" "/O=system:masters/CN=$name"
   local url
   url=$(sed -n 's/^APISERVER_URL=//p' "$DIR/env")
   write_kubeconfig "$DIR/$name.kubeconfig" "$url" "user-$name"
