@@ -7,12 +7,15 @@
 //! The shaping is pure ([`served_kinds`], [`reference_kinds`],
 //! [`fingerprint`]); [`read`] makes the requests. It is read at start and
 //! then at most every [`REFRESH`]: CRDs change with installs, not heartbeats.
+//! The same reading of the NexoProxy CRD says how the inventory may list
+//! NexoProxies ([`inventory::proxy_listing`]).
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::inventory::{self, ProxyListing};
 use crate::kube::{self, Client};
 
 /// How long a reading is reused.
@@ -41,6 +44,16 @@ pub struct ReleaseContract {
     pub schema_fingerprint: Option<String>,
     /// The parts that could not be read, and why.
     pub errors: Vec<String>,
+}
+
+/// One reading of the installed CRDs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reading {
+    /// The contract the heartbeat carries.
+    pub contract: ReleaseContract,
+    /// How the inventory lists NexoProxies, from the same reading of their
+    /// CRD ([`ProxyListing::Objects`] when it could not be read).
+    pub proxies: ProxyListing,
 }
 
 /// The kinds of the resources (not subresources) in discovery answers
@@ -128,7 +141,7 @@ pub fn fingerprint(crds: &[Value]) -> String {
 }
 
 /// Reads the contract: discovery of group `nexo.io`, then each CRD.
-pub fn read(client: &Client, bundle_version: Option<&str>) -> ReleaseContract {
+pub fn read(client: &Client, bundle_version: Option<&str>) -> Reading {
     let mut contract = ReleaseContract {
         bundle_version: bundle_version.map(str::to_owned),
         ..ReleaseContract::default()
@@ -137,7 +150,10 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> ReleaseContract {
         Ok(kinds) => kinds,
         Err(e) => {
             contract.errors.push(format!("discovery of {GROUP}: {e}"));
-            return contract;
+            return Reading {
+                contract,
+                proxies: ProxyListing::Objects,
+            };
         }
     };
     contract.crd_kinds = Some(kinds.iter().map(|(k, _)| k.clone()).collect());
@@ -162,11 +178,17 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> ReleaseContract {
             .errors
             .push(format!("NexoPipeline is not served in {GROUP}")),
     }
+    let proxies = crds
+        .iter()
+        .find(|(k, _)| k == "NexoProxy")
+        .map_or(ProxyListing::Objects, |(_, crd)| {
+            inventory::proxy_listing(crd)
+        });
     if crds.len() == kinds.len() {
         let crds: Vec<Value> = crds.into_iter().map(|(_, c)| c).collect();
         contract.schema_fingerprint = Some(fingerprint(&crds));
     }
-    contract
+    Reading { contract, proxies }
 }
 
 /// The (kind, plural) pairs served in `nexo.io`, over its versions.
@@ -187,13 +209,13 @@ fn discover(client: &Client) -> Result<Vec<(String, String)>, kube::Error> {
 /// The last reading and when it was made.
 #[derive(Debug, Default)]
 pub struct Cache {
-    last: Option<(Instant, ReleaseContract)>,
+    last: Option<(Instant, Reading)>,
 }
 
 impl Cache {
-    /// The contract, read again when none was read yet or the last is
+    /// The reading, made again when none was made yet or the last is
     /// [`REFRESH`] old.
-    pub fn get(&mut self, now: Instant, read: impl FnOnce() -> ReleaseContract) -> ReleaseContract {
+    pub fn get(&mut self, now: Instant, read: impl FnOnce() -> Reading) -> Reading {
         let fresh = self
             .last
             .as_ref()

@@ -108,7 +108,7 @@ fn a_reading_is_reused_for_five_minutes() {
     let mut reads = 0;
     let read = |n: &mut i32| {
         *n += 1;
-        ReleaseContract::default()
+        Reading::default()
     };
     cache.get(now, || read(&mut reads));
     cache.get(now + REFRESH - Duration::from_secs(1), || read(&mut reads));

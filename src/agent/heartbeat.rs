@@ -93,6 +93,20 @@ pub(super) struct Beats {
     pub(super) self_rollout: self_rollout::Watch,
     /// The release-contract inventory, read every few minutes.
     release: crate::release::Cache,
+    /// How NexoProxies were last listed, to log when that changes.
+    listing: Option<inventory::ProxyListing>,
+}
+
+/// The log line for a new way of listing NexoProxies.
+pub(crate) fn listing_changed(listing: inventory::ProxyListing) -> &'static str {
+    match listing {
+        inventory::ProxyListing::Table => {
+            "inventory: NexoProxies are listed as a table of their printer columns Image and Replicas"
+        }
+        inventory::ProxyListing::Objects => {
+            "inventory: NexoProxies are listed as objects: the installed CRD's printer columns are not known to be Image (.spec.image) and Replicas (.spec.replicas)"
+        }
+    }
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -291,11 +305,22 @@ impl Agent {
         let cfg = &self.me.cfg;
         let configured = cfg.cluster_region.is_some() && cfg.cluster_zone.is_some();
         let now = Instant::now();
+        let kube = &self.link.kube;
+        let bundle = self.me.cfg.bundle_version.as_deref();
+        let release = self
+            .beats
+            .release
+            .get(now, || crate::release::read(kube, bundle));
+        if self.beats.listing != Some(release.proxies) {
+            log::info!("{}", listing_changed(release.proxies));
+            self.beats.listing = Some(release.proxies);
+        }
         let mut inv = inventory::collect(
             &self.link.kube,
             &self.me.namespaces,
             self.me.token.environment_id(),
             !configured && self.beats.topology.due(now),
+            release.proxies,
         );
         self.beats.topology.update(&mut inv, now);
         if let Some(report) = self.check_self_rollout() {
@@ -306,12 +331,6 @@ impl Agent {
         }
         self.beats.sequence += 1;
         let acks = pending_acks(self.store.undelivered(), self.manager_id());
-        let kube = &self.link.kube;
-        let bundle = self.me.cfg.bundle_version.as_deref();
-        let contract = self
-            .beats
-            .release
-            .get(now, || crate::release::read(kube, bundle));
         let mut body = body(
             inv,
             &self.me.cfg,
@@ -319,7 +338,7 @@ impl Agent {
             (self.manager_id(), self.beats.sequence),
             acks,
         );
-        body.release_contract = Some(contract);
+        body.release_contract = Some(release.contract);
         body
     }
 

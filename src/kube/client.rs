@@ -43,6 +43,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whole-call timeout of every call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The media type of JSON, asked for and sent by every call but Table lists.
+pub const JSON: &str = "application/json";
+
+/// The media type of a `meta.k8s.io/v1` Table: the printer columns of a
+/// list's items instead of the items (the representation `kubectl get` asks for).
+pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
 /// Content type of a server-side apply patch. JSON is valid YAML.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
@@ -216,6 +223,19 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Option<T>, Error> {
+        self.request_accepting(JSON, method, path, body)
+    }
+
+    /// [`Client::request_as`] asking for the representation `accept` (a
+    /// media type with its parameters, such as a Table's): the API server
+    /// answers 406 Not Acceptable when it cannot serve it.
+    pub fn request_accepting<T: DeserializeOwned>(
+        &self,
+        accept: &str,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<Option<T>, Error> {
         let mut backoff = None;
         let mut attempt = 0;
         let mut reloaded = false;
@@ -223,7 +243,7 @@ impl Client {
             if let Some(pause) = &self.pause {
                 pause.checkpoint();
             }
-            let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
+            let err = match self.send_with(&self.agent, accept, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -266,13 +286,14 @@ impl Client {
         body: Option<Body<'_>>,
     ) -> Result<Value, Error> {
         Ok(self
-            .send_with::<Value>(&self.quick, &method, path, body.as_ref())?
+            .send_with::<Value>(&self.quick, JSON, &method, path, body.as_ref())?
             .unwrap_or(Value::Null))
     }
 
     fn send_with<T: DeserializeOwned>(
         &self,
         agent: &ureq::Agent,
+        accept: &str,
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
@@ -280,7 +301,7 @@ impl Client {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
-            .header("Accept", "application/json");
+            .header("Accept", accept);
         if let Auth::Bearer(source) = &self.auth {
             req = req.header(
                 "Authorization",

@@ -8,4 +8,4 @@ pub mod verbs;
 pub use client::Client;
 pub use config::KubeConfig;
 pub use error::Error;
-pub use verbs::ApplyParams;
+pub use verbs::{ApplyParams, Table};

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::client::{
-    APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, to_json,
+    APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, TABLE, to_json,
 };
 use super::error::Error;
 
@@ -215,16 +215,51 @@ impl Client {
         limit: u32,
         continue_token: Option<&str>,
     ) -> Result<(Vec<T>, Option<String>), Error> {
-        let mut query = Query::new().param("limit", &limit.to_string());
-        if let Some(selector) = label_selector {
-            query = query.param("labelSelector", selector);
-        }
-        if let Some(token) = continue_token {
-            query = query.param("continue", token);
-        }
+        let query = list_query(label_selector, limit, continue_token);
         let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
         let next = page.metadata.continue_token.filter(|t| !t.is_empty());
         Ok((page.items, next))
+    }
+
+    /// One page of a collection as a Table of its printer columns, without
+    /// the objects (`includeObject=None`), and the next page's token.
+    pub fn table_page(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<(Table, Option<String>), Error> {
+        let query =
+            list_query(label_selector, limit, continue_token).param("includeObject", "None");
+        let path = format!("{collection}{}", query.finish());
+        let mut table: Table = self
+            .request_accepting(TABLE, Method::GET, &path, None)?
+            .unwrap_or_default();
+        let next = table
+            .metadata
+            .continue_token
+            .take()
+            .filter(|t| !t.is_empty());
+        Ok((table, next))
+    }
+
+    /// Visits every page of a collection as a [`Table`], paged and
+    /// restarted on 410 Gone as [`Client::list_each`] is.
+    pub fn table_each(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        visit: impl FnMut(Table),
+    ) -> Result<(), Error> {
+        page_through(
+            |token| {
+                self.table_page(collection, label_selector, limit, token)
+                    .map(|(table, next)| (vec![table], next))
+            },
+            visit,
+        )
     }
 
     /// Visits every item of a collection, a page of `limit` at a time, so
@@ -259,6 +294,18 @@ impl Client {
             }
         })
     }
+}
+
+/// The query of one page of a list.
+fn list_query(label_selector: Option<&str>, limit: u32, continue_token: Option<&str>) -> Query {
+    let mut query = Query::new().param("limit", &limit.to_string());
+    if let Some(selector) = label_selector {
+        query = query.param("labelSelector", selector);
+    }
+    if let Some(token) = continue_token {
+        query = query.param("continue", token);
+    }
+    query
 }
 
 /// The paging loop of [`Client::list_each`], over any page source: follows
@@ -297,7 +344,37 @@ struct ListPage<T> {
     metadata: ListMeta,
 }
 
-#[derive(serde::Deserialize, Default)]
+/// A page of a `meta.k8s.io/v1` Table: what [`Client::table_page`] reads.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Table {
+    /// The columns, in the order of every row's cells.
+    pub column_definitions: Vec<Column>,
+    /// One row per item.
+    pub rows: Vec<Row>,
+    metadata: ListMeta,
+}
+
+/// A Table's column: its name and its OpenAPI type (`string`, `integer`…).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct Column {
+    /// The column's name (`Name` first, then the printer columns).
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub type_: String,
+}
+
+/// A Table's row: one cell per column (`null` where the item has no value).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Row {
+    /// The cells.
+    pub cells: Vec<Value>,
+}
+
+#[derive(Debug, serde::Deserialize, Default)]
 struct ListMeta {
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,

@@ -29,6 +29,8 @@
 //! the Manager's side only (short windows, small sizes), so the harness
 //! cannot rot; it checks that every figure was obtained, never how fast.
 //! Both forms start a test bed of their own, with the audit log on.
+//! `--sizes 0,100,1000`, `--idle-seconds N` and `--deploys N` change the
+//! sizes, the idle windows and the deploys (`--deploys` in the full form).
 
 #[path = "common.rs"]
 mod common;
@@ -47,7 +49,7 @@ use nexo_cpsim::SimConfig;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
 use support::manager::{Manager, STOP_WAIT, static_binary};
-use support::{Testbed, run_ok, run_ok_with_input, wait_for};
+use support::{OwnBed, Testbed, run_ok, run_ok_with_input, wait_for};
 
 const BEGIN: &str = "<!-- peer:begin (written by tests/bench/peer.rs) -->";
 const END: &str = "<!-- peer:end -->";
@@ -82,11 +84,23 @@ impl Plan {
                 })
         };
         let idle_s = value("--idle-seconds");
+        let sizes = args
+            .iter()
+            .position(|a| a == "--sizes")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| {
+                v.split(',')
+                    .map(|n| {
+                        n.parse::<usize>()
+                            .unwrap_or_else(|_| panic!("--sizes {v}: not a list of numbers"))
+                    })
+                    .collect::<Vec<_>>()
+            });
         if full {
             Plan {
                 full,
                 peer: true,
-                sizes: vec![0, 100, 1_000],
+                sizes: sizes.unwrap_or_else(|| vec![0, 100, 1_000]),
                 idle: Duration::from_secs(idle_s.unwrap_or(600)),
                 deploys: value("--deploys").map_or(50, |n| n as usize),
             }
@@ -94,7 +108,7 @@ impl Plan {
             Plan {
                 full,
                 peer: args.iter().any(|a| a == "--peer"),
-                sizes: vec![0, 10],
+                sizes: sizes.unwrap_or_else(|| vec![0, 10]),
                 idle: Duration::from_secs(idle_s.unwrap_or(20)),
                 deploys: 3,
             }
@@ -104,30 +118,19 @@ impl Plan {
 
 // ------------------------------------------------------------ test bed --
 
-/// A test bed of this run's own, with the audit log on; stopped on drop.
-struct AuditedBed {
-    tb: &'static Testbed,
-    dir: PathBuf,
+/// A test bed of this run's own, with the audit log on.
+struct AuditedBed(OwnBed);
+
+impl std::ops::Deref for AuditedBed {
+    type Target = OwnBed;
+    fn deref(&self) -> &OwnBed {
+        &self.0
+    }
 }
 
 impl AuditedBed {
     fn start() -> AuditedBed {
-        let dir =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("peer-tb-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        run_ok(
-            Command::new("bash")
-                .arg(support::script())
-                .arg("start")
-                .arg(&dir)
-                .arg("--audit")
-                .arg(std::process::id().to_string()),
-        );
-        let tb = support::read_env(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        AuditedBed {
-            tb: Box::leak(Box::new(tb)),
-            dir,
-        }
+        AuditedBed(OwnBed::start("peer-tb", &["--audit"]))
     }
 
     /// A kubeconfig whose client certificate names `user`.
@@ -184,16 +187,6 @@ impl AuditedBed {
     /// The API server's metrics, as text.
     fn metrics(&self) -> String {
         self.kubectl(&["get", "--raw", "/metrics"])
-    }
-}
-
-impl Drop for AuditedBed {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(support::script())
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
     }
 }
 

@@ -84,6 +84,50 @@ fn start_or_attach() -> Result<Testbed, String> {
     read_env(&dir)
 }
 
+/// A test bed of one test's own, for a test that changes what every test
+/// on a shared one would see (a CRD) or that reads the API server's own
+/// account (`--audit`); stopped on drop, and by the script's reaper when
+/// this process is gone.
+pub struct OwnBed {
+    /// The test bed, leaked so that a [`fixture::Fixture`] can hold it.
+    pub tb: &'static Testbed,
+    /// Its directory.
+    pub dir: PathBuf,
+}
+
+impl OwnBed {
+    /// Starts a test bed under `CARGO_TARGET_TMPDIR/<name>-<pid>`, with
+    /// `testbed.sh start`'s `options` (such as `--audit`).
+    pub fn start(name: &str, options: &[&str]) -> OwnBed {
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run_ok(
+            Command::new("bash")
+                .arg(script())
+                .arg("start")
+                .arg(&dir)
+                .args(options)
+                .arg(std::process::id().to_string()),
+        );
+        let tb = read_env(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        OwnBed {
+            tb: Box::leak(Box::new(tb)),
+            dir,
+        }
+    }
+}
+
+impl Drop for OwnBed {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
 /// The test bed described by `dir/env`.
 pub fn read_env(dir: &Path) -> Result<Testbed, String> {
     let text =
