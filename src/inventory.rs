@@ -9,8 +9,11 @@
 //! sends a row of name, image and replicas per proxy instead of the whole
 //! object with its `managedFields`, a tenth of the bytes (BENCHMARKS.md).
 //! The label selector, which is exactly the ownership guard's "owned",
-//! does the filtering the objects' labels would; any doubt about the
-//! Table's shape falls back to the objects, so the inventory stays the truth.
+//! does the filtering the objects' labels would; a Table that is refused or
+//! not shaped as expected falls back to the objects, until the CRD is read
+//! again. The CRD is read every 5 minutes (`release.rs`): a CRD changed in
+//! between to show something else under the same column names and types is
+//! believed until then.
 //!
 //! Items are decoded into projections ([`ProxyItem`], [`DeploymentItem`],
 //! [`NodeItem`]) holding only the fields read here: serde skips the rest
@@ -19,6 +22,7 @@
 //! a Node's status), and the binary carries no decoder for the fields it
 //! never reads.
 
+use std::ops::ControlFlow;
 use std::rc::Rc;
 
 use serde::Deserialize;
@@ -64,7 +68,13 @@ pub fn proxy_listing(crd: &serde_json::Value) -> ProxyListing {
         let first = named.next();
         named.next().is_none() && first.is_some_and(|c| c["jsonPath"] == path && c["type"] == type_)
     };
-    if column(IMAGE, ".spec.image", "string") && column(REPLICAS, ".spec.replicas", "integer") {
+    // The Table's first column is always `Name`, the object's name: a
+    // printer column of that name would make it ambiguous.
+    let named_name = columns.into_iter().flatten().any(|c| c["name"] == NAME);
+    if !named_name
+        && column(IMAGE, ".spec.image", "string")
+        && column(REPLICAS, ".spec.replicas", "integer")
+    {
         ProxyListing::Table
     } else {
         ProxyListing::Objects
@@ -80,6 +90,11 @@ const REPLICAS: &str = "Replicas";
 pub enum TableProblem {
     /// The column is missing, repeated, misplaced or of another type.
     Column(&'static str),
+    /// A row has not one cell per column.
+    Cells {
+        /// The row's index in its page.
+        row: usize,
+    },
     /// A row's cell is not of its column's type.
     Cell {
         /// The row's index in its page.
@@ -94,6 +109,9 @@ impl std::fmt::Display for TableProblem {
         match self {
             TableProblem::Column(c) => {
                 write!(f, "the table has no single {c} column of the expected type")
+            }
+            TableProblem::Cells { row } => {
+                write!(f, "row {row} of the table has not one cell per column")
             }
             TableProblem::Cell { row, column } => {
                 write!(f, "row {row} of the table has a bad {column} cell")
@@ -128,6 +146,9 @@ pub fn table_entries(
     let mut entries = Vec::with_capacity(table.rows.len());
     for (row, r) in table.rows.into_iter().enumerate() {
         let bad = |column| TableProblem::Cell { row, column };
+        if r.cells.len() != columns.len() {
+            return Err(TableProblem::Cells { row });
+        }
         let cell = |i: usize| r.cells.get(i).unwrap_or(&serde_json::Value::Null);
         let name = match cell(name).as_str() {
             Some(n) if !n.is_empty() => n.to_owned(),
@@ -165,6 +186,9 @@ pub struct Inventory {
     pub errors: Vec<String>,
     /// Whether the nodes were listed (region and zone are then current).
     pub topology_read: bool,
+    /// Whether a Table of NexoProxies was refused or misshaped, and the
+    /// objects were listed instead.
+    pub table_fell_back: bool,
 }
 
 /// The metadata the inventory reads.
@@ -414,8 +438,9 @@ fn describe(what: &str, e: &kube::Error) -> String {
 }
 
 /// The owned NexoProxies of one namespace as a Table; `Ok(None)` when the
-/// Table was refused (406) or is not shaped as [`table_entries`] expects,
-/// and the objects must be listed instead.
+/// Table was refused (406) or is not shaped as [`table_entries`] expects
+/// (no page is fetched after the first such one), and the objects must be
+/// listed instead.
 fn proxies_by_table(
     client: &Client,
     collection: &str,
@@ -425,14 +450,21 @@ fn proxies_by_table(
 ) -> Result<Option<Vec<DeploymentEntry>>, kube::Error> {
     let mut entries = Vec::new();
     let mut problem = None;
-    let result = client.table_each(collection, Some(selector), PAGE, |table| {
-        if problem.is_none() {
-            match table_entries(table, namespace, shared) {
-                Ok(page) => entries.extend(page),
-                Err(p) => problem = Some(p),
+    let result = client.table_each(
+        collection,
+        Some(selector),
+        PAGE,
+        |table| match table_entries(table, namespace, shared) {
+            Ok(page) => {
+                entries.extend(page);
+                ControlFlow::Continue(())
             }
-        }
-    });
+            Err(p) => {
+                problem = Some(p);
+                ControlFlow::Break(())
+            }
+        },
+    );
     match result {
         Err(e) if e.status() == Some(406) => {
             log::warn!(
@@ -470,6 +502,7 @@ pub fn collect(
             ProxyListing::Table => proxies_by_table(client, &proxies, &selector, ns, &mut shared),
             ProxyListing::Objects => Ok(None),
         };
+        inv.table_fell_back |= matches!(by_table, Ok(None)) && listing == ProxyListing::Table;
         let result = match by_table {
             Ok(Some(entries)) => {
                 inv.deployments.extend(entries);
@@ -681,6 +714,8 @@ mod tests {
         // A second column of the same name would make the Table ambiguous.
         assert_eq!(changed(2, "name", "Replicas"), ProxyListing::Objects);
         assert_eq!(proxy_listing(&proxy_crd(json!([]))), ProxyListing::Objects);
+        // A column of its own named Name would shadow the object's name.
+        assert_eq!(changed(2, "name", "Name"), ProxyListing::Objects);
         let mut other_version = proxy_crd(image_and_replicas());
         other_version["spec"]["versions"][0]["name"] = "v1beta1".into();
         assert_eq!(proxy_listing(&other_version), ProxyListing::Objects);
@@ -749,39 +784,45 @@ mod tests {
         assert_eq!(with(c, row.clone()), TableProblem::Column("Name"));
         let cells = |cells: Value| with(table_columns(), json!([{"cells": cells}]));
         assert_eq!(
-            cells(json!(["", "p:1", 3])),
+            cells(json!(["", "p:1", 3, 0, "1s"])),
             TableProblem::Cell {
                 row: 0,
                 column: "Name"
             }
         );
         assert_eq!(
-            cells(json!([7, "p:1", 3])),
+            cells(json!([7, "p:1", 3, 0, "1s"])),
             TableProblem::Cell {
                 row: 0,
                 column: "Name"
             }
         );
         assert_eq!(
-            cells(json!(["a", 1, 3])),
+            cells(json!(["a", 1, 3, 0, "1s"])),
             TableProblem::Cell {
                 row: 0,
                 column: "Image"
             }
         );
         assert_eq!(
-            cells(json!(["a", "p:1", "3"])),
+            cells(json!(["a", "p:1", "3", 0, "1s"])),
             TableProblem::Cell {
                 row: 0,
                 column: "Replicas"
             }
         );
         assert_eq!(
-            cells(json!(["a", "p:1", 1.5])),
+            cells(json!(["a", "p:1", 1.5, 0, "1s"])),
             TableProblem::Cell {
                 row: 0,
                 column: "Replicas"
             }
+        );
+        // A short row never reads as defaults.
+        assert_eq!(cells(json!(["a", "p:1"])), TableProblem::Cells { row: 0 });
+        assert_eq!(
+            TableProblem::Cells { row: 2 }.to_string(),
+            "row 2 of the table has not one cell per column"
         );
         assert_eq!(
             TableProblem::Cell {

@@ -60,6 +60,37 @@ mod tests {
         json!({"metadata": {"name": "x", "labels": labels}})
     }
 
+    /// Whether `labels` match an equality-based selector `k=v,k=v`.
+    fn matches(selector: &str, labels: &Value) -> bool {
+        selector.split(',').all(|term| {
+            let (k, v) = term.split_once('=').unwrap();
+            labels[k] == v
+        })
+    }
+
+    #[test]
+    fn the_owned_selector_selects_exactly_what_the_guard_calls_owned() {
+        // The inventory's Table read trusts the selector alone.
+        let env = "env-a";
+        let selector = owned_selector(env);
+        for labels in [
+            json!({MANAGED_BY: MANAGER, OWNER_ID: "env-a"}),
+            json!({MANAGED_BY: MANAGER, OWNER_ID: "env-a", PART_OF: "nexo", "x": "y"}),
+            json!({MANAGED_BY: MANAGER, OWNER_ID: "env-b"}),
+            json!({MANAGED_BY: "helm", OWNER_ID: "env-a"}),
+            json!({OWNER_ID: "env-a"}),
+            json!({MANAGED_BY: MANAGER}),
+            json!({PART_OF: "nexo"}),
+            json!({}),
+        ] {
+            assert_eq!(
+                matches(&selector, &labels),
+                classify(&with_labels(labels.clone()), env) == Ownership::Owned,
+                "{labels}"
+            );
+        }
+    }
+
     #[test]
     fn classification() {
         let env = "env-a";

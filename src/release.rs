@@ -228,6 +228,14 @@ impl Cache {
             .map(|(_, c)| c.clone())
             .unwrap_or_default()
     }
+
+    /// Makes the inventory list NexoProxies as objects until the next
+    /// reading: the API server's Table was not usable.
+    pub fn list_objects(&mut self) {
+        if let Some((_, reading)) = &mut self.last {
+            reading.proxies = ProxyListing::Objects;
+        }
+    }
 }
 
 #[cfg(test)]

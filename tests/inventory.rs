@@ -25,6 +25,8 @@ const PAGE: usize = 500;
 /// What the Manager logs when it reads NexoProxies as a Table, or as objects.
 const AS_TABLE: &str = "NexoProxies are listed as a table of their printer columns";
 const AS_OBJECTS: &str = "NexoProxies are listed as objects";
+/// What it logs when a Table it asked for was not usable.
+const FELL_BACK: &str = "listing the objects";
 
 /// Runs the Manager to its second heartbeat; that heartbeat's
 /// `deployments` and the Manager's log.
@@ -49,6 +51,12 @@ fn second_heartbeat(f: &Fixture, env: &BTreeMap<String, String>) -> (Value, Stri
 fn read_as(f: &Fixture, env: &BTreeMap<String, String>, how: &str, expected: &Value) {
     let (got, log) = second_heartbeat(f, env);
     assert!(log.contains(how), "the log does not say \"{how}\":\n{log}");
+    if how == AS_TABLE {
+        assert!(
+            !log.contains(FELL_BACK),
+            "the Table was not usable, the objects were read:\n{log}"
+        );
+    }
     assert!(
         got == *expected,
         "\"{how}\": the inventory is not the cluster's:\n{got}\nexpected:\n{expected}"

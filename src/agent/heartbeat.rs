@@ -98,13 +98,13 @@ pub(super) struct Beats {
 }
 
 /// The log line for a new way of listing NexoProxies.
-pub(crate) fn listing_changed(listing: inventory::ProxyListing) -> &'static str {
+fn listing_message(listing: inventory::ProxyListing) -> &'static str {
     match listing {
         inventory::ProxyListing::Table => {
             "inventory: NexoProxies are listed as a table of their printer columns Image and Replicas"
         }
         inventory::ProxyListing::Objects => {
-            "inventory: NexoProxies are listed as objects: the installed CRD's printer columns are not known to be Image (.spec.image) and Replicas (.spec.replicas)"
+            "inventory: NexoProxies are listed as objects: the NexoProxy CRD could not be read, its printer columns are not Image (.spec.image) and Replicas (.spec.replicas), or the API server's table was not usable"
         }
     }
 }
@@ -312,7 +312,7 @@ impl Agent {
             .release
             .get(now, || crate::release::read(kube, bundle));
         if self.beats.listing != Some(release.proxies) {
-            log::info!("{}", listing_changed(release.proxies));
+            log::info!("{}", listing_message(release.proxies));
             self.beats.listing = Some(release.proxies);
         }
         let mut inv = inventory::collect(
@@ -323,6 +323,10 @@ impl Agent {
             release.proxies,
         );
         self.beats.topology.update(&mut inv, now);
+        if inv.table_fell_back {
+            // Not tried again until the CRD is read again.
+            self.beats.release.list_objects();
+        }
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }

@@ -2,6 +2,9 @@
 //! apply, patch, guarded delete, and paged lists (with the paging loop
 //! itself, [`page_through`], testable without a server).
 
+use std::cell::Cell;
+use std::ops::ControlFlow;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -245,21 +248,27 @@ impl Client {
     }
 
     /// Visits every page of a collection as a [`Table`], paged and
-    /// restarted on 410 Gone as [`Client::list_each`] is.
+    /// restarted on 410 Gone as [`Client::list_each`] is, until `visit`
+    /// breaks: no page is fetched after that.
     pub fn table_each(
         &self,
         collection: &str,
         label_selector: Option<&str>,
         limit: u32,
-        visit: impl FnMut(Table),
+        mut visit: impl FnMut(Table) -> ControlFlow<()>,
     ) -> Result<(), Error> {
+        let stopped = Cell::new(false);
         page_through(
             |token| {
+                if stopped.get() {
+                    return Ok((Vec::new(), None));
+                }
                 self.table_page(collection, label_selector, limit, token)
                     .map(|(table, next)| (vec![table], next))
             },
-            visit,
+            |table| stopped.set(visit(table).is_break()),
         )
+        .inspect_err(|e| warn_if_gone(collection, e))
     }
 
     /// Visits every item of a collection, a page of `limit` at a time, so
@@ -288,11 +297,14 @@ impl Client {
             |token| self.list_page_as(collection, label_selector, limit, token),
             visit,
         )
-        .inspect_err(|e| {
-            if e.status() == Some(410) {
-                log::warn!("list of {collection} expired twice; giving up on this pass");
-            }
-        })
+        .inspect_err(|e| warn_if_gone(collection, e))
+    }
+}
+
+/// The warning of a list given up on because its pages expired twice.
+fn warn_if_gone(collection: &str, e: &Error) {
+    if e.status() == Some(410) {
+        log::warn!("list of {collection} expired twice; giving up on this pass");
     }
 }
 
