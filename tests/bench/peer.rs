@@ -1,13 +1,16 @@
 //! The Manager beside a real peer: Open Cluster Management's work agent,
 //! which applies the manifests a hub sends (ManifestWorks) and reports their
 //! status, as the Manager does for the Control Plane. Both run on the same
-//! test bed, one after the other, in their default configurations, doing
-//! the same work:
+//! test bed, one after the other (the peer first, one process through every
+//! size and then its deploys; then the Manager, a process of its own at each
+//! size, then its deploys), in their default configurations, doing the same
+//! work:
 //!
 //! - idle with 0, 100 and 1,000 owned objects (NexoProxies: created owned
 //!   for the Manager, applied through one ManifestWork each for the peer):
 //!   resident memory, CPU per minute, threads, wake-ups, and the API
-//!   server's bill;
+//!   server's bill (the peer's VmHWM is its peak since it started, which
+//!   includes applying the ManifestWorks);
 //! - three-object deploys one after the other: from the command (the
 //!   heartbeat answer that carried it; the ManifestWork's creation) to the
 //!   objects existing and to the acknowledgement (the ack; the
@@ -61,6 +64,9 @@ const PEER_NS: &str = "bench-peer";
 const PEER_AGENT_NS: &str = "open-cluster-management-agent";
 const MANAGER_USER: &str = "nexo-bench-manager";
 const PEER_USER: &str = "ocm-bench-work-agent";
+/// How long the work agent is left after its ManifestWorks are applied and
+/// before its idle window: its leader election and status syncs settle.
+const SETTLE: Duration = Duration::from_secs(60);
 
 struct Plan {
     full: bool,
@@ -672,7 +678,7 @@ fn wait_all_applied(tb: &Testbed, n: usize, peer: &mut Child, log: &Path) {
     }
 }
 
-fn peer_deploys(bed: &AuditedBed, n: usize) -> DeployFigures {
+fn peer_deploys(bed: &AuditedBed, n: usize, peer: &mut Child, log: &Path) -> DeployFigures {
     let client = bed.tb.admin();
     let mut figures = DeployFigures {
         to_objects_ms: Vec::new(),
@@ -689,12 +695,19 @@ fn peer_deploys(bed: &AuditedBed, n: usize) -> DeployFigures {
             .unwrap_or_else(|e| panic!("create ManifestWork {name}: {e}"));
         let created = SystemTime::now();
         let (mut exist_at, mut applied_at) = (None, None);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(180);
         while exist_at.is_none() || applied_at.is_none() {
             assert!(
                 Instant::now() < deadline,
-                "ManifestWork {name} not applied in 60 s"
+                "ManifestWork {name} not applied in 180 s; the work agent's log: {}",
+                log.display()
             );
+            if let Ok(Some(status)) = peer.try_wait() {
+                panic!(
+                    "the work agent exited ({status}); its log: {}",
+                    log.display()
+                );
+            }
             if exist_at.is_none() && all_three_exist(&client, PEER_NS, &name) {
                 exist_at = Some(SystemTime::now());
             }
@@ -741,10 +754,11 @@ fn shared_note(b: &Bill) -> String {
     }
 }
 
+/// The table of what has been measured so far.
 fn render(
     ours: &[IdleFigures],
     peer: &[IdleFigures],
-    od: &DeployFigures,
+    od: Option<&DeployFigures>,
     pd: Option<&DeployFigures>,
 ) -> String {
     let mut s = String::from(
@@ -771,14 +785,18 @@ fn render(
             (b, format!("{}{}", bytes(b), shared_note(&f.bill)))
         }),
     ];
-    for (i, o) in ours.iter().enumerate() {
-        let n = o.objects;
+    // Rows for every size either agent was measured at (the peer runs first).
+    for i in 0..ours.len().max(peer.len()) {
+        let (o, p) = (ours.get(i), peer.get(i));
+        let n = o.or(p).map_or(0, |f| f.objects);
         for (what, measure) in &measures {
-            let (ov, ostr) = measure(o);
-            let (pstr, r) = match peer.get(i).map(measure) {
-                Some((pv, pstr)) => (pstr, ratio(pv, ov)),
-                None => ("not run".to_owned(), "not run".to_owned()),
+            let (o, p) = (o.map(measure), p.map(measure));
+            let r = match (&o, &p) {
+                (Some((ov, _)), Some((pv, _))) => ratio(*pv, *ov),
+                _ => "not run".to_owned(),
             };
+            let text = |m: Option<(f64, String)>| m.map_or("not run".to_owned(), |(_, t)| t);
+            let (ostr, pstr) = (text(o), text(p));
             let _ = writeln!(s, "| {what}, {n} objects | {ostr} | {pstr} | {r} |");
         }
     }
@@ -787,34 +805,32 @@ fn render(
         let worst = v.iter().copied().fold(0.0, f64::max);
         (median(&mut v), worst)
     };
-    let (o1, o1w) = stat(&od.to_objects_ms);
-    let (o2, o2w) = stat(&od.to_ack_ms);
-    let n = od.to_objects_ms.len();
-    match pd {
-        Some(pd) => {
-            let (p1, p1w) = stat(&pd.to_objects_ms);
-            let (p2, p2w) = stat(&pd.to_ack_ms);
-            let _ = writeln!(
-                s,
-                "| three-object deploy ×{n}: command to objects, median (worst) | {o1:.0} ms ({o1w:.0}) | {p1:.0} ms ({p1w:.0}) | {} |",
-                ratio(p1, o1)
-            );
-            let _ = writeln!(
-                s,
-                "| three-object deploy ×{n}: command to acknowledgement, median (worst) | {o2:.0} ms ({o2w:.0}) | {p2:.0} ms ({p2w:.0}) | {} |",
-                ratio(p2, o2)
-            );
-        }
-        None => {
-            let _ = writeln!(
-                s,
-                "| three-object deploy ×{n}: command to objects, median (worst) | {o1:.0} ms ({o1w:.0}) | not run | not run |"
-            );
-            let _ = writeln!(
-                s,
-                "| three-object deploy ×{n}: command to acknowledgement, median (worst) | {o2:.0} ms ({o2w:.0}) | not run | not run |"
-            );
-        }
+    // Each deploy measure: its name, and its median and worst for one agent.
+    type Deploys = (&'static str, fn(&DeployFigures) -> &[f64]);
+    let deploys: [Deploys; 2] = [
+        ("command to objects", |d| &d.to_objects_ms),
+        ("command to acknowledgement", |d| &d.to_ack_ms),
+    ];
+    for (what, series) in deploys {
+        let cell = |d: Option<&DeployFigures>| match d {
+            Some(d) => {
+                let (m, w) = stat(series(d));
+                (Some(m), format!("{m:.0} ms ({w:.0})"))
+            }
+            None => (None, "not run".to_owned()),
+        };
+        let Some(n) = od.or(pd).map(|d| series(d).len()) else {
+            continue;
+        };
+        let ((o, ostr), (p, pstr)) = (cell(od), cell(pd));
+        let r = match (o, p) {
+            (Some(o), Some(p)) => ratio(p, o),
+            _ => "not run".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "| three-object deploy ×{n}: {what}, median (worst) | {ostr} | {pstr} | {r} |"
+        );
     }
     s
 }
@@ -843,11 +859,47 @@ fn main() {
         p.install(&bed);
     }
 
-    // Idle, size by size: the Manager, then the peer, each alone.
+    // The peer first, alone: one process through every size (started once,
+    // so that no window holds a restart's pass over every ManifestWork),
+    // then its deploys, on the settled process.
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut pd = None;
+    if let Some(p) = &peer {
+        let kc = bed.user(PEER_USER);
+        let log = bed.dir.join("work-agent.log");
+        let since = bed.mark();
+        let mut child = p.start(&kc, &log);
+        let mut works = 0;
+        for &size in &plan.sizes {
+            grow_works(bed.tb, works, size);
+            works = size;
+            wait_all_applied(bed.tb, size, &mut child, &log);
+            // Its leader election and the new works' status syncs settle.
+            std::thread::sleep(SETTLE);
+            eprintln!(
+                "peer bench: the work agent idle with {size} ManifestWorks for {:?}",
+                plan.idle
+            );
+            let figures = idle(&bed, child.id(), PEER_USER, since, plan.idle, size);
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the work agent exited; log: {}",
+                log.display()
+            );
+            theirs.push(figures);
+            eprintln!("{}", render(&ours, &theirs, None, None));
+        }
+        eprintln!(
+            "peer bench: {} deploys through the work agent",
+            plan.deploys
+        );
+        pd = Some(peer_deploys(&bed, plan.deploys, &mut child, &log));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    // Then the Manager, alone: a process of its own at each size.
     let mut proxies = 0;
-    let mut works = 0;
-    let peer_kc = peer.as_ref().map(|_| bed.user(PEER_USER));
     for &size in &plan.sizes {
         {
             let client = f.tb.admin();
@@ -887,53 +939,14 @@ fn main() {
         let status = m.wait_exit(STOP_WAIT);
         m.check(status.success(), "a clean stop exits 0");
         ours.push(figures);
-
-        if let (Some(p), Some(kc)) = (&peer, &peer_kc) {
-            grow_works(bed.tb, works, size);
-            works = size;
-            let log = bed.dir.join(format!("work-agent-{size}.log"));
-            let since = bed.mark();
-            let mut child = p.start(kc, &log);
-            wait_all_applied(bed.tb, size, &mut child, &log);
-            // Its leader election and first status syncs settle.
-            std::thread::sleep(Duration::from_secs(30));
-            eprintln!(
-                "peer bench: the work agent idle with {size} ManifestWorks for {:?}",
-                plan.idle
-            );
-            let figures = idle(&bed, child.id(), PEER_USER, since, plan.idle, size);
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "the work agent exited; log: {}",
-                log.display()
-            );
-            theirs.push(figures);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        eprintln!("{}", render(&ours, &theirs, None, pd.as_ref()));
     }
 
     eprintln!("peer bench: {} deploys through the Manager", plan.deploys);
     let od = manager_deploys(&f, &manager_kc, plan.deploys);
     assert_eq!(od.to_ack_ms.len(), plan.deploys);
-    let pd = match (&peer, &peer_kc) {
-        (Some(p), Some(kc)) => {
-            eprintln!(
-                "peer bench: {} deploys through the work agent",
-                plan.deploys
-            );
-            let log = bed.dir.join("work-agent-deploys.log");
-            let mut child = p.start(kc, &log);
-            wait_all_applied(bed.tb, works, &mut child, &log);
-            let figures = peer_deploys(&bed, plan.deploys);
-            let _ = child.kill();
-            let _ = child.wait();
-            Some(figures)
-        }
-        _ => None,
-    };
 
-    let table = render(&ours, &theirs, &od, pd.as_ref());
+    let table = render(&ours, &theirs, Some(&od), pd.as_ref());
     let date = humantime::format_rfc3339_seconds(SystemTime::now());
     let peer_line = peer.as_ref().map_or(
         "the peer not run (short form: `--peer` runs it)".to_owned(),
