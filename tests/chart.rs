@@ -43,17 +43,12 @@ fn helm(tb: &Testbed) -> Command {
     c
 }
 
-fn kubectl(tb: &Testbed) -> Command {
-    let mut c = Command::new(&tb.kubectl);
-    c.arg("--kubeconfig").arg(&tb.kubeconfig);
-    c
-}
-
 /// The objects of a YAML stream, as `kubectl` reads them (no server
 /// defaults), keyed by kind, namespace and name.
 fn objects(tb: &Testbed, yaml: &str) -> BTreeMap<String, Value> {
     let json = ok(
-        kubectl(tb).args(["create", "--dry-run=client", "-o", "json", "-f", "-"]),
+        tb.kubectl_cmd()
+            .args(["create", "--dry-run=client", "-o", "json", "-f", "-"]),
         Some(yaml.as_bytes()),
     );
     let mut map = BTreeMap::new();
@@ -158,7 +153,7 @@ fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
     let releases = ok(helm(tb).args(["list", "--namespace", &ns.name, "-q"]), None);
     assert_eq!(releases.trim(), "", "releases left by refused installs");
     let left = ok(
-        kubectl(tb).args([
+        tb.kubectl_cmd().args([
             "get",
             "serviceaccounts,secrets,deployments,roles,rolebindings",
             "--namespace",
@@ -176,7 +171,10 @@ fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
 #[test]
 fn the_chart_renders_the_kustomize_base_objects() {
     let tb = testbed();
-    let base = objects(tb, &ok(kubectl(tb).args(["kustomize", MANIFESTS]), None));
+    let base = objects(
+        tb,
+        &ok(tb.kubectl_cmd().args(["kustomize", MANIFESTS]), None),
+    );
     // The base's connect-token Secret is a template; the chart needs the value.
     let placeholder = base["Secret nexo-system/nexo-connect-token"]["stringData"]["connect-token"]
         .as_str()
@@ -325,7 +323,8 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
         assert_eq!(env.get(var).copied(), Some(want), "{var} in {env:?}");
     }
     let out = ok(
-        kubectl(tb).args(["apply", "--dry-run=server", "-f", "-"]),
+        tb.kubectl_cmd()
+            .args(["apply", "--dry-run=server", "-f", "-"]),
         Some(rendered.as_bytes()),
     );
     let accepted = out
@@ -621,7 +620,10 @@ fn one_version_number_everywhere() {
     );
 
     let tb = testbed();
-    let base = objects(tb, &ok(kubectl(tb).args(["kustomize", MANIFESTS]), None));
+    let base = objects(
+        tb,
+        &ok(tb.kubectl_cmd().args(["kustomize", MANIFESTS]), None),
+    );
     for (key, object) in &base {
         if let Some(v) = object["metadata"]["labels"].get("app.kubernetes.io/version") {
             assert_eq!(v, VERSION, "{key}: app.kubernetes.io/version");

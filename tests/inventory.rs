@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use nexo_cpsim::SimConfig;
@@ -64,12 +63,7 @@ fn read_as(f: &Fixture, env: &BTreeMap<String, String>, how: &str, expected: &Va
 }
 
 fn kubectl(f: &Fixture, args: &[&str]) -> String {
-    run_ok(
-        Command::new(&f.tb.kubectl)
-            .arg("--kubeconfig")
-            .arg(&f.tb.kubeconfig)
-            .args(args),
-    )
+    run_ok(f.tb.kubectl_cmd().args(args))
 }
 
 #[test]

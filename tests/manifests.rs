@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,9 +36,8 @@ fn install() {
         Err(e) if e.is_not_found() => {}
         Err(e) => panic!("cannot delete {deployment} a previous run left: {e}"),
     }
-    let out = Command::new(&tb.kubectl)
-        .arg("--kubeconfig")
-        .arg(&tb.kubeconfig)
+    let out = tb
+        .kubectl_cmd()
         .args(["apply", "-k"])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
         .output()

@@ -254,9 +254,9 @@ fn run_scenarios(dir: &Path) -> ExitCode {
 impl Bed {
     /// Runs the test bed's kubectl with the admin kubeconfig.
     fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(&self.tb.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.tb.kubeconfig)
+        let out = self
+            .tb
+            .kubectl_cmd()
             .args(args)
             .output()
             .map_err(|e| format!("kubectl: {e}"))?;
@@ -514,9 +514,9 @@ spec:
     bed.kubectl_ok(&["apply", "--server-side", "-k", &overlay_arg]);
     // The pods' watch, kept for the whole run.
     let watch_out = bed.node_dir.join("pods-watch.json");
-    let child = Command::new(&bed.tb.kubectl)
-        .arg("--kubeconfig")
-        .arg(&bed.tb.kubeconfig)
+    let child = bed
+        .tb
+        .kubectl_cmd()
         .args([
             "-n",
             NS,

@@ -316,7 +316,7 @@ impl Agent {
             self.beats.listing = Some(release.proxies);
         }
         let mut inv = inventory::collect(
-            &self.link.kube,
+            kube,
             &self.me.namespaces,
             self.me.token.environment_id(),
             !configured && self.beats.topology.due(now),

@@ -1,4 +1,6 @@
 use super::*;
+use std::ops::ControlFlow;
+
 use crate::kube::verbs::page_through;
 use serde_json::json;
 
@@ -72,7 +74,10 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
                 _ => unreachable!(),
             }
         },
-        |v| seen.push(v.as_i64().unwrap()),
+        |v| {
+            seen.push(v.as_i64().unwrap());
+            ControlFlow::Continue(())
+        },
     );
     assert!(r.is_ok());
     assert_eq!(calls, [None, Some("t1".into()), None, Some("t1".into())]);
@@ -86,9 +91,28 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
                 Err(api(410, None))
             }
         },
-        |_| {},
+        |_| ControlFlow::Continue(()),
     );
     assert_eq!(r.unwrap_err().status(), Some(410));
+    // A visit that breaks ends the list: no more items, no more pages.
+    let mut calls = 0;
+    let mut seen = Vec::new();
+    let r = page_through(
+        |_| {
+            calls += 1;
+            page(&[1, 2, 3], Some("t"))
+        },
+        |v| {
+            seen.push(v.as_i64().unwrap());
+            if seen.len() == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    );
+    assert!(r.is_ok());
+    assert_eq!((calls, seen), (1, vec![1, 2]));
 }
 
 /// Serves one canned HTTP answer on loopback; returns its base URL.

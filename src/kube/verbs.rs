@@ -2,7 +2,6 @@
 //! apply, patch, guarded delete, and paged lists (with the paging loop
 //! itself, [`page_through`], testable without a server).
 
-use std::cell::Cell;
 use std::ops::ControlFlow;
 
 use serde::de::DeserializeOwned;
@@ -220,8 +219,7 @@ impl Client {
     ) -> Result<(Vec<T>, Option<String>), Error> {
         let query = list_query(label_selector, limit, continue_token);
         let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
-        let next = page.metadata.continue_token.filter(|t| !t.is_empty());
-        Ok((page.items, next))
+        Ok((page.items, page.metadata.next()))
     }
 
     /// One page of a collection as a Table of its printer columns, without
@@ -239,11 +237,7 @@ impl Client {
         let mut table: Table = self
             .request_accepting(TABLE, Method::GET, &path, None)?
             .unwrap_or_default();
-        let next = table
-            .metadata
-            .continue_token
-            .take()
-            .filter(|t| !t.is_empty());
+        let next = std::mem::take(&mut table.metadata).next();
         Ok((table, next))
     }
 
@@ -255,18 +249,14 @@ impl Client {
         collection: &str,
         label_selector: Option<&str>,
         limit: u32,
-        mut visit: impl FnMut(Table) -> ControlFlow<()>,
+        visit: impl FnMut(Table) -> ControlFlow<()>,
     ) -> Result<(), Error> {
-        let stopped = Cell::new(false);
         page_through(
             |token| {
-                if stopped.get() {
-                    return Ok((Vec::new(), None));
-                }
                 self.table_page(collection, label_selector, limit, token)
                     .map(|(table, next)| (vec![table], next))
             },
-            |table| stopped.set(visit(table).is_break()),
+            visit,
         )
         .inspect_err(|e| warn_if_gone(collection, e))
     }
@@ -291,11 +281,14 @@ impl Client {
         collection: &str,
         label_selector: Option<&str>,
         limit: u32,
-        visit: impl FnMut(T),
+        mut visit: impl FnMut(T),
     ) -> Result<(), Error> {
         page_through(
             |token| self.list_page_as(collection, label_selector, limit, token),
-            visit,
+            |item| {
+                visit(item);
+                ControlFlow::Continue(())
+            },
         )
         .inspect_err(|e| warn_if_gone(collection, e))
     }
@@ -321,17 +314,20 @@ fn list_query(label_selector: Option<&str>, limit: u32, continue_token: Option<&
 }
 
 /// The paging loop of [`Client::list_each`], over any page source: follows
-/// `continue` tokens, and restarts once from the beginning on 410 Gone.
+/// `continue` tokens, and restarts once from the beginning on 410 Gone;
+/// when `visit` breaks, it visits and fetches nothing more.
 pub fn page_through<T>(
     mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<T>, Option<String>), Error>,
-    mut visit: impl FnMut(T),
+    mut visit: impl FnMut(T) -> ControlFlow<()>,
 ) -> Result<(), Error> {
     let mut restarted = false;
     let mut token: Option<String> = None;
     loop {
         match fetch(token.as_deref()) {
             Ok((items, next)) => {
-                items.into_iter().for_each(&mut visit);
+                if items.into_iter().try_for_each(&mut visit).is_break() {
+                    return Ok(());
+                }
                 match next {
                     Some(next) => token = Some(next),
                     None => return Ok(()),
@@ -390,4 +386,11 @@ pub struct Row {
 struct ListMeta {
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
+}
+
+impl ListMeta {
+    /// The next page's token: none when absent or empty (the last page).
+    fn next(self) -> Option<String> {
+        self.continue_token.filter(|t| !t.is_empty())
+    }
 }

@@ -172,22 +172,11 @@ impl AuditedBed {
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        run_ok(
-            Command::new(&self.tb.kubectl)
-                .arg("--kubeconfig")
-                .arg(&self.tb.kubeconfig)
-                .args(args),
-        )
+        run_ok(self.tb.kubectl_cmd().args(args))
     }
 
     fn kubectl_stdin(&self, args: &[&str], input: &str) -> String {
-        run_ok_with_input(
-            Command::new(&self.tb.kubectl)
-                .arg("--kubeconfig")
-                .arg(&self.tb.kubeconfig)
-                .args(args),
-            Some(input.as_bytes()),
-        )
+        run_ok_with_input(self.tb.kubectl_cmd().args(args), Some(input.as_bytes()))
     }
 
     /// The API server's metrics, as text.
@@ -593,7 +582,7 @@ impl Peer {
     /// cannot default: the spoke and hub (the same test bed, as its own
     /// user), the cluster's name, an agent id, its namespace, and a port
     /// of its own for its metrics and health endpoint.
-    fn start(&self, kubeconfig: &Path, log: &Path) -> Child {
+    fn start(&self, kubeconfig: &Path, log: &Path) -> Running {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -611,7 +600,19 @@ impl Peer {
             .stdout(std::fs::File::create(log).unwrap())
             .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
             .spawn()
+            .map(Running)
             .expect("start the OCM work agent")
+    }
+}
+
+/// The running work agent: killed when dropped, so that a run that fails
+/// half-way leaves no agent behind (its test bed is stopped on drop too).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -873,16 +874,16 @@ fn main() {
         for &size in &plan.sizes {
             grow_works(bed.tb, works, size);
             works = size;
-            wait_all_applied(bed.tb, size, &mut child, &log);
+            wait_all_applied(bed.tb, size, &mut child.0, &log);
             // Its leader election and the new works' status syncs settle.
             std::thread::sleep(SETTLE);
             eprintln!(
                 "peer bench: the work agent idle with {size} ManifestWorks for {:?}",
                 plan.idle
             );
-            let figures = idle(&bed, child.id(), PEER_USER, since, plan.idle, size);
+            let figures = idle(&bed, child.0.id(), PEER_USER, since, plan.idle, size);
             assert!(
-                child.try_wait().unwrap().is_none(),
+                child.0.try_wait().unwrap().is_none(),
                 "the work agent exited; log: {}",
                 log.display()
             );
@@ -893,9 +894,8 @@ fn main() {
             "peer bench: {} deploys through the work agent",
             plan.deploys
         );
-        pd = Some(peer_deploys(&bed, plan.deploys, &mut child, &log));
-        let _ = child.kill();
-        let _ = child.wait();
+        pd = Some(peer_deploys(&bed, plan.deploys, &mut child.0, &log));
+        drop(child);
     }
 
     // Then the Manager, alone: a process of its own at each size.

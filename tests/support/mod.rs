@@ -62,13 +62,19 @@ fn start_or_attach() -> Result<Testbed, String> {
         let dir = PathBuf::from(dir);
         return read_env(&dir).map_err(|e| format!("NEXO_TESTBED_DIR={}: {e}", dir.display()));
     }
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testbed-{}", std::process::id()));
+    start_in("testbed", &[]).map(|(tb, _)| tb)
+}
+
+/// Starts a test bed under `CARGO_TARGET_TMPDIR/<name>-<pid>` with
+/// `testbed.sh start`'s `options`; the test bed and its directory.
+fn start_in(name: &str, options: &[&str]) -> Result<(Testbed, PathBuf), String> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new("bash")
         .arg(script())
         .arg("start")
         .arg(&dir)
+        .args(options)
         .arg(std::process::id().to_string())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", script().display()))?;
@@ -81,7 +87,8 @@ fn start_or_attach() -> Result<Testbed, String> {
         ));
     }
     eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim_end());
-    read_env(&dir)
+    let tb = read_env(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok((tb, dir))
 }
 
 /// A test bed of one test's own, for a test that changes what every test
@@ -99,18 +106,8 @@ impl OwnBed {
     /// Starts a test bed under `CARGO_TARGET_TMPDIR/<name>-<pid>`, with
     /// `testbed.sh start`'s `options` (such as `--audit`).
     pub fn start(name: &str, options: &[&str]) -> OwnBed {
-        let dir =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        run_ok(
-            Command::new("bash")
-                .arg(script())
-                .arg("start")
-                .arg(&dir)
-                .args(options)
-                .arg(std::process::id().to_string()),
-        );
-        let tb = read_env(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let (tb, dir) = start_in(name, options)
+            .unwrap_or_else(|why| panic!("a test bed of this test's own: {why}"));
         OwnBed {
             tb: Box::leak(Box::new(tb)),
             dir,
@@ -149,6 +146,13 @@ pub fn read_env(dir: &Path) -> Result<Testbed, String> {
 }
 
 impl Testbed {
+    /// Its kubectl with the admin kubeconfig, to add arguments to.
+    pub fn kubectl_cmd(&self) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.arg("--kubeconfig").arg(&self.kubeconfig);
+        c
+    }
+
     /// A client with the admin credentials.
     pub fn admin(&self) -> Client {
         let cfg = KubeConfig::from_kubeconfig(&self.kubeconfig).expect("admin kubeconfig");
