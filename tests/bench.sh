@@ -6,7 +6,8 @@
 # prints its table and writes it into BENCHMARKS.md. About 45 minutes for
 # the first and 75 for the second on 2 cores once things are built. Extra
 # arguments go to both (`--short` runs the small sizes; `--only PARTS` the
-# footprint's parts; `--idle-seconds N` the peer's idle windows).
+# parts to run, by name: the footprint's image, start, idle, deploy, sizes,
+# greedy, soak, and `peer`; `--idle-seconds N` the peer's idle windows).
 #
 # Needs what tests/run.sh needs, plus jq (the do-it-yourself loop) and
 # apt-get (the image's base layer is rebuilt from Debian's packages).

@@ -1,5 +1,5 @@
 //! What the benchmarks share: the kernel's account of a process, the
-//! machine, a median.
+//! machine, a median, the `--only` argument.
 
 #![allow(dead_code)]
 
@@ -90,6 +90,43 @@ pub fn machine() -> String {
         mem_kb as f64 / 1_048_576.0,
         kernel.trim()
     )
+}
+
+/// The parts `--only` can name: the footprint bench's, then the peer's.
+pub const FOOTPRINT_PARTS: &[&str] = &["image", "start", "idle", "deploy", "sizes", "greedy", "soak"];
+pub const PEER_PARTS: &[&str] = &["peer"];
+
+/// `--only a,b` from the command line: `None` without it. A name that is no
+/// part of either bench ends the program with status 2, naming it, so a
+/// typo does not run nothing quietly (`tests/bench.sh` passes the same
+/// arguments to both benches).
+pub fn only_parts() -> Option<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == "--only")?;
+    let Some(value) = args.get(i + 1) else {
+        eprintln!("bench: --only needs a comma-separated list of parts");
+        std::process::exit(2);
+    };
+    let parts: Vec<String> = value.split(',').map(str::to_owned).collect();
+    if let Some(bad) = parts
+        .iter()
+        .find(|p| !FOOTPRINT_PARTS.contains(&p.as_str()) && !PEER_PARTS.contains(&p.as_str()))
+    {
+        eprintln!(
+            "bench: --only {value}: '{bad}' is not a part (footprint: {}; peer: {})",
+            FOOTPRINT_PARTS.join(", "),
+            PEER_PARTS.join(", ")
+        );
+        std::process::exit(2);
+    }
+    Some(parts)
+}
+
+/// Whether `--only` (as [`only_parts`] read it) leaves this bench anything
+/// to run, given its parts.
+pub fn names_any(only: &Option<Vec<String>>, parts: &[&str]) -> bool {
+    only.as_ref()
+        .is_none_or(|o| o.iter().any(|p| parts.contains(&p.as_str())))
 }
 
 pub fn median(v: &mut [f64]) -> f64 {

@@ -74,11 +74,7 @@ impl Plan {
     fn from_args() -> Plan {
         let args: Vec<String> = std::env::args().collect();
         let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--short");
-        let only = args
-            .iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.split(',').map(str::to_owned).collect());
+        let only = common::only_parts();
         if full {
             Plan {
                 full,
@@ -1032,6 +1028,10 @@ fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
 
 fn main() {
     let plan = Plan::from_args();
+    if !common::names_any(&plan.only, common::FOOTPRINT_PARTS) {
+        eprintln!("bench: footprint not run (--only names none of its parts)");
+        return;
+    }
     let started = Instant::now();
     let hz = ticks_per_second();
     let bin = static_binary();

@@ -839,14 +839,8 @@ fn render(
 // ----------------------------------------------------------------- main --
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(only) = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        && !only.split(',').any(|p| p == "peer")
-    {
-        eprintln!("peer bench: not run (--only {only} does not name it)");
+    if !common::names_any(&common::only_parts(), common::PEER_PARTS) {
+        eprintln!("peer bench: not run (--only does not name it)");
         return;
     }
     let plan = Plan::from_args();
