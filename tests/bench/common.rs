@@ -93,7 +93,9 @@ pub fn machine() -> String {
 }
 
 /// The parts `--only` can name: the footprint bench's, then the peer's.
-pub const FOOTPRINT_PARTS: &[&str] = &["image", "start", "idle", "deploy", "sizes", "greedy", "soak"];
+pub const FOOTPRINT_PARTS: &[&str] = &[
+    "image", "start", "idle", "deploy", "sizes", "greedy", "soak",
+];
 pub const PEER_PARTS: &[&str] = &["peer"];
 
 /// `--only a,b` from the command line: `None` without it. A name that is no
