@@ -79,8 +79,14 @@ pub enum Fatal {
     },
     /// Exit 3: the CP does not speak this protocol version.
     ProtocolUnsupported(CpError),
-    /// Exit 3: any other 403 to connect.
-    ConnectForbidden(CpError),
+    /// Exit 2: the connect token is for another environment than the one
+    /// this Manager is bound to (protocol.md, "Connect token and binding").
+    EnvironmentSwitch {
+        /// The bound environment.
+        bound: String,
+        /// The token's.
+        token: String,
+    },
     /// Exit 1: the signal handlers cannot be installed.
     Signals(std::io::Error),
     /// Exit 1: the wait between heartbeats failed.
@@ -114,12 +120,12 @@ impl Fatal {
             | Fatal::KubeConfig(_)
             | Fatal::NoNamespace
             | Fatal::CommandKeys(_)
-            | Fatal::ForeignState(_) => 2,
+            | Fatal::ForeignState(_)
+            | Fatal::EnvironmentSwitch { .. } => 2,
             Fatal::ClusterMismatch { .. }
             | Fatal::EnvironmentMismatch { .. }
             | Fatal::BoundElsewhere { .. }
-            | Fatal::ProtocolUnsupported(_)
-            | Fatal::ConnectForbidden(_) => 3,
+            | Fatal::ProtocolUnsupported(_) => 3,
             Fatal::Signals(_)
             | Fatal::Wait(_)
             | Fatal::Startup { .. }
@@ -163,6 +169,10 @@ impl Fatal {
                 f,
                 "the state secret {secret} is bound to cluster {bound} but this cluster is {this}: the state was copied from another cluster; delete that secret only if this cluster really is a new home for environment {environment}"
             ),
+            Fatal::EnvironmentSwitch { bound, token } => write!(
+                f,
+                "the connect token is for environment {token} but this Manager is bound to environment {bound}: a Manager never switches environments; to move this cluster to {token}, delete the state Secret (NEXO_STATE_SECRET), then install the new token"
+            ),
             Fatal::EnvironmentMismatch { answered, token } => write!(
                 f,
                 "the Control Plane answered for environment {answered} but the connect token is for {token}"
@@ -180,9 +190,6 @@ impl Fatal {
                 "the Control Plane does not accept protocol version {}; upgrade the Manager ({e})",
                 crate::cp::wire::PROTOCOL_VERSION
             ),
-            Fatal::ConnectForbidden(e) => {
-                write!(f, "the Control Plane refused the connection ({e})")
-            }
             Fatal::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
             Fatal::Wait(e) => write!(f, "wait failed: {e}"),
             Fatal::Startup { what, source } => {
@@ -238,10 +245,10 @@ impl StdError for Fatal {
             Fatal::CommandKeys(e) => Some(e),
             Fatal::BoundElsewhere { source: e, .. }
             | Fatal::ProtocolUnsupported(e)
-            | Fatal::ConnectForbidden(e)
             | Fatal::ConnectMalformed(e) => Some(e),
             Fatal::ClusterMismatch { .. }
             | Fatal::EnvironmentMismatch { .. }
+            | Fatal::EnvironmentSwitch { .. }
             | Fatal::NoNamespace
             | Fatal::StoppedDuringStartup(_)
             | Fatal::NoClusterUid => None,
@@ -253,6 +260,9 @@ impl From<StateError> for Fatal {
     fn from(e: StateError) -> Self {
         match e {
             StateError::NotOurs(_) => Fatal::ForeignState(e),
+            StateError::OtherEnvironment { bound, token } => {
+                Fatal::EnvironmentSwitch { bound, token }
+            }
             _ => Fatal::State(e),
         }
     }
@@ -275,9 +285,12 @@ mod tests {
                 "binding refused: the Control Plane answered for environment env-b",
             ),
             (
-                Fatal::ConnectForbidden(CpError::BadRequest),
-                3,
-                "binding refused: the Control Plane refused",
+                Fatal::EnvironmentSwitch {
+                    bound: "env-a".into(),
+                    token: "env-b".into(),
+                },
+                2,
+                "configuration error: the connect token is for environment env-b but this Manager is bound to environment env-a",
             ),
             (Fatal::NoClusterUid, 1, "the kube-system namespace"),
             (

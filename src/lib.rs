@@ -44,6 +44,7 @@ pub(crate) mod probe;
 pub mod release;
 pub(crate) mod resolve;
 pub(crate) mod secret;
+pub mod semver;
 pub(crate) mod self_rollout;
 pub mod state;
 pub(crate) mod tls;

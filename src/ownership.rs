@@ -14,6 +14,139 @@ pub const DEPLOYMENT: &str = "nexo.io/deployment";
 /// `app.kubernetes.io/part-of`: `nexo` on objects of the 0.2.0 line.
 pub const PART_OF: &str = "app.kubernetes.io/part-of";
 
+/// `app.kubernetes.io/name`: `nexo-manager` on every object of the
+/// Manager's own installation (its Deployment, Secrets, RBAC).
+pub const NAME: &str = "app.kubernetes.io/name";
+/// `nexo.io/role`: `manager-state` on the state Secret.
+pub const ROLE: &str = "nexo.io/role";
+/// The value of [`ROLE`] on the state Secret.
+pub const STATE_ROLE: &str = "manager-state";
+
+/// The Manager's own objects (protocol.md, "Ownership"): never the target
+/// of a deploy, rollout or uninstall, whatever their labels say. Known by
+/// name in the Manager's namespace (its state Secret, its Deployment, its
+/// Lease, and what its own pod template names: Secrets and ConfigMaps it
+/// mounts or reads, its ServiceAccount), and anywhere by the label
+/// `app.kubernetes.io/name=nexo-manager` or `nexo.io/role`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnObjects {
+    namespace: String,
+    /// (kind, name) in `namespace`.
+    named: Vec<(String, String)>,
+}
+
+impl OwnObjects {
+    /// The objects named by the configuration, in `namespace`.
+    pub fn new(namespace: &str, state_secret: &str, self_deployment: &str, lease: &str) -> Self {
+        let mut own = OwnObjects {
+            namespace: namespace.to_owned(),
+            named: Vec::new(),
+        };
+        own.add("Secret", state_secret);
+        own.add("Deployment", self_deployment);
+        own.add("Lease", lease);
+        own
+    }
+
+    /// Adds one object of the Manager's namespace.
+    pub fn add(&mut self, kind: &str, name: &str) {
+        if name.is_empty() || self.named.iter().any(|(k, n)| k == kind && n == name) {
+            return;
+        }
+        self.named.push((kind.to_owned(), name.to_owned()));
+    }
+
+    /// Adds what the Manager's own Deployment (`deployment`, as read)
+    /// names in its pod template: the Secrets and ConfigMaps of its
+    /// volumes (projected ones included), `env` and `envFrom`, and its
+    /// ServiceAccount.
+    pub fn add_pod_template(&mut self, deployment: &Value) {
+        let pod = &deployment["spec"]["template"]["spec"];
+        let sa = pod["serviceAccountName"]
+            .as_str()
+            .or_else(|| pod["serviceAccount"].as_str())
+            .unwrap_or("default");
+        self.add("ServiceAccount", sa);
+        let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+        for volume in list(&pod["volumes"]) {
+            self.add_source(&volume);
+            for source in list(&volume["projected"]["sources"]) {
+                self.add_source(&source);
+            }
+        }
+        for field in ["initContainers", "containers"] {
+            for c in list(&pod[field]) {
+                for e in list(&c["env"]) {
+                    let from = &e["valueFrom"];
+                    if let Some(n) = from["secretKeyRef"]["name"].as_str() {
+                        self.add("Secret", n);
+                    }
+                    if let Some(n) = from["configMapKeyRef"]["name"].as_str() {
+                        self.add("ConfigMap", n);
+                    }
+                }
+                for e in list(&c["envFrom"]) {
+                    if let Some(n) = e["secretRef"]["name"].as_str() {
+                        self.add("Secret", n);
+                    }
+                    if let Some(n) = e["configMapRef"]["name"].as_str() {
+                        self.add("ConfigMap", n);
+                    }
+                }
+            }
+        }
+    }
+
+    fn add_source(&mut self, source: &Value) {
+        if let Some(n) = source["secret"]["secretName"]
+            .as_str()
+            .or_else(|| source["secret"]["name"].as_str())
+        {
+            self.add("Secret", n);
+        }
+        if let Some(n) = source["configMap"]["name"].as_str() {
+            self.add("ConfigMap", n);
+        }
+    }
+
+    /// Whether `kind` `namespace/name` is one of the Manager's own objects
+    /// by name. Roles and RoleBindings of its namespace are all its own.
+    pub fn named(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        namespace == self.namespace
+            && (matches!(kind, "Role" | "RoleBinding")
+                || self.named.iter().any(|(k, n)| k == kind && n == name))
+    }
+
+    /// Whether an object (as read, or as a manifest) is labelled as one
+    /// of the Manager's own.
+    pub fn labelled(object: &Value) -> bool {
+        let labels = &object["metadata"]["labels"];
+        labels[NAME] == MANAGER || !labels[ROLE].is_null()
+    }
+
+    /// The refusal of an own object, if `object` (read, when it exists) or
+    /// its name makes `kind` `namespace/name` one:
+    /// `refused: the Manager's own object <kind>/<name>`.
+    pub fn refusal(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        object: Option<&Value>,
+    ) -> Option<String> {
+        (self.named(kind, namespace, name) || object.is_some_and(Self::labelled))
+            .then(|| own_object_refusal(kind, name))
+    }
+}
+
+/// The ack message of a command that names one of the Manager's own objects.
+pub fn own_object_refusal(kind: &str, name: &str) -> String {
+    format!(
+        "refused: the Manager's own object {kind}/{}",
+        crate::logging::escape(name)
+    )
+}
+
 /// What an existing object is, as far as this Manager is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
@@ -89,6 +222,53 @@ mod tests {
                 "{labels}"
             );
         }
+    }
+
+    #[test]
+    fn own_objects_are_known_by_name_and_by_label() {
+        let mut own = OwnObjects::new("nexo-system", "nexo-manager-state", "nexo-manager", "nexo-manager");
+        own.add_pod_template(&json!({"spec": {"template": {"spec": {
+            "serviceAccountName": "nexo-manager",
+            "volumes": [
+                {"name": "t", "projected": {"sources": [
+                    {"secret": {"name": "nexo-connect-token"}},
+                    {"secret": {"name": "nexo-command-keys"}}]}},
+                {"name": "ca", "configMap": {"name": "nexo-cp-ca"}},
+                {"name": "s", "secret": {"secretName": "extra"}}],
+            "containers": [{"name": "manager",
+                "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "k"}}}],
+                "envFrom": [{"configMapRef": {"name": "env-cm"}}]}]}}}}));
+        for (kind, name) in [
+            ("Secret", "nexo-manager-state"),
+            ("Deployment", "nexo-manager"),
+            ("Lease", "nexo-manager"),
+            ("ServiceAccount", "nexo-manager"),
+            ("Secret", "nexo-connect-token"),
+            ("Secret", "nexo-command-keys"),
+            ("Secret", "extra"),
+            ("Secret", "env-secret"),
+            ("ConfigMap", "nexo-cp-ca"),
+            ("ConfigMap", "env-cm"),
+            ("Role", "anything"),
+            ("RoleBinding", "anything"),
+        ] {
+            assert_eq!(
+                own.refusal(kind, "nexo-system", name, None).as_deref(),
+                Some(format!("refused: the Manager's own object {kind}/{name}").as_str()),
+                "{kind}/{name}"
+            );
+            // The same names elsewhere are not its own.
+            assert_eq!(own.refusal(kind, "shop", name, None), None, "{kind}/{name}");
+        }
+        assert_eq!(own.refusal("ConfigMap", "nexo-system", "nexo-manager-state", None), None);
+        assert_eq!(own.refusal("Secret", "nexo-system", "orders", None), None);
+        // Anywhere, by label, whatever else the labels say.
+        let labelled = json!({"metadata": {"labels": {NAME: MANAGER, MANAGED_BY: MANAGER, OWNER_ID: "env-a"}}});
+        assert!(own.refusal("Secret", "shop", "x", Some(&labelled)).is_some());
+        let state = json!({"metadata": {"labels": {ROLE: STATE_ROLE, MANAGED_BY: MANAGER, OWNER_ID: "env-a"}}});
+        assert!(own.refusal("Secret", "shop", "y", Some(&state)).is_some());
+        let plain = json!({"metadata": {"labels": {NAME: "proxy", MANAGED_BY: MANAGER}}});
+        assert_eq!(own.refusal("Secret", "shop", "z", Some(&plain)), None);
     }
 
     #[test]

@@ -160,6 +160,14 @@ pub enum StateError {
     NotOurs(String),
     /// Still conflicting after [`CONFLICT_RETRIES`] attempts.
     Conflict,
+    /// The Secret is a Manager's state of another environment than the
+    /// connect token's: a Manager never switches environments.
+    OtherEnvironment {
+        /// Its `nexo.io/owner-id` (or its binding's environment).
+        bound: String,
+        /// The connect token's.
+        token: String,
+    },
 }
 
 impl std::fmt::Display for StateError {
@@ -170,6 +178,10 @@ impl std::fmt::Display for StateError {
             StateError::NotOurs(name) => write!(
                 f,
                 "secret {name} exists but is not this Manager's (it needs the labels app.kubernetes.io/managed-by=nexo-manager and nexo.io/owner-id of this environment); refusing to use it as state"
+            ),
+            StateError::OtherEnvironment { bound, token } => write!(
+                f,
+                "the state secret is bound to environment {bound}, not the connect token's {token}"
             ),
             StateError::Conflict => write!(
                 f,
@@ -350,9 +362,16 @@ impl Store {
         let labels = secret.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
         // 0.3 wrote no owner id; it is added by the next write.
-        let owner_ok = label(ownership::OWNER_ID).is_none_or(|o| o == self.environment_id);
-        if label(ownership::MANAGED_BY) != Some(ownership::MANAGER) || !owner_ok {
+        if label(ownership::MANAGED_BY) != Some(ownership::MANAGER) {
             return Err(StateError::NotOurs(self.name.clone()));
+        }
+        if let Some(owner) = label(ownership::OWNER_ID)
+            && owner != self.environment_id
+        {
+            return Err(StateError::OtherEnvironment {
+                bound: owner.to_owned(),
+                token: self.environment_id.clone(),
+            });
         }
         self.resource_version = secret.metadata.resource_version;
         let Some(doc) = secret.data.as_ref().and_then(|d| d.get(KEY)) else {
@@ -409,6 +428,7 @@ impl Store {
                 labels: [
                     (ownership::MANAGED_BY, ownership::MANAGER),
                     (ownership::OWNER_ID, self.environment_id.as_str()),
+                    (ownership::ROLE, ownership::STATE_ROLE),
                 ]
                 .into(),
                 resource_version: self.resource_version.as_deref(),

@@ -160,6 +160,8 @@ impl Agent {
             own_namespace: &self.me.instance.namespace,
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
+            running_bundle: self.me.cfg.bundle_version.as_deref(),
+            own: &self.me.own,
         }
     }
 

@@ -84,6 +84,8 @@ struct Identity {
     instance: InstanceInfo,
     cluster: ClusterRef,
     namespaces: Vec<String>,
+    /// The Manager's own objects: never a command's target.
+    own: crate::ownership::OwnObjects,
 }
 
 /// How long to wait: the heartbeat interval (the CP may change it) and the

@@ -145,7 +145,6 @@ fn refused(e: CpError, expected: Expected<'_>, backoff: &mut Backoff, interval: 
             source: e,
         }),
         (Some(403), Some("protocol_unsupported")) => Step::Fatal(Fatal::ProtocolUnsupported(e)),
-        (Some(403), _) => Step::Fatal(Fatal::ConnectForbidden(e)),
         (Some(400 | 422), _) => Step::Fatal(Fatal::ConnectMalformed(e)),
         (Some(401), _) => Step::RetryIn {
             delay: backoff.next_delay(),
@@ -191,7 +190,7 @@ impl Agent {
         match decide(answer, expected, &mut self.pace.backoff, self.pace.interval) {
             Step::Fatal(fatal) => Err(fatal),
             Step::RetryIn { delay, cause } => {
-                self.connect_failed(&cause, delay);
+                self.connect_failed(&cause, delay)?;
                 Ok(Connected::RetryIn(delay))
             }
             Step::Ready(ready) => {
@@ -211,7 +210,7 @@ impl Agent {
         }
     }
 
-    fn connect_failed(&mut self, cause: &RetryCause, delay: Duration) {
+    fn connect_failed(&mut self, cause: &RetryCause, delay: Duration) -> Result<(), Fatal> {
         let retry = humantime::format_duration(round_ms(delay));
         match cause {
             RetryCause::UnusableSessionToken(len) => log::error!(
@@ -222,21 +221,33 @@ impl Agent {
                     "connect refused: the connect token of environment {} is unknown, expired or revoked ({e}); re-reading it",
                     self.me.token.environment_id()
                 );
-                self.reread_token();
+                return self.reread_token();
             }
             RetryCause::Failed(e) => log::warn!("connect failed: {e}; retrying in {retry}"),
         }
+        Ok(())
     }
 
-    /// A rotated token is picked up from its file without a restart.
-    fn reread_token(&mut self) {
+    /// A rotated token is picked up from its file without a restart; a
+    /// token of another environment is never sent: fatal (exit 2).
+    fn reread_token(&mut self) -> Result<(), Fatal> {
         let cfg = &self.me.cfg;
         if let TokenSource::File(_) = &cfg.token_source {
             match crate::token::read(&cfg.token_source, cfg.environment_id.as_deref()) {
-                Ok(t) => self.me.token = t,
+                Ok(t) => {
+                    let bound = self.me.token.environment_id();
+                    if t.environment_id() != bound {
+                        return Err(Fatal::EnvironmentSwitch {
+                            bound: bound.to_owned(),
+                            token: t.environment_id().to_owned(),
+                        });
+                    }
+                    self.me.token = t;
+                }
                 Err(e) => log::error!("keeping the previous connect token: {e}"),
             }
         }
+        Ok(())
     }
 
     /// The CP's id of this Manager in the open session (empty without one).
@@ -318,7 +329,6 @@ mod tests {
                 status(403, Some("protocol_unsupported")),
                 "ProtocolUnsupported",
             ),
-            (status(403, None), "ConnectForbidden"),
         ] {
             match decided(a, &mut b) {
                 Step::Fatal(f) => {
@@ -341,6 +351,9 @@ mod tests {
             (answer("env-a", "bad token\n"), "UnusableSessionToken"),
             (status(401, None), "TokenRefused"),
             (status(503, None), "Failed"),
+            // One misrouted answer must not stop a fleet.
+            (status(403, None), "Failed"),
+            (status(403, Some("forbidden")), "Failed"),
             (Err(CpError::TooLarge), "Failed"),
         ];
         for (n, (a, kind)) in cases.into_iter().enumerate() {

@@ -61,6 +61,15 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let store = load_state(store, &kube, &waiter, &mut backoff)?;
     let secret = format!("{}/{}", instance.namespace, cfg.state_secret);
     check_binding(store.binding(), &cluster, &secret)?;
+    if let Some(bound) = store.binding()
+        && bound.environment_id != token.environment_id()
+    {
+        return Err(Fatal::EnvironmentSwitch {
+            bound: bound.environment_id.clone(),
+            token: token.environment_id().to_owned(),
+        });
+    }
+    let own = own_objects(&cfg, &instance.namespace, &kube);
     backoff.reset();
     log::info!(
         "nexo-manager {} (build {}) starting: environment {}, cluster {} ({}), namespaces {}",
@@ -91,10 +100,41 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
             instance,
             cluster,
             namespaces,
+            own,
         },
         session: None,
         beats: Beats::default(),
     })
+}
+
+/// The Manager's own objects (protocol.md, "Ownership"): the ones its
+/// configuration names, and what its own Deployment's pod template names
+/// (the Secrets its token and command keys are mounted from, its
+/// ServiceAccount). A Deployment that cannot be read leaves the names of
+/// the configuration and the labels to go by, with a warning.
+fn own_objects(cfg: &Config, namespace: &str, kube: &Client) -> crate::ownership::OwnObjects {
+    let mut own = crate::ownership::OwnObjects::new(
+        namespace,
+        &cfg.state_secret,
+        &cfg.self_deployment,
+        &cfg.lease_name,
+    );
+    let path = format!(
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{}",
+        cfg.self_deployment
+    );
+    match kube.get_opt::<serde_json::Value>(&path) {
+        Ok(Some(d)) => own.add_pod_template(&d),
+        Ok(None) => log::info!(
+            "own objects: no Deployment {namespace}/{} (not running from one); protecting the configured names and the app.kubernetes.io/name=nexo-manager label",
+            cfg.self_deployment
+        ),
+        Err(e) => log::warn!(
+            "own objects: cannot read the Deployment {namespace}/{} ({e}); protecting the configured names and the app.kubernetes.io/name=nexo-manager label",
+            cfg.self_deployment
+        ),
+    }
+    own
 }
 
 /// The Kubernetes client, pausing in `waiter`, and this pod's identity

@@ -38,6 +38,10 @@ pub struct Context<'a> {
     pub self_deployment: &'a str,
     /// The content policy (an upgrade's image is checked against it).
     pub policy: &'a crate::policy::Policy,
+    /// `NEXO_BUNDLE_VERSION`: an upgrade to an older bundle is refused.
+    pub running_bundle: Option<&'a str>,
+    /// The Manager's own objects: never a target.
+    pub own: &'a crate::ownership::OwnObjects,
 }
 
 /// Runs a validated command.
@@ -97,7 +101,24 @@ fn write_failed(
     ))
 }
 
+/// The refusal of a command that names one of the Manager's own objects
+/// (protocol.md, "Ownership"): by name, or by the labels of the object as
+/// read (`None`: absent or not read yet) or as sent.
+fn own_object(ctx: &Context<'_>, r: &ObjectRef, object: Option<&Value>) -> Option<Outcome> {
+    let message = ctx
+        .own
+        .refusal(r.kind.name(), &r.namespace, &r.name, object)?;
+    crate::metrics::refused("ownership");
+    Some(Outcome::failed(message, vec![r.ack(ResourceAction::Refused)]))
+}
+
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
+    // The Manager's own objects first, by name and by the labels sent.
+    for m in &d.manifests {
+        if let Some(refused) = own_object(ctx, &m.reference, Some(&m.object)) {
+            return Ok(refused);
+        }
+    }
     let mut existing = Vec::with_capacity(d.manifests.len());
     for m in &d.manifests {
         match ctx.kube.get_opt::<Value>(&m.reference.path()) {
@@ -106,6 +127,11 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
                 let e = StepError::api("cannot read", &m.reference, e);
                 return Ok(Outcome::failed(e.to_string(), vec![]));
             }
+        }
+    }
+    for (m, o) in d.manifests.iter().zip(&existing) {
+        if let Some(refused) = own_object(ctx, &m.reference, o.as_ref()) {
+            return Ok(refused);
         }
     }
     let mut writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption)
@@ -288,9 +314,21 @@ fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     };
     let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
     let mut observed = Vec::with_capacity(targets.len());
+    for t in &targets {
+        let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+        if let Some(refused) = own_object(ctx, &reference, None) {
+            return refused;
+        }
+    }
     for t in targets {
         let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
         match ctx.kube.get_opt::<Value>(&reference.path()) {
+            Ok(o) if o.is_some() => {
+                if let Some(refused) = own_object(ctx, &reference, o.as_ref()) {
+                    return refused;
+                }
+                observed.push((t, o));
+            }
             Ok(o) => observed.push((t, o)),
             Err(e) => {
                 let e = StepError::api("cannot read", &reference, e);
@@ -342,7 +380,12 @@ fn set_image(
                     .kube
                     .get(&r.path())
                     .map_err(|e| StepError::api("cannot re-read", r, e))?;
-                if let Some(why) = plan::refusal_reason(&fresh, ctx.environment_id, false) {
+                let own = ctx
+                    .own
+                    .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh));
+                if let Some(why) =
+                    own.or_else(|| plan::refusal_for(&fresh, ctx.environment_id, &r.name, false))
+                {
                     return Err(StepError::Refused {
                         reference: r.clone(),
                         why,
@@ -364,6 +407,14 @@ fn set_image(
 
 fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
     let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);
+    let note = match plan::downgrade_check(ctx.running_bundle, u) {
+        Ok(note) => note,
+        Err(refused) => return Outcome::failed(refused, vec![r.ack(ResourceAction::Refused)]),
+    };
+    let with_note = |message: String| match &note {
+        Some(note) => format!("{message}; {note}"),
+        None => message,
+    };
     let deployment: Value = match ctx.kube.get(&r.path()) {
         Ok(d) => d,
         Err(e) => {
@@ -376,7 +427,7 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
         Ok(UpgradePlan::Patch(patch)) => patch,
         Ok(UpgradePlan::Unchanged) => {
             return Outcome::applied(
-                format!("the Manager already runs {image}"),
+                with_note(format!("the Manager already runs {image}")),
                 vec![r.ack(ResourceAction::Unchanged)],
             );
         }
@@ -384,10 +435,10 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
     };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(_) => Outcome::applied(
-            format!(
+            with_note(format!(
                 "bundle {}: the Manager's Deployment now runs {image}",
                 u.bundle_version
-            ),
+            )),
             vec![r.ack(ResourceAction::Configured)],
         ),
         Err(e) => Outcome::failed(
@@ -400,15 +451,28 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
 /// Reads what an uninstall of `t` may delete: its NexoProxy, else its
 /// legacy Deployment and the objects labelled with its name.
 fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
+    let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+    let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
+    for r in [&proxy_ref, &deployment_ref] {
+        if let Some(refused) = own_object(ctx, r, None) {
+            return Err(refused);
+        }
+    }
     let read = |r: &ObjectRef| {
-        ctx.kube
-            .get_opt::<Value>(&r.path())
-            .map_err(|e| Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![]))
+        let o = ctx.kube.get_opt::<Value>(&r.path()).map_err(|e| {
+            Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![])
+        })?;
+        if let Some(object) = &o
+            && let Some(refused) = own_object(ctx, r, Some(object))
+        {
+            return Err(refused);
+        }
+        Ok(o)
     };
-    let proxy = read(&ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name))?;
+    let proxy = read(&proxy_ref)?;
     let deployment = match proxy {
         Some(_) => None,
-        None => read(&ObjectRef::new(Kind::Deployment, &t.namespace, &t.name))?,
+        None => read(&deployment_ref)?,
     };
     let mut labelled = Vec::new();
     if deployment.is_some() {
@@ -424,6 +488,11 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
                 let name = o["metadata"]["name"].as_str().unwrap_or_default();
                 labelled.push((ObjectRef::new(kind, &t.namespace, name), o));
             });
+            for (r, o) in &labelled {
+                if let Some(refused) = own_object(ctx, r, Some(o)) {
+                    return Err(refused);
+                }
+            }
             if let Err(e) = listed {
                 let message = format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name);
                 return Err(Outcome::failed(message, vec![]));

@@ -106,8 +106,12 @@ pub struct Rollout {
 /// A validated upgrade.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Upgrade {
-    /// The bundle version, informational.
+    /// The bundle version, as sent.
     pub bundle_version: String,
+    /// The bundle version, parsed: compared with the running one.
+    pub bundle: crate::semver::Version,
+    /// `allowDowngrade`: an older bundle than the running one is accepted.
+    pub allow_downgrade: bool,
     /// The digest-pinned Manager image.
     pub manager_image: ImageRef,
 }

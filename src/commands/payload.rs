@@ -249,6 +249,13 @@ pub(super) fn upgrade(p: &Value) -> Result<Upgrade, String> {
     if bundle_version.is_empty() || bundle_version.len() > 64 {
         return Err("bundleVersion is empty or too long".into());
     }
+    let bundle = crate::semver::Version::parse(bundle_version)
+        .map_err(|e| format!("bundleVersion {:?}: {e}", clip(bundle_version, 64)))?;
+    let allow_downgrade = match &p["allowDowngrade"] {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        _ => return Err("allowDowngrade is not a boolean".into()),
+    };
     let image = string(&p["managerImage"], "managerImage")?;
     let manager_image = ImageRef::parse(image).map_err(|e| format!("managerImage: {e}"))?;
     if manager_image.digest.is_none() {
@@ -259,6 +266,8 @@ pub(super) fn upgrade(p: &Value) -> Result<Upgrade, String> {
     }
     Ok(Upgrade {
         bundle_version: bundle_version.to_owned(),
+        bundle,
+        allow_downgrade,
         manager_image,
     })
 }

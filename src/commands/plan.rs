@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use super::{Deploy, Kind, ObjectRef, Target};
+use super::{Deploy, Kind, ObjectRef, Target, Upgrade};
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::{ImageRef, valid_digest};
 use crate::kube;
@@ -378,6 +378,32 @@ pub fn upgrade_container(deployment: &Value) -> Result<(&str, Option<&str>), NoM
             containers: containers.len(),
         }),
     }
+}
+
+/// The downgrade rule (protocol.md, "upgrade"): an upgrade to an older
+/// bundle than the `running` one (`NEXO_BUNDLE_VERSION`) is refused unless
+/// it says `allowDowngrade`. `Ok(Some(note))` when the versions cannot be
+/// compared (the running one unknown or not SemVer): the upgrade goes
+/// ahead and the ack says so.
+pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<String>, String> {
+    let Some(running_text) = running else {
+        return Ok(Some(
+            "the running bundle version is unknown (NEXO_BUNDLE_VERSION unset), so it could not be compared".into(),
+        ));
+    };
+    let Ok(running) = crate::semver::Version::parse(running_text) else {
+        return Ok(Some(format!(
+            "the running bundle version {:?} is not SemVer, so it could not be compared",
+            crate::commands::clip(running_text, 64)
+        )));
+    };
+    if u.bundle < running && !u.allow_downgrade {
+        return Err(format!(
+            "downgrade: {running_text} to {}",
+            u.bundle_version
+        ));
+    }
+    Ok(None)
 }
 
 /// What an upgrade does.
