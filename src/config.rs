@@ -90,6 +90,9 @@ pub struct Config {
     /// the file does not exist, unsigned commands are accepted. Default:
     /// `/var/run/secrets/nexo/command-keys`.
     pub command_keys_file: PathBuf,
+    /// `NEXO_COMMAND_SIGNATURES`: `required`, `off`, or unset (required
+    /// once keys were seen). Default: unset.
+    pub command_signatures: Signatures,
     /// `NEXO_BUNDLE_VERSION`: the installed bundle (chart) version, for the
     /// release contract. Default: absent.
     pub bundle_version: Option<String>,
@@ -97,6 +100,19 @@ pub struct Config {
     /// `NEXO_MANAGER_IMAGE_REPOSITORY`, `NEXO_ALLOW_EXTERNAL_SERVICES`,
     /// `NEXO_POD_SECURITY` (see [`Policy`] for the defaults).
     pub policy: Policy,
+}
+
+/// `NEXO_COMMAND_SIGNATURES` (protocol.md, "Fail closed").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Signatures {
+    /// Unset: required once command keys were seen (recorded in the state).
+    #[default]
+    Auto,
+    /// `required`: every command must be signed, keys or not.
+    Required,
+    /// `off`: the operator turned signatures off; unsigned commands are
+    /// accepted (logged at warning level at every start).
+    Off,
 }
 
 /// The default command-keys file.
@@ -309,6 +325,17 @@ impl Config {
             cp_connect_timeout,
             cp_request_timeout,
             https_proxy,
+            command_signatures: match get("NEXO_COMMAND_SIGNATURES").as_deref() {
+                None => Signatures::Auto,
+                Some("required") => Signatures::Required,
+                Some("off") => Signatures::Off,
+                Some(v) => {
+                    return Err(err(
+                        "NEXO_COMMAND_SIGNATURES",
+                        format!("{:?} is neither required nor off (or unset)", crate::commands::clip(v, 32)),
+                    ));
+                }
+            },
             bundle_version: get("NEXO_BUNDLE_VERSION"),
             command_keys_file: PathBuf::from(
                 get("NEXO_COMMAND_KEYS_FILE")

@@ -34,8 +34,11 @@ ENVIRONMENT:
     NEXO_BUNDLE_VERSION          the installed bundle (chart) version, reported in the
                                  heartbeat's releaseContract [default: absent]
     NEXO_COMMAND_KEYS_FILE       Ed25519 keys commands must be signed with, lines of
-                                 `<keyId> <base64 public key>`; no file: unsigned accepted
-                                 [default: /var/run/secrets/nexo/command-keys]
+                                 `<keyId> <base64 public key>` [default:
+                                 /var/run/secrets/nexo/command-keys]
+    NEXO_COMMAND_SIGNATURES      required, off, or unset: required once keys were seen,
+                                 and then kept required in the state (fail closed) until
+                                 set to off [default: unset]
     NEXO_ALLOWED_IMAGE_REPOSITORIES  comma-separated repositories a deploy may use besides
                                  the Proxy image's [default: none]
     NEXO_MANAGER_IMAGE_REPOSITORY    a repository an upgrade may use besides the Manager's

@@ -76,6 +76,21 @@ pub struct LedgerEntry {
     /// Resources past [`RESOURCES_MAX`], counted by action.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub more_resources: BTreeMap<ResourceAction, u64>,
+    /// A verified signed command's entry stays until then (RFC 3339, its
+    /// `notAfter` plus 5 minutes), whatever the ledger's count or budget,
+    /// so that its signature never counts twice (protocol.md, "Command trust").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_until: Option<String>,
+}
+
+impl LedgerEntry {
+    /// Whether the entry must stay at `now`.
+    pub fn pinned(&self, now: std::time::SystemTime) -> bool {
+        self.keep_until
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            .is_some_and(|until| until > now)
+    }
 }
 
 /// The size of `value`'s JSON, counted without writing it anywhere.
@@ -142,6 +157,11 @@ pub struct State {
     /// Finished commands, oldest first.
     #[serde(default)]
     pub ledger: Vec<LedgerEntry>,
+    /// Signatures were required once: they stay required, keys or not,
+    /// until the operator sets `NEXO_COMMAND_SIGNATURES=off` (protocol.md,
+    /// "Fail closed").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub signatures_required: bool,
 }
 
 fn one() -> u32 {
@@ -204,30 +224,37 @@ impl State {
     /// ledger: beyond [`LEDGER_MIN`] entries, or past [`STATE_BUDGET`]
     /// bytes, the oldest delivered ones are dropped.
     pub fn record(&mut self, entry: LedgerEntry) {
-        self.record_within(entry, STATE_BUDGET)
+        self.record_within(entry, STATE_BUDGET, std::time::SystemTime::now())
     }
 
-    /// [`State::record`] with another byte budget.
-    pub fn record_within(&mut self, entry: LedgerEntry, budget: usize) {
+    /// [`State::record`] with another byte budget, at `now`. Entries
+    /// pinned at `now` ([`LedgerEntry::pinned`]) never leave.
+    pub fn record_within(&mut self, entry: LedgerEntry, budget: usize, now: std::time::SystemTime) {
         self.ledger.retain(|e| e.command_id != entry.command_id);
         self.ledger.push(entry.bounded(MESSAGE_MAX, RESOURCES_MAX));
         let mut excess = self.ledger.len().saturating_sub(LEDGER_MIN);
         self.ledger.retain(|e| {
-            if excess > 0 && e.delivered {
+            if excess > 0 && e.delivered && !e.pinned(now) {
                 excess -= 1;
                 false
             } else {
                 true
             }
         });
-        self.fit(budget);
+        self.fit_at(budget, now);
+    }
+
+    /// [`State::fit_at`] now.
+    pub fn fit(&mut self, budget: usize) {
+        self.fit_at(budget, std::time::SystemTime::now())
     }
 
     /// Brings the document under `budget` bytes: the oldest delivered
-    /// entries leave first; then the oldest undelivered acks keep only
-    /// their counts and a short message (an ack is never dropped: it waits
-    /// in `pendingAcks`); the newest entry is never touched.
-    pub fn fit(&mut self, budget: usize) {
+    /// entries leave first (not those pinned at `now`); then the oldest
+    /// entries kept keep only their counts and a short message (an ack is
+    /// never dropped: it waits in `pendingAcks`); the newest entry is
+    /// never touched.
+    pub fn fit_at(&mut self, budget: usize, now: std::time::SystemTime) {
         if json_size(self) <= budget {
             return;
         }
@@ -235,6 +262,7 @@ impl State {
             version: self.version,
             binding: self.binding.clone(),
             ledger: Vec::new(),
+            signatures_required: self.signatures_required,
         });
         let sizes: Vec<usize> = self.ledger.iter().map(|e| e.size() + 1).collect();
         let mut total = fixed + sizes.iter().sum::<usize>();
@@ -244,7 +272,7 @@ impl State {
             if total <= budget {
                 break;
             }
-            if e.delivered {
+            if e.delivered && !e.pinned(now) {
                 keep[i] = false;
                 total -= sizes[i];
             }

@@ -10,6 +10,7 @@ fn entry(id: usize, delivered: bool) -> LedgerEntry {
         delivered,
         attempts: 1,
         more_resources: BTreeMap::new(),
+        keep_until: None,
     }
 }
 
@@ -72,7 +73,7 @@ fn the_document_stays_under_budget_whatever_the_commands() {
     const BUDGET: usize = STATE_BUDGET / 10;
     let mut s = State::default();
     for i in 0..150 {
-        s.record_within(big(i, true), BUDGET);
+        s.record_within(big(i, true), BUDGET, std::time::SystemTime::now());
     }
     assert!(doc_size(&s) <= BUDGET, "{}", doc_size(&s));
     assert!(doc_size(&s) > BUDGET * 9 / 10, "{}", doc_size(&s));
@@ -83,7 +84,7 @@ fn the_document_stays_under_budget_whatever_the_commands() {
     // their counts and a short message.
     let mut s = State::default();
     for i in 0..40 {
-        s.record_within(big(i, false), BUDGET);
+        s.record_within(big(i, false), BUDGET, std::time::SystemTime::now());
     }
     assert!(doc_size(&s) <= BUDGET, "{}", doc_size(&s));
     assert_eq!(s.ledger.len(), 40);
@@ -126,10 +127,55 @@ fn state_document_format() {
             cluster_uid: "u".into(),
         }),
         ledger: vec![entry(1, false)],
+        signatures_required: false,
     };
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(v["binding"]["clusterUid"], "u");
     assert_eq!(v["ledger"][0]["commandId"], "cmd-1");
     assert_eq!(serde_json::from_value::<State>(v).unwrap(), s);
     assert_eq!(serde_json::from_str::<State>("{}").unwrap().version, 1);
+}
+
+#[test]
+fn verified_signed_entries_stay_until_their_not_after_whatever_the_count() {
+    let now = std::time::SystemTime::now();
+    let later = humantime::format_rfc3339(now + std::time::Duration::from_secs(600)).to_string();
+    let past = humantime::format_rfc3339(now - std::time::Duration::from_secs(1)).to_string();
+    let mut s = State::default();
+    let mut signed = entry(0, true);
+    signed.command_id = "signed-uninstall".into();
+    signed.keep_until = Some(later);
+    s.record_within(signed, STATE_BUDGET, now);
+    let mut expired = entry(0, true);
+    expired.command_id = "signed-long-ago".into();
+    expired.keep_until = Some(past);
+    s.record_within(expired, STATE_BUDGET, now);
+    // A flood of junk, far past the count.
+    for i in 1..=(LEDGER_MIN * 3) {
+        s.record_within(entry(i, true), STATE_BUDGET, now);
+    }
+    assert!(s.find("signed-uninstall").is_some(), "the pinned entry stays");
+    assert!(s.find("signed-long-ago").is_none(), "an entry past its keep-until goes as any other");
+    // And under a byte budget too small for everything.
+    for i in 1..=LEDGER_MIN {
+        s.record_within(big(i + 10_000, true), 64 * 1024, now);
+    }
+    assert!(s.find("signed-uninstall").is_some(), "the pinned entry stays past the budget");
+    // Once its time is over, it leaves like any other.
+    let after = now + std::time::Duration::from_secs(601);
+    for i in 1..=(LEDGER_MIN * 2) {
+        s.record_within(entry(i + 20_000, true), STATE_BUDGET, after);
+    }
+    assert!(s.find("signed-uninstall").is_none());
+}
+
+#[test]
+fn the_signature_ratchet_is_in_the_document() {
+    let mut s = State::default();
+    assert!(!serde_json::to_string(&s).unwrap().contains("signaturesRequired"));
+    s.signatures_required = true;
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains("\"signaturesRequired\":true"), "{text}");
+    let back: State = serde_json::from_str(&text).unwrap();
+    assert!(back.signatures_required);
 }

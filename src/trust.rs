@@ -26,6 +26,10 @@ use serde_json::value::RawValue;
 /// How far in the past a signed command's `notAfter` may be.
 pub const NOT_AFTER_GRACE: Duration = Duration::from_secs(5 * 60);
 
+/// How far ahead of the Manager's clock a signed command's `notAfter` may
+/// be: one hour, plus skew. A signature is a single order, not a standing one.
+pub const MAX_VALIDITY: Duration = Duration::from_secs(65 * 60);
+
 /// Longest `signed` field: the base64url of a command of
 /// [`crate::commands::MAX_COMMAND_BYTES`].
 pub const MAX_SIGNED: usize = crate::commands::MAX_COMMAND_BYTES.div_ceil(3) * 4;
@@ -123,6 +127,11 @@ impl Keys {
             let public: [u8; 32] = bytes
                 .try_into()
                 .map_err(|_| bad("the key is not 32 bytes (a raw Ed25519 public key)"))?;
+            if !strict::canonical_point(&public) || strict::small_order(&public) {
+                return Err(bad(
+                    "the key is not a usable Ed25519 public key (non-canonical or small-order point)",
+                ));
+            }
             if keys.iter().any(|k| k.id == id) {
                 return Err(bad("the key id appears twice"));
             }
@@ -217,7 +226,7 @@ impl KeyFile {
             Ok(keys) => {
                 match (&self.keys, &keys) {
                     (Some(_), None) => log::warn!(
-                        "command keys: {} is gone; unsigned commands are accepted again",
+                        "command keys: {} is gone; signatures stay required (NEXO_COMMAND_SIGNATURES=off turns them off), so every command is refused until keys are back",
                         self.path.display()
                     ),
                     (_, Some(k)) => log::info!(
@@ -247,13 +256,34 @@ impl KeyFile {
         }
     }
 
-    /// The keys to verify with (`None`: unsigned commands accepted), or
-    /// why no command can be accepted.
+    /// The keys to verify with (`None`: no key file), or why no command
+    /// can be accepted.
     pub fn keys(&self) -> Result<Option<&Keys>, Untrusted> {
         match &self.broken {
             Some(why) => Err(Untrusted::KeyFile(why.clone())),
             None => Ok(self.keys.as_ref()),
         }
+    }
+
+    /// Whether a key file is there, usable or not: keys are configured.
+    pub fn configured(&self) -> bool {
+        self.keys.is_some() || self.broken.is_some()
+    }
+}
+
+/// Whether commands must be signed (protocol.md, "Fail closed"): when the
+/// operator says `required`, or, unless the operator says `off`, when keys
+/// are configured or the state records that they were once required.
+pub fn signatures_required(
+    mode: crate::config::Signatures,
+    keys_configured: bool,
+    recorded: bool,
+) -> bool {
+    use crate::config::Signatures;
+    match mode {
+        Signatures::Required => true,
+        Signatures::Off => false,
+        Signatures::Auto => keys_configured || recorded,
     }
 }
 
@@ -279,6 +309,28 @@ pub enum Untrusted {
     Expired(String),
     /// The key file is present and unusable.
     KeyFile(String),
+    /// Signatures are required and there are no keys to verify with.
+    NoKeys,
+    /// The signed `notAfter` is more than [`MAX_VALIDITY`] ahead.
+    ValidityTooLong(String),
+}
+
+impl Untrusted {
+    /// Whether the refusal came before any signature was verified: such
+    /// a command is acknowledged `failed` and never recorded, so that
+    /// unsigned or badly signed traffic cannot push a signed entry out of
+    /// the ledger (refusing it again gives the same answer).
+    pub fn before_verification(&self) -> bool {
+        matches!(
+            self,
+            Untrusted::Unsigned
+                | Untrusted::UnknownKey(_)
+                | Untrusted::Envelope(_)
+                | Untrusted::BadSignature
+                | Untrusted::KeyFile(_)
+                | Untrusted::NoKeys
+        )
+    }
 }
 
 impl fmt::Display for Untrusted {
@@ -303,6 +355,10 @@ impl fmt::Display for Untrusted {
             }
             Untrusted::Expired(why) => write!(f, "expired signed command: {why}"),
             Untrusted::KeyFile(why) => write!(f, "command keys unusable, nothing accepted: {why}"),
+            Untrusted::NoKeys => f.write_str(
+                "no command keys: signatures are required and no key file is there to verify them",
+            ),
+            Untrusted::ValidityTooLong(why) => write!(f, "validity too long: {why}"),
         }
     }
 }
@@ -337,10 +393,17 @@ struct Inner {
 /// of a signed one.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verified<'a> {
-    /// As received (no keys, and not signed).
+    /// As received (not signed, and signatures not required).
     Plain(&'a str),
-    /// The signed bytes, verified when keys are configured.
-    Signed(String),
+    /// The signed bytes.
+    Signed {
+        /// The command's JSON text.
+        text: String,
+        /// Its `notAfter`.
+        not_after: SystemTime,
+        /// Whether its signature was verified (keys were there).
+        verified: bool,
+    },
 }
 
 impl Verified<'_> {
@@ -348,7 +411,21 @@ impl Verified<'_> {
     pub fn text(&self) -> &str {
         match self {
             Verified::Plain(s) => s,
-            Verified::Signed(s) => s,
+            Verified::Signed { text, .. } => text,
+        }
+    }
+
+    /// How long its ledger entry must stay, so that the signature never
+    /// counts twice: until `notAfter` plus [`NOT_AFTER_GRACE`], for a
+    /// verified signature.
+    pub fn keep_until(&self) -> Option<SystemTime> {
+        match self {
+            Verified::Signed {
+                not_after,
+                verified: true,
+                ..
+            } => Some(*not_after + NOT_AFTER_GRACE),
+            _ => None,
         }
     }
 }
@@ -358,22 +435,29 @@ fn string_field(raw: Option<&RawValue>) -> Option<String> {
     crate::commands::raw_string(raw).ok().flatten()
 }
 
-/// Checks a raw command whose outer id is `id`, against `keys` (none:
-/// unsigned commands are accepted) for environment `environment_id` at
-/// `now`. The signature is checked before the signed bytes are read.
+/// Checks a raw command whose outer id is `id`, against `keys`, for
+/// environment `environment_id` at `now`. When signatures are `required`
+/// an unsigned command is refused, and so is every command without keys;
+/// when not, an unsigned command is taken as it comes, and a signed one is
+/// verified when there are keys (unwrapped, not verified, when there are
+/// none). The signature is checked before the signed bytes are read.
 pub fn verify<'a>(
     raw: &'a str,
     id: &str,
     keys: Option<&Keys>,
+    required: bool,
     environment_id: &str,
     now: SystemTime,
 ) -> Result<Verified<'a>, Untrusted> {
     let envelope: Envelope =
         serde_json::from_str(raw).map_err(|_| Untrusted::Envelope("not an object"))?;
+    if required && keys.is_none() {
+        return Err(Untrusted::NoKeys);
+    }
     let Some(signed) = envelope.signed else {
-        return match keys {
-            Some(_) => Err(Untrusted::Unsigned),
-            None => Ok(Verified::Plain(raw)),
+        return match required {
+            true => Err(Untrusted::Unsigned),
+            false => Ok(Verified::Plain(raw)),
         };
     };
     // The command inside is held to the same budget as an unsigned one:
@@ -394,8 +478,11 @@ pub fn verify<'a>(
         let signature = string_field(envelope.signature)
             .and_then(|s| decode(&s))
             .ok_or(Untrusted::Envelope("signature is missing or not base64url"))?;
-        if signature.len() != 64 {
+        let Ok(signature) = <[u8; 64]>::try_from(signature) else {
             return Err(Untrusted::Envelope("signature is not 64 bytes"));
+        };
+        if !strict::signature_acceptable(&signature) {
+            return Err(Untrusted::BadSignature);
         }
         ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public)
             .verify(&bytes, &signature)
@@ -414,12 +501,17 @@ pub fn verify<'a>(
         Some(env) if env == environment_id => {}
         other => return Err(Untrusted::Environment(other)),
     }
-    check_not_after(inner.not_after.as_deref(), now)?;
-    Ok(Verified::Signed(text))
+    let not_after = check_not_after(inner.not_after.as_deref(), now)?;
+    Ok(Verified::Signed {
+        text,
+        not_after,
+        verified: keys.is_some(),
+    })
 }
 
-/// `notAfter` must be RFC 3339 and at most [`NOT_AFTER_GRACE`] past.
-fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<(), Untrusted> {
+/// `notAfter` must be RFC 3339, at most [`NOT_AFTER_GRACE`] past and at
+/// most [`MAX_VALIDITY`] ahead.
+fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<SystemTime, Untrusted> {
     let Some(text) = not_after else {
         return Err(Untrusted::Expired("it has no notAfter".into()));
     };
@@ -434,7 +526,91 @@ fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<(), Untru
             "notAfter {text} is more than 5 minutes past"
         )));
     }
-    Ok(())
+    if at > now + MAX_VALIDITY {
+        return Err(Untrusted::ValidityTooLong(format!(
+            "notAfter {text} is more than 65 minutes ahead; a signed command is valid for at most an hour"
+        )));
+    }
+    Ok(at)
+}
+
+/// Strict Ed25519 (the checks ring's verification leaves out): no
+/// small-order or non-canonical public key or `R`, and a canonical `S`
+/// (below the group order), so that one signature has one meaning.
+mod strict {
+    /// The field prime 2^255 - 19, little-endian.
+    const P: [u8; 32] = {
+        let mut p = [0xff; 32];
+        p[0] = 0xed;
+        p[31] = 0x7f;
+        p
+    };
+
+    /// The group order L = 2^252 + 27742317777372353535851937790883648493,
+    /// little-endian.
+    const L: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde,
+        0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+
+    /// The y coordinates of the points of small order (1, 2, 4, 8), and
+    /// their non-canonical spellings y + p, compared without the sign bit.
+    const SMALL_ORDER: [[u8; 32]; 7] = {
+        let zero = [0u8; 32];
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        let order8_a = [
+            0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef,
+            0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88,
+            0x6d, 0x53, 0xfc, 0x05,
+        ];
+        let order8_b = [
+            0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10,
+            0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77,
+            0x92, 0xac, 0x03, 0x7a,
+        ];
+        let mut p_minus_1 = P;
+        p_minus_1[0] = 0xec;
+        let p = P;
+        let mut p_plus_1 = P;
+        p_plus_1[0] = 0xee;
+        [zero, one, order8_a, order8_b, p_minus_1, p, p_plus_1]
+    };
+
+    /// Little-endian `a < b`.
+    fn less(a: &[u8; 32], b: &[u8; 32]) -> bool {
+        for i in (0..32).rev() {
+            if a[i] != b[i] {
+                return a[i] < b[i];
+            }
+        }
+        false
+    }
+
+    /// Whether the encoding's y (the sign bit cleared) is below p.
+    pub(super) fn canonical_point(encoded: &[u8; 32]) -> bool {
+        let mut y = *encoded;
+        y[31] &= 0x7f;
+        less(&y, &P)
+    }
+
+    /// Whether the encoded point has a small order (1, 2, 4 or 8).
+    pub(super) fn small_order(encoded: &[u8; 32]) -> bool {
+        let mut y = *encoded;
+        y[31] &= 0x7f;
+        SMALL_ORDER.contains(&y)
+    }
+
+    /// `R` canonical and not of small order, `S` below L.
+    pub(super) fn signature_acceptable(signature: &[u8; 64]) -> bool {
+        let (r, s) = signature.split_at(32);
+        let r: [u8; 32] = r.try_into().unwrap_or([0; 32]);
+        let s: [u8; 32] = s.try_into().unwrap_or(L);
+        canonical_point(&r) && !small_order(&r) && less(&s, &L)
+    }
+
+    #[cfg(test)]
+    pub(super) const GROUP_ORDER: [u8; 32] = L;
 }
 
 /// base64url, padded or not (standard alphabet accepted too).

@@ -36,6 +36,7 @@ impl Agent {
         if !commands.taken.is_empty() {
             // Keys are rotated by rewriting the file: read again when it changed.
             self.me.keys.refresh();
+            self.ratchet_signatures();
         }
         for command in commands.taken {
             match self.go_on() {
@@ -74,6 +75,24 @@ impl Agent {
         Go::On
     }
 
+    /// Whether commands must be signed now (protocol.md, "Fail closed").
+    pub(super) fn signatures_required(&self) -> bool {
+        crate::trust::signatures_required(
+            self.me.cfg.command_signatures,
+            self.me.keys.configured(),
+            self.store.signatures_required(),
+        )
+    }
+
+    /// Once required, signatures stay required: recorded in the state, so
+    /// that a key file that disappears or a restart without it never
+    /// re-opens the door; only `NEXO_COMMAND_SIGNATURES=off` clears it.
+    pub(super) fn ratchet_signatures(&mut self) {
+        let off = self.me.cfg.command_signatures == crate::config::Signatures::Off;
+        let required = !off && self.signatures_required();
+        self.store.require_signatures(&self.link.kube, required);
+    }
+
     /// Verifies, validates, executes (once), records and acknowledges one
     /// command.
     fn handle_command(&mut self, raw: &RawValue) {
@@ -92,7 +111,7 @@ impl Agent {
         let deployment = checked
             .as_ref()
             .ok()
-            .and_then(|c| c.action.deployment_name());
+            .and_then(|c| c.command.action.deployment_name());
         let _scope = crate::logging::CommandScope::enter(&id, deployment);
         // A recorded id is acknowledged again with its recorded result,
         // whatever this copy of it is: nothing runs twice, and a copy that
@@ -102,51 +121,90 @@ impl Agent {
                 "command {id} already finished ({}); acknowledging its recorded result again",
                 entry.result
             );
-            return self.deliver(entry);
+            return self.deliver(entry, true);
         }
-        let class = checked.as_ref().map_or("invalid", |c| c.action.class());
-        let outcome = match checked {
-            Ok(cmd) => {
+        let class = checked.as_ref().map_or("invalid", |c| c.command.action.class());
+        let (outcome, keep_until) = match checked {
+            Ok(Checked {
+                command,
+                keep_until,
+            }) => {
                 log::info!("command {id}: executing");
-                execute::run(&self.execution(), &cmd)
+                (execute::run(&self.execution(), &command), keep_until)
             }
-            Err((reason, message)) => {
+            Err(Refused {
+                reason,
+                message,
+                record: false,
+            }) => {
+                // Refused before any signature verified: acknowledged, not
+                // recorded (protocol.md, "Command trust").
                 crate::metrics::refused(reason);
-                Outcome::failed(message, Vec::new())
+                log::warn!("command {id}: failed: {message}");
+                self.link.status().command(class, AckResult::Failed);
+                let entry = LedgerEntry {
+                    command_id: id.clone(),
+                    result: AckResult::Failed,
+                    message,
+                    completed_at: super::now_rfc3339(),
+                    ..LedgerEntry::default()
+                };
+                return self.deliver(entry, false);
+            }
+            Err(Refused {
+                reason, message, ..
+            }) => {
+                crate::metrics::refused(reason);
+                (Outcome::failed(message, Vec::new()), None)
             }
         };
-        self.finished(&id, class, outcome);
+        self.finished(&id, class, outcome, keep_until);
         crate::metrics::command_duration(class, started.elapsed());
     }
 
     /// Every check made before anything is read from the cluster: the
     /// signature first (protocol.md, "Command trust"), then validation,
-    /// then the content policy. The refusal is its metrics reason and its
-    /// ack message.
-    fn checked(&self, raw: &str, id: &str) -> Result<Command, (&'static str, String)> {
+    /// then the content policy.
+    fn checked(&self, raw: &str, id: &str) -> Result<Checked, Refused> {
+        let required = self.signatures_required();
         let verified = self
             .me
             .keys
             .keys()
             .and_then(|keys| {
                 let env = self.me.token.environment_id();
-                crate::trust::verify(raw, id, keys, env, SystemTime::now())
+                crate::trust::verify(raw, id, keys, required, env, SystemTime::now())
             })
-            .map_err(|u| ("signature", u.to_string()))?;
+            .map_err(|u| Refused {
+                reason: "signature",
+                message: u.to_string(),
+                record: !u.before_verification(),
+            })?;
         let cmd = commands::parse(verified.text(), CAPABILITIES, &self.me.namespaces).map_err(
             |r| match r {
-                Refusal::Failed { message, .. } | Refusal::NoId(message) => {
-                    (crate::metrics::refusal_reason(&message), message)
-                }
+                Refusal::Failed { message, .. } | Refusal::NoId(message) => Refused {
+                    reason: crate::metrics::refusal_reason(&message),
+                    message,
+                    record: true,
+                },
             },
         )?;
         if let Action::Deploy(d) = &cmd.action {
             let cfg = &self.me.cfg;
             cfg.policy
                 .check_deploy(d, &cfg.proxy_image)
-                .map_err(|v| ("policy", v.to_string()))?;
+                .map_err(|v| Refused {
+                    reason: "policy",
+                    message: v.to_string(),
+                    record: true,
+                })?;
         }
-        Ok(cmd)
+        Ok(Checked {
+            keep_until: verified
+                .keep_until()
+                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+            command: cmd,
+        })
     }
 
     /// What the executor needs, borrowed from the agent.
@@ -166,7 +224,13 @@ impl Agent {
     }
 
     /// Counts, logs, records and acknowledges a command's outcome.
-    fn finished(&mut self, id: &str, class: &'static str, outcome: Outcome) {
+    fn finished(
+        &mut self,
+        id: &str,
+        class: &'static str,
+        outcome: Outcome,
+        keep_until: Option<String>,
+    ) {
         let result = outcome.result;
         if result == AckResult::Failed && outcome.message.starts_with("refused") {
             crate::metrics::refused("ownership");
@@ -185,17 +249,19 @@ impl Agent {
             message: outcome.message,
             resources: outcome.resources,
             completed_at: super::now_rfc3339(),
+            keep_until,
             ..LedgerEntry::default()
         };
         // Recorded before the ack: the ledger keeps the entry cut to its
         // budget; this first ack carries every resource.
         self.store.record(&self.link, &entry);
-        self.deliver(entry);
+        self.deliver(entry, true);
     }
 
     /// Delivers one ack: up to [`acks::ATTEMPTS`] attempts with backoff, then
-    /// it waits in `pendingAcks` of the following heartbeats.
-    fn deliver(&mut self, entry: LedgerEntry) {
+    /// a `recorded` one waits in `pendingAcks` of the following heartbeats
+    /// (one not recorded is refused again when the CP sends it again).
+    fn deliver(&mut self, entry: LedgerEntry, recorded: bool) {
         let id = entry.command_id.clone();
         let mut jitter = Jitter::from_entropy();
         let mut reconnected = false;
@@ -212,11 +278,11 @@ impl Agent {
                     log::warn!(
                         "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
                     );
-                    return self.store.mark_delivered(&self.link, &[id]);
+                    return self.delivered(id, recorded);
                 }
                 Ok(outcome) => {
                     log::info!("command {id}: ack delivered on attempt {attempt} ({outcome:?})");
-                    return self.store.mark_delivered(&self.link, &[id]);
+                    return self.delivered(id, recorded);
                 }
                 Err(e) => e,
             };
@@ -245,9 +311,40 @@ impl Agent {
                 log::warn!("command {id}: ack attempt {attempt} failed: {e}");
             }
         }
+        if !recorded {
+            log::warn!(
+                "command {id}: ack not delivered after {attempt} attempts; not recorded, so a copy sent again is refused again"
+            );
+            return;
+        }
         log::warn!(
             "command {id}: ack not delivered after {attempt} attempts; it goes with the next heartbeats"
         );
         self.store.set_attempts(&self.link, &id, attempt);
     }
+
+    /// Marks an ack delivered, when its command is recorded.
+    fn delivered(&mut self, id: String, recorded: bool) {
+        if recorded {
+            self.store.mark_delivered(&self.link, &[id]);
+        }
+    }
+}
+
+/// A command that passed every check made before the cluster is read.
+struct Checked {
+    command: Command,
+    /// Its ledger entry's keep-until (a verified signed command), RFC 3339.
+    keep_until: Option<String>,
+}
+
+/// A command refused before the cluster is read.
+struct Refused {
+    /// The metrics reason.
+    reason: &'static str,
+    /// The ack message.
+    message: String,
+    /// Whether it is recorded: not when refused before any signature
+    /// verified.
+    record: bool,
 }

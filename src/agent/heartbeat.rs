@@ -150,6 +150,7 @@ pub fn body(
         pending_acks,
         inventory_errors: inv.errors,
         release_contract: None,
+        trust: None,
     }
 }
 
@@ -302,6 +303,10 @@ impl Agent {
     }
 
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
+        // The trust report says what holds now: keys rotated or removed
+        // between batches are seen, and the ratchet recorded.
+        self.me.keys.refresh();
+        self.ratchet_signatures();
         let cfg = &self.me.cfg;
         let configured = cfg.cluster_region.is_some() && cfg.cluster_zone.is_some();
         let now = Instant::now();
@@ -343,6 +348,17 @@ impl Agent {
             acks,
         );
         body.release_contract = Some(release.contract);
+        body.trust = Some(wire::TrustReport {
+            signatures: if self.signatures_required() {
+                "required"
+            } else {
+                "off"
+            },
+            key_ids: match self.me.keys.keys() {
+                Ok(Some(k)) => k.ids().into_iter().map(str::to_owned).collect(),
+                _ => Vec::new(),
+            },
+        });
         body
     }
 

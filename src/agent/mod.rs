@@ -190,6 +190,7 @@ impl Agent {
             Ok(true) => match self.store.reload(&self.link.kube) {
                 Ok(entries) => {
                     log::info!("leading: state read again ({entries} ledger entries)");
+                    self.ratchet_signatures();
                     self.link.status().role = Role::Leader;
                     Lead::Acting
                 }

@@ -38,17 +38,6 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         .map_err(Fatal::ConnectToken)?;
     let cp = control_plane(&cfg)?;
     let keys = crate::trust::KeyFile::open(&cfg.command_keys_file).map_err(Fatal::CommandKeys)?;
-    match keys.keys() {
-        Ok(Some(k)) => log::info!(
-            "command keys: {} ({}); unsigned commands are refused",
-            k.ids().join(", "),
-            cfg.command_keys_file.display()
-        ),
-        _ => log::info!(
-            "command keys: none ({} is absent); unsigned commands are accepted",
-            cfg.command_keys_file.display()
-        ),
-    }
     let (kube, instance) = kube_client(&cfg, &waiter)?;
     let namespaces = cfg.managed_namespaces(&instance.namespace);
     let mut backoff = Backoff::control_plane();
@@ -70,6 +59,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         });
     }
     let own = own_objects(&cfg, &instance.namespace, &kube);
+    log_trust(&cfg, &keys, store.signatures_required());
     backoff.reset();
     log::info!(
         "nexo-manager {} (build {}) starting: environment {}, cluster {} ({}), namespaces {}",
@@ -105,6 +95,35 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         session: None,
         beats: Beats::default(),
     })
+}
+
+/// Says at start whether commands must be signed, and why.
+fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
+    use crate::config::Signatures;
+    let file = cfg.command_keys_file.display();
+    let ids = match keys.keys() {
+        Ok(Some(k)) => k.ids().join(", "),
+        Ok(None) => "none".to_owned(),
+        Err(e) => format!("unusable ({e})"),
+    };
+    if cfg.command_signatures == Signatures::Off {
+        log::warn!(
+            "NEXO_COMMAND_SIGNATURES=off: command signatures are not required, unsigned commands are accepted (command keys: {ids}, {file})"
+        );
+        return;
+    }
+    if crate::trust::signatures_required(cfg.command_signatures, keys.configured(), recorded) {
+        let why = match (cfg.command_signatures, keys.configured()) {
+            (Signatures::Required, _) => "NEXO_COMMAND_SIGNATURES=required",
+            (_, true) => "keys are configured",
+            _ => "the state records that they were required (NEXO_COMMAND_SIGNATURES=off turns them off)",
+        };
+        log::info!(
+            "command signatures required ({why}); command keys: {ids} ({file}); unsigned commands are refused"
+        );
+    } else {
+        log::info!("command keys: none ({file} is absent); unsigned commands are accepted");
+    }
 }
 
 /// The Manager's own objects (protocol.md, "Ownership"): the ones its

@@ -33,6 +33,33 @@ impl StateStore {
         self.state.binding.as_ref()
     }
 
+    /// Whether the state records that signatures were required.
+    pub fn signatures_required(&self) -> bool {
+        self.state.signatures_required
+    }
+
+    /// Records whether signatures are required (the ratchet of
+    /// protocol.md, "Fail closed"), when it changed. Memory holds it even
+    /// when the write fails (logged and reported).
+    pub(super) fn require_signatures(&mut self, kube: &Client, required: bool) {
+        if self.state.signatures_required == required {
+            return;
+        }
+        self.state.signatures_required = required;
+        match self
+            .store
+            .update(kube, &self.state, |s| s.signatures_required = required)
+        {
+            Ok(state) => self.state = state,
+            Err(e) => {
+                log::error!("cannot record in the state secret that signatures are {}: {e}",
+                    if required { "required" } else { "off" });
+                self.error
+                    .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
+            }
+        }
+    }
+
     /// The recorded result of a command, if it finished before.
     pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
         self.state.find(command_id)

@@ -155,6 +155,20 @@ pub struct HeartbeatRequest {
     /// The release-contract inventory (`release-contract.v1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_contract: Option<crate::release::ReleaseContract>,
+    /// Where command trust stands (protocol.md, "Fail closed").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust: Option<TrustReport>,
+}
+
+/// The heartbeat's `trust`: whether signatures are required, and the key
+/// ids the Manager verifies with.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustReport {
+    /// `required` or `off`.
+    pub signatures: &'static str,
+    /// The configured key ids (none when the key file is absent or unusable).
+    pub key_ids: Vec<String>,
 }
 
 /// Most commands taken from one heartbeat answer; the rest are skipped
