@@ -332,7 +332,10 @@ impl Config {
                 Some(v) => {
                     return Err(err(
                         "NEXO_COMMAND_SIGNATURES",
-                        format!("{:?} is neither required nor off (or unset)", crate::commands::clip(v, 32)),
+                        format!(
+                            "{:?} is neither required nor off (or unset)",
+                            crate::commands::clip(v, 32)
+                        ),
                     ));
                 }
             },

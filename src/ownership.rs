@@ -226,7 +226,12 @@ mod tests {
 
     #[test]
     fn own_objects_are_known_by_name_and_by_label() {
-        let mut own = OwnObjects::new("nexo-system", "nexo-manager-state", "nexo-manager", "nexo-manager");
+        let mut own = OwnObjects::new(
+            "nexo-system",
+            "nexo-manager-state",
+            "nexo-manager",
+            "nexo-manager",
+        );
         own.add_pod_template(&json!({"spec": {"template": {"spec": {
             "serviceAccountName": "nexo-manager",
             "volumes": [
@@ -260,11 +265,17 @@ mod tests {
             // The same names elsewhere are not its own.
             assert_eq!(own.refusal(kind, "shop", name, None), None, "{kind}/{name}");
         }
-        assert_eq!(own.refusal("ConfigMap", "nexo-system", "nexo-manager-state", None), None);
+        assert_eq!(
+            own.refusal("ConfigMap", "nexo-system", "nexo-manager-state", None),
+            None
+        );
         assert_eq!(own.refusal("Secret", "nexo-system", "orders", None), None);
         // Anywhere, by label, whatever else the labels say.
         let labelled = json!({"metadata": {"labels": {NAME: MANAGER, MANAGED_BY: MANAGER, OWNER_ID: "env-a"}}});
-        assert!(own.refusal("Secret", "shop", "x", Some(&labelled)).is_some());
+        assert!(
+            own.refusal("Secret", "shop", "x", Some(&labelled))
+                .is_some()
+        );
         let state = json!({"metadata": {"labels": {ROLE: STATE_ROLE, MANAGED_BY: MANAGER, OWNER_ID: "env-a"}}});
         assert!(own.refusal("Secret", "shop", "y", Some(&state)).is_some());
         let plain = json!({"metadata": {"labels": {NAME: "proxy", MANAGED_BY: MANAGER}}});

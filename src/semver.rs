@@ -45,7 +45,9 @@ fn identifiers(text: &str, what: &'static str) -> Result<Vec<String>, NotSemver>
                 && id.starts_with('0')
                 && id.bytes().all(|b| b.is_ascii_digit())
             {
-                return Err(NotSemver("a numeric pre-release identifier has a leading zero"));
+                return Err(NotSemver(
+                    "a numeric pre-release identifier has a leading zero",
+                ));
             }
             Ok(id.to_owned())
         })
@@ -152,8 +154,19 @@ mod tests {
     #[test]
     fn what_is_not_semver_is_refused() {
         for bad in [
-            "", "1", "1.2", "v1.2.3", "1.2.3.4", "01.2.3", "1.2.x", "1.2.3-", "1.2.3-a..b",
-            "1.2.3-01", "1.2.3+", "1.2.3-a_b", " 1.2.3",
+            "",
+            "1",
+            "1.2",
+            "v1.2.3",
+            "1.2.3.4",
+            "01.2.3",
+            "1.2.x",
+            "1.2.3-",
+            "1.2.3-a..b",
+            "1.2.3-01",
+            "1.2.3+",
+            "1.2.3-a_b",
+            " 1.2.3",
         ] {
             assert!(Version::parse(bad).is_err(), "{bad:?}");
         }

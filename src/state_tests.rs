@@ -154,13 +154,22 @@ fn verified_signed_entries_stay_until_their_not_after_whatever_the_count() {
     for i in 1..=(LEDGER_MIN * 3) {
         s.record_within(entry(i, true), STATE_BUDGET, now);
     }
-    assert!(s.find("signed-uninstall").is_some(), "the pinned entry stays");
-    assert!(s.find("signed-long-ago").is_none(), "an entry past its keep-until goes as any other");
+    assert!(
+        s.find("signed-uninstall").is_some(),
+        "the pinned entry stays"
+    );
+    assert!(
+        s.find("signed-long-ago").is_none(),
+        "an entry past its keep-until goes as any other"
+    );
     // And under a byte budget too small for everything.
     for i in 1..=LEDGER_MIN {
         s.record_within(big(i + 10_000, true), 64 * 1024, now);
     }
-    assert!(s.find("signed-uninstall").is_some(), "the pinned entry stays past the budget");
+    assert!(
+        s.find("signed-uninstall").is_some(),
+        "the pinned entry stays past the budget"
+    );
     // Once its time is over, it leaves like any other.
     let after = now + std::time::Duration::from_secs(601);
     for i in 1..=(LEDGER_MIN * 2) {
@@ -172,7 +181,11 @@ fn verified_signed_entries_stay_until_their_not_after_whatever_the_count() {
 #[test]
 fn the_signature_ratchet_is_in_the_document() {
     let mut s = State::default();
-    assert!(!serde_json::to_string(&s).unwrap().contains("signaturesRequired"));
+    assert!(
+        !serde_json::to_string(&s)
+            .unwrap()
+            .contains("signaturesRequired")
+    );
     s.signatures_required = true;
     let text = serde_json::to_string(&s).unwrap();
     assert!(text.contains("\"signaturesRequired\":true"), "{text}");

@@ -201,8 +201,15 @@ fn a_signature_is_a_single_order_not_a_standing_one() {
     let at = |not_after: &str| {
         let mut body = inner("cmd-1");
         body["notAfter"] = json!(not_after);
-        verify(&envelope("cmd-1", "k1", &k1, &body), "cmd-1", Some(&keys), true, ENV, now())
-            .map(|v| v.keep_until())
+        verify(
+            &envelope("cmd-1", "k1", &k1, &body),
+            "cmd-1",
+            Some(&keys),
+            true,
+            ENV,
+            now(),
+        )
+        .map(|v| v.keep_until())
     };
     // now() is 12:00; 65 minutes ahead is the limit.
     let ok = at("2026-12-03T13:05:00Z").unwrap();
@@ -212,8 +219,14 @@ fn a_signature_is_a_single_order_not_a_standing_one() {
         "kept until notAfter + 5 minutes"
     );
     let too_long = at("2026-12-03T13:05:01Z").unwrap_err();
-    assert!(matches!(too_long, Untrusted::ValidityTooLong(_)), "{too_long:?}");
-    assert!(too_long.to_string().starts_with("validity too long"), "{too_long}");
+    assert!(
+        matches!(too_long, Untrusted::ValidityTooLong(_)),
+        "{too_long:?}"
+    );
+    assert!(
+        too_long.to_string().starts_with("validity too long"),
+        "{too_long}"
+    );
     let ten_years = at("2036-12-03T12:00:00Z").unwrap_err();
     assert!(matches!(ten_years, Untrusted::ValidityTooLong(_)));
     // notAfter is required.
@@ -259,7 +272,10 @@ fn the_ratchet_decides_from_mode_keys_and_state() {
     assert!(signatures_required(Required, false, false));
     assert!(!signatures_required(Off, true, true));
     assert!(signatures_required(Auto, true, false));
-    assert!(signatures_required(Auto, false, true), "recorded: the keys going away changes nothing");
+    assert!(
+        signatures_required(Auto, false, true),
+        "recorded: the keys going away changes nothing"
+    );
     assert!(!signatures_required(Auto, false, false));
 }
 
@@ -295,7 +311,9 @@ fn small_order_and_non_canonical_keys_are_refused() {
     one[0] = 1;
     let mut non_canonical = p;
     non_canonical[0] = 0xf0; // y = p + 3: above the prime
-    let order8 = URL_SAFE_NO_PAD.decode("JuiVj8KyJ7BFw_SJ8u-Y8NXfrAXTxjM5sTgCiG1T_AU").unwrap();
+    let order8 = URL_SAFE_NO_PAD
+        .decode("JuiVj8KyJ7BFw_SJ8u-Y8NXfrAXTxjM5sTgCiG1T_AU")
+        .unwrap();
     for (what, key) in [
         ("identity", one.to_vec()),
         ("zero (order 4)", vec![0u8; 32]),

@@ -188,6 +188,13 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         own_namespace: &f.ns.name,
         self_deployment: "nexo-manager",
         policy: &nexo_manager::policy::Policy::default(),
+        running_bundle: None,
+        own: &nexo_manager::ownership::OwnObjects::new(
+            &f.ns.name,
+            "nexo-manager-state",
+            "nexo-manager",
+            "nexo-manager",
+        ),
     };
     execute::run(&ctx, cmd)
 }
@@ -313,6 +320,7 @@ fn seeded_entry(id: &str, n: usize) -> LedgerEntry {
         delivered: true,
         attempts: 1,
         more_resources: Default::default(),
+        keep_until: None,
     }
 }
 

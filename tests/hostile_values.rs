@@ -298,7 +298,7 @@ fn generated_answers_and_commands_never_panic_and_refusals_say_why() {
 #[test]
 fn generated_signed_envelopes_and_key_files_never_panic_and_are_refused() {
     let mut g = Gen::new(11);
-    let keys = Keys::parse("k1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+    let keys = Keys::parse("k1 WGZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmZmY=").unwrap();
     let now = std::time::SystemTime::now();
     for _ in 0..CASES {
         g.fresh();
@@ -314,11 +314,11 @@ fn generated_signed_envelopes_and_key_files_never_panic_and_are_refused() {
             signed,
             g.value(1)
         );
-        // Nothing signed by k1's (all-zero) key can verify: each is refused.
-        let verdict = trust::verify(&raw, "cmd-1", Some(&keys), "env-a", now);
+        // Nothing signed by k1's key (the base point: no one holds its seed) can verify: each is refused.
+        let verdict = trust::verify(&raw, "cmd-1", Some(&keys), true, "env-a", now);
         assert!(verdict.is_err(), "{raw}");
         // Without keys, the same never panics either.
-        let _ = trust::verify(&raw, "cmd-1", None, "env-a", now);
+        let _ = trust::verify(&raw, "cmd-1", None, false, "env-a", now);
         // Key files of generated lines.
         let file = format!("{} {}\n{}", g.string(), g.string(), g.value(1));
         let _ = Keys::parse(&file);

@@ -123,7 +123,9 @@ impl Agent {
             );
             return self.deliver(entry, true);
         }
-        let class = checked.as_ref().map_or("invalid", |c| c.command.action.class());
+        let class = checked
+            .as_ref()
+            .map_or("invalid", |c| c.command.action.class());
         let (outcome, keep_until) = match checked {
             Ok(Checked {
                 command,

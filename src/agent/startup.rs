@@ -116,7 +116,9 @@ fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
         let why = match (cfg.command_signatures, keys.configured()) {
             (Signatures::Required, _) => "NEXO_COMMAND_SIGNATURES=required",
             (_, true) => "keys are configured",
-            _ => "the state records that they were required (NEXO_COMMAND_SIGNATURES=off turns them off)",
+            _ => {
+                "the state records that they were required (NEXO_COMMAND_SIGNATURES=off turns them off)"
+            }
         };
         log::info!(
             "command signatures required ({why}); command keys: {ids} ({file}); unsigned commands are refused"

@@ -52,8 +52,10 @@ impl StateStore {
         {
             Ok(state) => self.state = state,
             Err(e) => {
-                log::error!("cannot record in the state secret that signatures are {}: {e}",
-                    if required { "required" } else { "off" });
+                log::error!(
+                    "cannot record in the state secret that signatures are {}: {e}",
+                    if required { "required" } else { "off" }
+                );
                 self.error
                     .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
             }

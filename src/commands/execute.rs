@@ -109,7 +109,85 @@ fn own_object(ctx: &Context<'_>, r: &ObjectRef, object: Option<&Value>) -> Optio
         .own
         .refusal(r.kind.name(), &r.namespace, &r.name, object)?;
     crate::metrics::refused("ownership");
-    Some(Outcome::failed(message, vec![r.ack(ResourceAction::Refused)]))
+    Some(Outcome::failed(
+        message,
+        vec![r.ack(ResourceAction::Refused)],
+    ))
+}
+
+/// The content policy's rules that need the cluster (protocol.md,
+/// "Command trust"): a legacy pod template meets the stricter of
+/// `NEXO_POD_SECURITY` and its namespace's `pod-security.kubernetes.io/enforce`,
+/// and every Secret or ConfigMap it names that the deploy does not carry
+/// is an object of the same deployment. A refusal names the rule.
+fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
+    let refuse = |v: crate::policy::Violation| {
+        crate::metrics::refused("policy");
+        Some(Outcome::failed(v.to_string(), vec![]))
+    };
+    if !d
+        .manifests
+        .iter()
+        .any(|m| m.reference.kind == Kind::Deployment)
+    {
+        return None;
+    }
+    let ns_path = format!("/api/v1/namespaces/{}", d.deployment.namespace);
+    let enforce = match ctx.kube.get::<Value>(&ns_path) {
+        Ok(ns) => ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+            .as_str()
+            .map(str::to_owned),
+        Err(e) => {
+            let message = format!(
+                "policy: cannot read namespace {} to learn its Pod Security level, nothing applied: {e}",
+                d.deployment.namespace
+            );
+            return Some(Outcome::failed(message, vec![]));
+        }
+    };
+    let profile = crate::policy::namespace_profile(enforce.as_deref());
+    let policy = ctx.policy.at_least(profile);
+    let outside = match policy.check_deploy(d, ctx.proxy_image) {
+        Ok(outside) => outside,
+        Err(v) => {
+            return refuse(crate::policy::Violation(format!(
+                "{} (namespace {} enforces {})",
+                v.0,
+                d.deployment.namespace,
+                enforce.as_deref().unwrap_or("?")
+            )));
+        }
+    };
+    for (manifest, r) in outside {
+        let reference = ObjectRef::new(r.kind, &d.deployment.namespace, &r.name);
+        let why = match ctx.kube.get_opt::<Value>(&reference.path()) {
+            Err(e) => {
+                let e = StepError::api("cannot read", &reference, e);
+                return Some(Outcome::failed(e.to_string(), vec![]));
+            }
+            Ok(None) => Some("does not exist".to_owned()),
+            Ok(Some(o)) => ctx
+                .own
+                .refusal(r.kind.name(), &reference.namespace, &r.name, Some(&o))
+                .map(|_| "is the Manager's own".to_owned())
+                .or_else(|| plan::refusal_for(&o, ctx.environment_id, &d.deployment.name, false))
+                .or_else(|| {
+                    // Owned, and claimed by this deployment by label.
+                    (o["metadata"]["labels"][ownership::DEPLOYMENT] != d.deployment.name.as_str())
+                        .then(|| {
+                            format!(
+                                "is not labelled {}={}",
+                                ownership::DEPLOYMENT,
+                                d.deployment.name
+                            )
+                        })
+                }),
+        };
+        if let Some(why) = why {
+            return refuse(r.refused(&manifest, &why));
+        }
+    }
+    None
 }
 
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
@@ -118,6 +196,9 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
         if let Some(refused) = own_object(ctx, &m.reference, Some(&m.object)) {
             return Ok(refused);
         }
+    }
+    if let Some(refused) = policy_in_cluster(ctx, d) {
+        return Ok(refused);
     }
     let mut existing = Vec::with_capacity(d.manifests.len());
     for m in &d.manifests {

@@ -305,7 +305,8 @@ pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Com
     }
     requires(env.requires, capabilities).map_err(fail)?;
     let payload: Value = match env.payload {
-        Some(raw) => serde_json::from_str(raw.get()).map_err(|e| fail(invalid(e)))?,
+        // Duplicate keys refused: the policy judges what the API server reads.
+        Some(raw) => crate::strict_json::parse(raw.get()).map_err(|e| fail(invalid(e)))?,
         None => return Err(fail(invalid("payload is missing"))),
     };
     if !payload.is_object() {

@@ -398,10 +398,7 @@ pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<Stri
         )));
     };
     if u.bundle < running && !u.allow_downgrade {
-        return Err(format!(
-            "downgrade: {running_text} to {}",
-            u.bundle_version
-        ));
+        return Err(format!("downgrade: {running_text} to {}", u.bundle_version));
     }
     Ok(None)
 }

@@ -917,6 +917,7 @@ fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
             delivered: true,
             attempts: 1,
             more_resources: Default::default(),
+            keep_until: None,
         });
         n += 1;
     }

@@ -1,0 +1,333 @@
+//! The content policy (protocol.md, "Command trust", capability
+//! `command.policy.v1`): what a deploy or an upgrade may put in the
+//! cluster, whatever the Control Plane says. Checked from plain values
+//! during validation, before any read, dry run or write; a refusal names
+//! the rule and where it was broken (`policy: …`).
+//!
+//! The Pod Security Standards' `baseline` and `restricted` profiles are
+//! checked here, from the pod template, so that a namespace without Pod
+//! Security admission labels is protected all the same.
+
+use std::fmt;
+
+use serde_json::Value;
+
+mod pod;
+
+use crate::commands::{Deploy, Kind};
+use crate::image::ImageRef;
+
+/// The Pod Security Standards profile a legacy pod template must meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodSecurity {
+    /// No privileged containers, host namespaces, host ports, hostPath
+    /// volumes, added capabilities beyond the baseline set, unsafe sysctls
+    /// or procMount, and the like.
+    #[default]
+    Baseline,
+    /// Baseline, plus: non-root, no privilege escalation, capabilities
+    /// dropped, a seccomp profile, only the restricted volume types.
+    Restricted,
+}
+
+/// The configured policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// `NEXO_ALLOWED_IMAGE_REPOSITORIES`: repositories a deploy may use
+    /// besides the Proxy image's. Default: none.
+    pub image_repositories: Vec<String>,
+    /// `NEXO_MANAGER_IMAGE_REPOSITORY`: a repository an upgrade may use
+    /// besides the Manager's current one. Default: none.
+    pub manager_repository: Option<String>,
+    /// `NEXO_ALLOW_EXTERNAL_SERVICES`: `NodePort` and `LoadBalancer`
+    /// Services allowed. Default: false.
+    pub external_services: bool,
+    /// `NEXO_POD_SECURITY`. Default: baseline.
+    pub pod_security: PodSecurity,
+}
+
+/// A broken rule: what and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "policy: {}", self.0)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+fn violation(at: &str, what: impl fmt::Display) -> Violation {
+    Violation(format!("{at}: {what}"))
+}
+
+/// A Secret or ConfigMap a pod template names (protocol.md, "References
+/// stay inside the deployment").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// `Secret` or `ConfigMap`.
+    pub kind: Kind,
+    /// Its name, in the deployment's namespace.
+    pub name: String,
+    /// Where the pod template names it, for the refusal.
+    pub at: String,
+}
+
+impl Reference {
+    fn secret(name: &str, at: &str) -> Reference {
+        Reference {
+            kind: Kind::Secret,
+            name: name.to_owned(),
+            at: at.to_owned(),
+        }
+    }
+
+    fn config_map(name: &str, at: &str) -> Reference {
+        Reference {
+            kind: Kind::ConfigMap,
+            name: name.to_owned(),
+            at: at.to_owned(),
+        }
+    }
+
+    /// The refusal of a reference to an object that is not this
+    /// deployment's (`why` says what it is).
+    pub fn refused(&self, manifest: &str, why: &str) -> Violation {
+        Violation(format!(
+            "{manifest} {}: {} {} {why}; a pod may name only its deployment's own Secrets and ConfigMaps",
+            self.at,
+            self.kind,
+            clip(&self.name)
+        ))
+    }
+}
+
+/// The stricter of two profiles.
+pub fn stricter(a: PodSecurity, b: PodSecurity) -> PodSecurity {
+    if a == PodSecurity::Restricted || b == PodSecurity::Restricted {
+        PodSecurity::Restricted
+    } else {
+        PodSecurity::Baseline
+    }
+}
+
+/// The profile a namespace's `pod-security.kubernetes.io/enforce` label
+/// asks for, when it is stricter than `baseline`.
+pub fn namespace_profile(enforce: Option<&str>) -> PodSecurity {
+    match enforce {
+        Some("restricted") => PodSecurity::Restricted,
+        _ => PodSecurity::Baseline,
+    }
+}
+
+impl Policy {
+    /// Checks every manifest of a deploy; the first broken rule. The
+    /// references its pod template makes to Secrets and ConfigMaps that
+    /// are not among the deploy's manifests are returned: each must be an
+    /// object of the same deployment in the cluster, which the caller reads.
+    pub fn check_deploy(
+        &self,
+        d: &Deploy,
+        proxy_image: &ImageRef,
+    ) -> Result<Vec<(String, Reference)>, Violation> {
+        let repositories: Vec<&str> = std::iter::once(proxy_image.repository.as_str())
+            .chain(self.image_repositories.iter().map(String::as_str))
+            .collect();
+        let rules = pod::Rules {
+            profile: self.pod_security,
+            repositories: &repositories,
+        };
+        let mut outside = Vec::new();
+        let mut workload: Option<pod::Found> = None;
+        for m in &d.manifests {
+            let at = m.reference.to_string();
+            let o = &m.object;
+            match m.reference.kind {
+                Kind::NexoProxy => match &o["spec"]["image"] {
+                    Value::Null => {}
+                    image => image_allowed(&format!("{at} spec.image"), image, &repositories)?,
+                },
+                Kind::Deployment => {
+                    let found = pod::deployment(o, &at, &rules)?;
+                    for r in &found.references {
+                        let own = d
+                            .manifests
+                            .iter()
+                            .any(|m| m.reference.kind == r.kind && m.reference.name == r.name);
+                        if !own {
+                            outside.push((at.clone(), r.clone()));
+                        }
+                    }
+                    workload = Some(found);
+                }
+                Kind::Secret => match &o["type"] {
+                    Value::Null => {}
+                    Value::String(t) if t == "Opaque" || t == "kubernetes.io/tls" => {}
+                    Value::String(other) => {
+                        return Err(violation(
+                            &at,
+                            format!(
+                                "type {:?}: only Opaque and kubernetes.io/tls Secrets may be deployed",
+                                clip(other)
+                            ),
+                        ));
+                    }
+                    _ => return Err(violation(&at, "type is not a string")),
+                },
+                Kind::Service => self.service(&at, &o["spec"])?,
+                Kind::NexoPipeline | Kind::ConfigMap => {}
+            }
+        }
+        // A Service selects the deployment's own pods and nothing wider.
+        for m in d
+            .manifests
+            .iter()
+            .filter(|m| m.reference.kind == Kind::Service)
+        {
+            selector_inside(
+                &m.reference.to_string(),
+                &m.object["spec"],
+                workload.as_ref(),
+            )?;
+        }
+        Ok(outside)
+    }
+
+    /// The same policy with the stricter of its profile and `profile`.
+    pub fn at_least(&self, profile: PodSecurity) -> Policy {
+        Policy {
+            pod_security: stricter(self.pod_security, profile),
+            ..self.clone()
+        }
+    }
+
+    fn service(&self, at: &str, spec: &Value) -> Result<(), Violation> {
+        if spec["externalIPs"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            return Err(violation(
+                at,
+                "spec.externalIPs: a Service may not claim external IPs",
+            ));
+        }
+        match spec["type"].as_str() {
+            None | Some("ClusterIP") => Ok(()),
+            Some("NodePort" | "LoadBalancer") if self.external_services => Ok(()),
+            Some(t @ ("NodePort" | "LoadBalancer")) => Err(violation(
+                at,
+                format!("spec.type {t} needs NEXO_ALLOW_EXTERNAL_SERVICES=true"),
+            )),
+            Some(other) => Err(violation(
+                at,
+                format!(
+                    "spec.type {:?}: only ClusterIP Services (and NodePort or LoadBalancer when allowed) may be deployed",
+                    clip(other)
+                ),
+            )),
+        }
+    }
+
+    /// Checks an upgrade's image against the Manager's current one.
+    pub fn check_upgrade(&self, image: &ImageRef, current: Option<&str>) -> Result<(), Violation> {
+        let current = current.and_then(|c| ImageRef::parse(c).ok());
+        let allowed: Vec<&str> = current
+            .as_ref()
+            .map(|c| c.repository.as_str())
+            .into_iter()
+            .chain(self.manager_repository.as_deref())
+            .collect();
+        if allowed.contains(&image.repository.as_str()) {
+            return Ok(());
+        }
+        Err(violation(
+            "managerImage",
+            format!(
+                "{} is not from the Manager's repository ({}); NEXO_MANAGER_IMAGE_REPOSITORY allows another",
+                clip(&image.repository),
+                if allowed.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ),
+        ))
+    }
+}
+
+fn clip(s: &str) -> String {
+    crate::logging::escape(&crate::commands::clip(s, 120)).into_owned()
+}
+
+fn image_allowed(at: &str, image: &Value, repositories: &[&str]) -> Result<(), Violation> {
+    let Some(text) = image.as_str() else {
+        return Err(violation(at, "the image is not a string"));
+    };
+    match ImageRef::parse(text) {
+        Ok(r) if repositories.contains(&r.repository.as_str()) => Ok(()),
+        Ok(r) => Err(violation(
+            at,
+            format!(
+                "image repository {} is not allowed (allowed: {}; NEXO_ALLOWED_IMAGE_REPOSITORIES adds others)",
+                clip(&r.repository),
+                repositories.join(", ")
+            ),
+        )),
+        Err(e) => Err(violation(at, e)),
+    }
+}
+
+/// A Service's selector: not empty, every pair among the legacy
+/// Deployment's pod template labels, and at least its selector's pairs,
+/// so that it selects this deployment's pods and no other workload's.
+fn selector_inside(at: &str, spec: &Value, workload: Option<&pod::Found>) -> Result<(), Violation> {
+    let here = format!("{at} spec.selector");
+    let selector = match &spec["selector"] {
+        Value::Object(m) if !m.is_empty() => m,
+        Value::Null | Value::Object(_) => {
+            return Err(violation(
+                &here,
+                "a Service must select the deployment's own pods (an empty selector selects none of them, or anything its endpoints say)",
+            ));
+        }
+        _ => return Err(violation(&here, "not an object")),
+    };
+    let Some(w) = workload else {
+        return Err(violation(
+            &here,
+            "a Service is deployed with the Deployment whose pods it selects",
+        ));
+    };
+    for (k, v) in selector {
+        let Some(v) = v.as_str() else {
+            return Err(violation(&here, format!("{}: not a string", clip(k))));
+        };
+        if !w.template_labels.iter().any(|(tk, tv)| tk == k && tv == v) {
+            return Err(violation(
+                &here,
+                format!(
+                    "{}={} is not a label of the deployment's pod template: it would select other pods",
+                    clip(k),
+                    clip(v)
+                ),
+            ));
+        }
+    }
+    for (k, v) in &w.selector {
+        if selector.get(k).and_then(Value::as_str) != Some(v.as_str()) {
+            return Err(violation(
+                &here,
+                format!(
+                    "it lacks {}={} of the Deployment's selector: it would select other workloads' pods",
+                    clip(k),
+                    clip(v)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
