@@ -444,11 +444,13 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
 
 #[test]
 fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
-    for (prefix, labels) in [
-        ("hostile-foreign-a", json!({})),
+    for (prefix, labels, said) in [
+        ("hostile-foreign-a", json!({}), "is not this Manager's"),
         (
             "hostile-foreign-b",
             json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-other"}),
+            // Another environment's state: a Manager never switches.
+            "but this Manager is bound to environment env-other",
         ),
     ] {
         let f = Fixture::new(prefix);
@@ -464,9 +466,7 @@ fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
         let status = m.wait_exit(WAIT);
         // The exit message is the contract here: what the operator reads.
         m.check(
-            status.code() == Some(2)
-                && m.stderr().contains("is not this Manager's")
-                && f.sim.heartbeat_count() == 0,
+            status.code() == Some(2) && m.stderr().contains(said) && f.sim.heartbeat_count() == 0,
             "exit 2 (configuration), no heartbeat, the planted ack never sent",
         );
     }
@@ -900,4 +900,46 @@ fn clients_dribbling_into_the_probe_port_do_not_slow_the_heartbeat() {
         &format!("{during} heartbeats in 10 s with 8 clients dribbling"),
     );
     m.check(status == 200, &format!("/healthz answered {status}"));
+}
+
+#[test]
+fn a_rollout_conflict_rechecks_the_deployment_the_proxy_belongs_to() {
+    let f = Fixture::new("hostile-race-rollout");
+    f.tb.install_crds();
+    f.create_proxy("shared", f.owned_labels("shared"), 1, PROXY_IMAGE);
+    let admin = f.tb.admin();
+    let path = ns_path(&f, "NexoProxy", "shared");
+    let racer_path = path.clone();
+    // Requests: GET the proxy, then its guarded PATCH: between the two, the
+    // proxy is given to another deployment of the same environment. The
+    // PATCH conflicts; the re-read must apply the per-deployment rule.
+    let (client, racer) = racing_client(&f, 2, move || {
+        admin
+            .patch(
+                &racer_path,
+                nexo_manager::kube::client::MERGE_PATCH,
+                &json!({"metadata": {"labels": {"nexo.io/deployment": "orders"}}}),
+            )
+            .unwrap();
+    });
+    let cmd = parse(
+        &f,
+        &command(
+            "race-rollout",
+            "rollout",
+            json!({"imageTag": "9.9.9", "targets": [{"name": "shared", "namespace": f.ns.name}]}),
+        ),
+    );
+    let outcome = run(&f, &client, &cmd);
+    assert!(racer.seen.get() >= 2, "the race ran");
+    assert!(
+        outcome.result == AckResult::Failed
+            && outcome.message.contains("belongs to deployment orders"),
+        "{outcome:?}"
+    );
+    let after: Value = f.tb.admin().get(&path).unwrap();
+    assert_eq!(
+        after["spec"]["image"], PROXY_IMAGE,
+        "not rolled out: {after}"
+    );
 }

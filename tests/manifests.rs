@@ -146,7 +146,11 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
                 json!({"deployment": {"name": "billing", "namespace": NS}, "format": "legacy",
             "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "billing"},
                 "spec": {"selector": {"matchLabels": {"app": "billing"}}, "template": {"metadata": {"labels": {"app": "billing"}},
-                "spec": {"containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0"}]}}}},
+                // nexo-system enforces restricted: the Manager holds the
+                // template to it (read under the shipped RBAC).
+                "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0",
+                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}}},
                 {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"}, "spec": {"selector": {"app": "billing"}, "ports": [{"port": 27017}]}}]}),
             ),
             "applied",

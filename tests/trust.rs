@@ -71,7 +71,7 @@ fn every_policy_rule_refuses_and_writes_nothing() {
             vec![legacy("sa", |d| {
                 d.pointer_mut(pod).unwrap()["serviceAccountName"] = json!("nexo-manager")
             })],
-            "serviceAccountName nexo-manager",
+            "serviceAccountName: nexo-manager",
         ),
         (
             "priv",
@@ -86,14 +86,14 @@ fn every_policy_rule_refuses_and_writes_nothing() {
                 d.pointer_mut(pod).unwrap()["volumes"] =
                     json!([{"name": "root", "hostPath": {"path": "/"}}])
             })],
-            "hostPath volumes are not allowed",
+            "field not allowed: spec.template.spec.volumes[0].hostPath",
         ),
         (
             "hostnet",
             vec![legacy("hostnet", |d| {
                 d.pointer_mut(pod).unwrap()["hostNetwork"] = json!(true)
             })],
-            "host namespaces are not allowed",
+            "field not allowed: spec.template.spec.hostNetwork",
         ),
         (
             "caps",
@@ -207,7 +207,10 @@ fn every_policy_rule_refuses_and_writes_nothing() {
         "billing",
         vec![
             legacy("billing", |_| {}),
-            service("billing", json!({"ports": [{"port": 27017}]})),
+            service(
+                "billing",
+                json!({"selector": {"app": "billing"}, "ports": [{"port": 27017}]}),
+            ),
         ],
     );
     f.sim.enqueue_command(&f.env_id, deploy.clone());
@@ -266,7 +269,7 @@ fn the_switches_widen_and_narrow_the_policy() {
             hardened,
             service(
                 "hard",
-                json!({"type": "LoadBalancer", "ports": [{"port": 27017}]}),
+                json!({"type": "LoadBalancer", "selector": {"app": "hard"}, "ports": [{"port": 27017}]}),
             ),
         ],
     );

@@ -347,3 +347,44 @@ fn uninstall_refuses_what_is_not_owned() {
         [Kind::Deployment, Kind::Service]
     );
 }
+
+#[test]
+fn downgrades_are_refused_unless_the_command_allows_them() {
+    let upgrade = |bundle: &str, allow: bool| Upgrade {
+        bundle_version: bundle.into(),
+        bundle: crate::semver::Version::parse(bundle).unwrap(),
+        allow_downgrade: allow,
+        manager_image: ImageRef::parse(&format!(
+            "registry.example.com/nexo/manager@sha256:{}",
+            "a".repeat(64)
+        ))
+        .unwrap(),
+    };
+    assert_eq!(
+        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)),
+        Err("downgrade: 0.3.0 to 0.2.9".into())
+    );
+    assert_eq!(
+        downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false)),
+        Err("downgrade: 0.3.0 to 0.3.0-rc.2".into())
+    );
+    assert_eq!(
+        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", true)),
+        Ok(None)
+    );
+    assert_eq!(
+        downgrade_check(Some("0.3.0"), &upgrade("0.3.0", false)),
+        Ok(None)
+    );
+    assert_eq!(
+        downgrade_check(Some("0.3.0"), &upgrade("0.4.0", false)),
+        Ok(None)
+    );
+    // Unknown or not SemVer: it goes ahead, and the ack says so.
+    for running in [None, Some("latest")] {
+        let note = downgrade_check(running, &upgrade("0.1.0", false))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("could not be compared"), "{note}");
+    }
+}

@@ -240,3 +240,38 @@ fn a_command_built_to_expand_is_refused_before_it_is_parsed() {
     assert!(json_values(&good_deploy().to_string()) < 100);
     assert!(parse_value(&good_deploy()).is_ok());
 }
+
+#[test]
+fn a_duplicate_key_in_the_payload_hides_nothing() {
+    let raw = r#"{"id": "dup-1", "class": "deploy", "payload": {"deployment": {"name": "orders", "namespace": "shop"}, "format": "legacy",
+        "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "orders"},
+          "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "i",
+            "securityContext": {"privileged": false, "privileged": true}}]}}}}]}}"#;
+    let err = parse(raw, crate::agent::CAPABILITIES, &managed()).unwrap_err();
+    let Refusal::Failed { message, .. } = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.starts_with("invalid payload: duplicate key \"privileged\""),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_upgrade_names_a_semantic_version() {
+    let digest = format!(
+        "registry.example.com/nexo/manager@sha256:{}",
+        "a".repeat(64)
+    );
+    for (bundle, ok) in [
+        ("0.3.0", true),
+        ("1.0.0-rc.1+b", true),
+        ("v0.3", false),
+        ("latest", false),
+    ] {
+        let cmd = json!({"id": "u", "class": "upgrade", "payload": {"bundleVersion": bundle, "managerImage": digest}});
+        assert_eq!(parse_value(&cmd).is_ok(), ok, "{bundle}");
+    }
+    let cmd = json!({"id": "u", "class": "upgrade", "payload": {"bundleVersion": "0.3.0", "managerImage": digest, "allowDowngrade": "yes"}});
+    assert!(parse_value(&cmd).is_err(), "allowDowngrade is a boolean");
+}
