@@ -22,6 +22,10 @@ pub const ROLE: &str = "nexo.io/role";
 /// The value of [`ROLE`] on the state Secret.
 pub const STATE_ROLE: &str = "manager-state";
 
+/// The Secrets of the shipped bundle (`manifests/`, the chart's defaults):
+/// the connect token and the command keys.
+pub const DEFAULT_SECRETS: [&str; 2] = ["nexo-connect-token", "nexo-command-keys"];
+
 /// The Manager's own objects (protocol.md, "Ownership"): never the target
 /// of a deploy, rollout or uninstall, whatever their labels say. Known by
 /// name in the Manager's namespace (its state Secret, its Deployment, its
@@ -45,6 +49,11 @@ impl OwnObjects {
         own.add("Secret", state_secret);
         own.add("Deployment", self_deployment);
         own.add("Lease", lease);
+        // The names the shipped bundle gives the token and key Secrets:
+        // known even when the Manager does not run from its Deployment.
+        for name in DEFAULT_SECRETS {
+            own.add("Secret", name);
+        }
         own
     }
 
@@ -280,6 +289,15 @@ mod tests {
         assert!(own.refusal("Secret", "shop", "y", Some(&state)).is_some());
         let plain = json!({"metadata": {"labels": {NAME: "proxy", MANAGED_BY: MANAGER}}});
         assert_eq!(own.refusal("Secret", "shop", "z", Some(&plain)), None);
+    }
+
+    #[test]
+    fn the_bundles_secrets_are_known_without_the_deployment() {
+        let bare = OwnObjects::new("nexo-system", "st", "dep", "lease");
+        for name in DEFAULT_SECRETS {
+            assert!(bare.named("Secret", "nexo-system", name), "{name}");
+            assert!(!bare.named("Secret", "shop", name), "{name}");
+        }
     }
 
     #[test]

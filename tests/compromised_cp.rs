@@ -234,6 +234,20 @@ fn the_managers_own_objects_are_never_a_target() {
         ctl["spec"]["image"] == "registry.example.com/nexo/proxy:1.4.2",
         "unchanged",
     );
+
+    // 7. A NexoProxy that names the connect token's Secret (the bundle's
+    //    name for it) as its MongoDB credentials.
+    let mut reader = proxy("reader");
+    reader["spec"]["mongodb"] =
+        json!({"secretRef": {"name": "nexo-connect-token", "key": "connect-token"}});
+    let cmd = deploy(&f, "own-ref", "reader", "crd", vec![reader]);
+    f.sim.enqueue_command(&f.env_id, cmd);
+    let ack = wait_ack(&f, &mut m, "own-ref");
+    m.check(
+        message(&ack).starts_with("refused: the Manager's own object Secret/nexo-connect-token"),
+        &format!("a NexoProxy may not name the Manager's Secrets: {ack}"),
+    );
+    m.check(!exists(&c, &f, "NexoProxy", "reader"), "nothing applied");
     m.stop_expecting_exit_0();
 }
 
@@ -305,7 +319,7 @@ fn the_pod_template_is_judged_by_an_allowlist_on_the_api_server() {
                 d.pointer_mut(c0).unwrap()["env"] = json!([{"name": "T", "valueFrom":
                     {"secretKeyRef": {"name": "nexo-connect-token", "key": "token"}}}])
             })],
-            "Secret nexo-connect-token exists and is not managed by nexo-manager",
+            "Secret nexo-connect-token is the Manager's own",
         ),
         (
             "borrow",

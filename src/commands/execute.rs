@@ -191,10 +191,26 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
 }
 
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
-    // The Manager's own objects first, by name and by the labels sent.
+    // The Manager's own objects first, by name and by the labels sent, and
+    // as what a NexoProxy or NexoPipeline names.
     for m in &d.manifests {
         if let Some(refused) = own_object(ctx, &m.reference, Some(&m.object)) {
             return Ok(refused);
+        }
+        for (kind, name) in crate::policy::custom_resource_references(&m.object) {
+            let named = ObjectRef::new(kind, &d.deployment.namespace, name);
+            if own_object(ctx, &named, None).is_some() {
+                crate::metrics::refused("ownership");
+                let message = format!(
+                    "{}; {} names it",
+                    crate::ownership::own_object_refusal(kind.name(), name),
+                    m.reference
+                );
+                return Ok(Outcome::failed(
+                    message,
+                    vec![m.reference.ack(ResourceAction::Refused)],
+                ));
+            }
         }
     }
     if let Some(refused) = policy_in_cluster(ctx, d) {

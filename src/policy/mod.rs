@@ -103,6 +103,42 @@ impl Reference {
     }
 }
 
+/// The Secrets, ConfigMaps and NexoProxies a NexoProxy (`spec.mongodb.secretRef`,
+/// `spec.configMapRef`) or a NexoPipeline (`spec.references`) names.
+pub fn custom_resource_references(object: &Value) -> Vec<(Kind, &str)> {
+    let spec = &object["spec"];
+    let mut out = Vec::new();
+    match object["kind"].as_str() {
+        Some("NexoProxy") => {
+            if let Some(n) = spec["mongodb"]["secretRef"]["name"].as_str() {
+                out.push((Kind::Secret, n));
+            }
+            if let Some(n) = spec["configMapRef"]["name"].as_str() {
+                out.push((Kind::ConfigMap, n));
+            }
+        }
+        Some("NexoPipeline") => {
+            for r in spec["references"].as_array().into_iter().flatten() {
+                let kind = match r["kind"].as_str() {
+                    Some("Secret") => Kind::Secret,
+                    Some("ConfigMap") => Kind::ConfigMap,
+                    Some("NexoProxy") => Kind::NexoProxy,
+                    _ => continue,
+                };
+                if let Some(n) = r["name"].as_str() {
+                    out.push((kind, n));
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The metadata a manifest may carry (the Manager adds its labels and,
+/// for a NexoProxy's objects, the owner reference).
+const MANIFEST_METADATA: &[&str] = &["name", "namespace", "labels", "annotations"];
+
 /// The stricter of two profiles.
 pub fn stricter(a: PodSecurity, b: PodSecurity) -> PodSecurity {
     if a == PodSecurity::Restricted || b == PodSecurity::Restricted {
@@ -143,6 +179,14 @@ impl Policy {
         for m in &d.manifests {
             let at = m.reference.to_string();
             let o = &m.object;
+            for (key, value) in o["metadata"].as_object().into_iter().flatten() {
+                if !value.is_null() && !MANIFEST_METADATA.contains(&key.as_str()) {
+                    return Err(Violation(format!(
+                        "field not allowed: metadata.{} ({at})",
+                        clip(key)
+                    )));
+                }
+            }
             match m.reference.kind {
                 Kind::NexoProxy => match &o["spec"]["image"] {
                     Value::Null => {}
@@ -212,9 +256,19 @@ impl Policy {
                 "spec.externalIPs: a Service may not claim external IPs",
             ));
         }
+        let external_name = || {
+            if spec["externalName"].is_null() {
+                Ok(())
+            } else {
+                Err(violation(
+                    at,
+                    "spec.externalName: a Service may not point outside the cluster",
+                ))
+            }
+        };
         match spec["type"].as_str() {
-            None | Some("ClusterIP") => Ok(()),
-            Some("NodePort" | "LoadBalancer") if self.external_services => Ok(()),
+            None | Some("ClusterIP") => external_name(),
+            Some("NodePort" | "LoadBalancer") if self.external_services => external_name(),
             Some(t @ ("NodePort" | "LoadBalancer")) => Err(violation(
                 at,
                 format!("spec.type {t} needs NEXO_ALLOW_EXTERNAL_SERVICES=true"),

@@ -741,15 +741,21 @@ fn image(v: &Value, at: &At<'_>, repositories: &[&str]) -> Result<(), Violation>
     }
 }
 
-/// The AppArmor annotations (`container.apparmor.security.beta.kubernetes.io/…`):
-/// `runtime/default` or `localhost/…`.
+/// The security annotations of older Kubernetes releases: AppArmor
+/// (`container.apparmor.security.beta.kubernetes.io/…`) and seccomp
+/// (`seccomp.security.alpha.kubernetes.io/pod`,
+/// `container.seccomp.security.alpha.kubernetes.io/…`): only the runtime's
+/// default or a profile on the node.
 fn apparmor_annotations(at: &At<'_>, annotations: &[(&str, &str)]) -> Result<(), Violation> {
-    const PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+    const PREFIXES: &[&str] = &[
+        "container.apparmor.security.beta.kubernetes.io/",
+        "seccomp.security.alpha.kubernetes.io/",
+        "container.seccomp.security.alpha.kubernetes.io/",
+    ];
     for (key, value) in annotations {
-        if key.starts_with(PREFIX)
-            && *value != "runtime/default"
-            && !value.starts_with("localhost/")
-        {
+        let confined = matches!(*value, "runtime/default" | "docker/default")
+            || value.starts_with("localhost/");
+        if PREFIXES.iter().any(|p| key.starts_with(p)) && !confined {
             return Err(at.violation(format!("{} {} is not allowed", clip(key), clip(value))));
         }
     }

@@ -653,3 +653,44 @@ fn an_upgrade_stays_in_the_managers_repository() {
         "no current image, no configured one: refused"
     );
 }
+
+#[test]
+fn metadata_external_names_and_old_security_annotations() {
+    let p = Policy::default();
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "finalizers": ["x/block"]}});
+    let err = check(&p, vec![cm.clone()]).unwrap_err();
+    assert!(
+        err.starts_with("policy: field not allowed: metadata.finalizers (ConfigMap shop/c)"),
+        "{err}"
+    );
+    cm["metadata"]["finalizers"] = Value::Null;
+    assert_eq!(check(&p, vec![cm]), Ok(()));
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"externalName": "db.example.com", "selector": {"app": "billing"}}});
+    let err = check(&p, vec![legacy_deployment(), svc]).unwrap_err();
+    assert!(err.contains("spec.externalName"), "{err}");
+    let unconfined = changed(|d| {
+        d.pointer_mut("/spec/template/metadata").unwrap()["annotations"] =
+            json!({"seccomp.security.alpha.kubernetes.io/pod": "unconfined"})
+    });
+    let err = check(&p, vec![unconfined]).unwrap_err();
+    assert!(
+        err.contains("seccomp.security.alpha.kubernetes.io/pod unconfined"),
+        "{err}"
+    );
+}
+
+#[test]
+fn custom_resources_name_their_references() {
+    let proxy = json!({"kind": "NexoProxy", "spec": {"mongodb": {"secretRef": {"name": "db"}}, "configMapRef": {"name": "cfg"}}});
+    assert_eq!(
+        custom_resource_references(&proxy),
+        vec![(Kind::Secret, "db"), (Kind::ConfigMap, "cfg")]
+    );
+    let pipeline = json!({"kind": "NexoPipeline", "spec": {"references": [
+        {"kind": "Secret", "name": "nexo-connect-token"}, {"kind": "Other", "name": "x"}, {"kind": "NexoProxy", "name": "p"}]}});
+    assert_eq!(
+        custom_resource_references(&pipeline),
+        vec![(Kind::Secret, "nexo-connect-token"), (Kind::NexoProxy, "p")]
+    );
+}
