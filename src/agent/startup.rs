@@ -49,15 +49,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     );
     let store = load_state(store, &kube, &waiter, &mut backoff)?;
     let secret = format!("{}/{}", instance.namespace, cfg.state_secret);
-    check_binding(store.binding(), &cluster, &secret)?;
-    if let Some(bound) = store.binding()
-        && bound.environment_id != token.environment_id()
-    {
-        return Err(Fatal::EnvironmentSwitch {
-            bound: bound.environment_id.clone(),
-            token: token.environment_id().to_owned(),
-        });
-    }
+    check_binding(store.binding(), &cluster, token.environment_id(), &secret)?;
     let own = own_objects(&cfg, &instance.namespace, &kube);
     log_trust(&cfg, &keys, store.signatures_required());
     backoff.reset();
@@ -279,10 +271,12 @@ fn cluster_identity(
     Ok(cluster)
 }
 
-/// A state bound on another cluster was copied here: refused.
+/// A state bound on another cluster was copied here (exit 3), or the
+/// connect token is another environment's than the binding (exit 2): refused.
 pub(crate) fn check_binding(
     binding: Option<&Binding>,
     cluster: &ClusterRef,
+    token_environment: &str,
     secret: &str,
 ) -> Result<(), Fatal> {
     match binding {
@@ -296,6 +290,12 @@ pub(crate) fn check_binding(
             this: cluster.uid.clone(),
             environment: environment_id.clone(),
         }),
+        Some(Binding { environment_id, .. }) if environment_id != token_environment => {
+            Err(Fatal::EnvironmentSwitch {
+                bound: environment_id.clone(),
+                token: token_environment.to_owned(),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -357,9 +357,26 @@ mod tests {
             uid: "uid-here".into(),
             kubernetes_version: "v1.34.0".into(),
         };
-        assert!(check_binding(None, &here, "ns/s").is_ok());
-        assert!(check_binding(state_bound_to("uid-here").binding.as_ref(), &here, "ns/s").is_ok());
-        let refused = check_binding(state_bound_to("uid-there").binding.as_ref(), &here, "ns/s");
+        assert!(check_binding(None, &here, "env-a", "ns/s").is_ok());
+        let bound_here = state_bound_to("uid-here");
+        assert!(check_binding(bound_here.binding.as_ref(), &here, "env-a", "ns/s").is_ok());
+        // A token of another environment than the binding's: exit 2.
+        match check_binding(bound_here.binding.as_ref(), &here, "env-b", "ns/s") {
+            Err(e @ Fatal::EnvironmentSwitch { .. }) => {
+                assert_eq!(e.exit_code(), 2);
+                assert!(
+                    e.to_string().contains("env-b") && e.to_string().contains("env-a"),
+                    "{e}"
+                );
+            }
+            other => panic!("expected EnvironmentSwitch, got {other:?}"),
+        }
+        let refused = check_binding(
+            state_bound_to("uid-there").binding.as_ref(),
+            &here,
+            "env-a",
+            "ns/s",
+        );
         match refused {
             Err(e @ Fatal::ClusterMismatch { .. }) => {
                 assert_eq!(e.exit_code(), 3);

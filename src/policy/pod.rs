@@ -602,35 +602,20 @@ fn container(
             string(s, &at.field(f).index(i))?;
         }
     }
-    for (i, p) in list(&c["ports"], &at.field("ports"))?.iter().enumerate() {
-        let p_at = at.field("ports").index(i);
-        fields(p, &p_at, PORT)?;
-        int(&p["containerPort"], &p_at.field("containerPort"))?;
-        // hostPort 0 and an empty hostIP are the field left out.
-        if int(&p["hostPort"], &p_at.field("hostPort"))?.is_some_and(|n| n != 0) {
-            return Err(p_at.field("hostPort").violation("hostPort is not allowed"));
-        }
-        if string(&p["hostIP"], &p_at.field("hostIP"))?.is_some_and(|s| !s.is_empty()) {
-            return Err(p_at.field("hostIP").violation("hostIP is not allowed"));
-        }
-    }
+    ports(&c["ports"], &at.field("ports"))?;
     for (i, e) in list(&c["env"], &at.field("env"))?.iter().enumerate() {
         let e_at = at.field("env").index(i);
         fields(e, &e_at, ENV)?;
         let from_at = e_at.field("valueFrom");
-        if fields(&e["valueFrom"], &from_at, ENV_SOURCE)?.is_some() {
-            let from = &e["valueFrom"];
-            for (f, secret) in [("secretKeyRef", true), ("configMapKeyRef", false)] {
-                let r_at = from_at.field(f);
-                if fields(&from[f], &r_at, KEY_REF)?.is_some()
-                    && let Some(n) = string(&from[f]["name"], &r_at.field("name"))?
-                {
-                    found.references.push(match secret {
-                        true => Reference::secret(n, &r_at.field("name").path),
-                        false => Reference::config_map(n, &r_at.field("name").path),
-                    });
-                }
-            }
+        let from = &e["valueFrom"];
+        if fields(from, &from_at, ENV_SOURCE)?.is_some() {
+            references(
+                from,
+                &from_at,
+                ["secretKeyRef", "configMapKeyRef"],
+                KEY_REF,
+                found,
+            )?;
             fields(
                 &from["fieldRef"],
                 &from_at.field("fieldRef"),
@@ -649,17 +634,7 @@ fn container(
     {
         let e_at = at.field("envFrom").index(i);
         fields(e, &e_at, ENV_FROM)?;
-        for (f, secret) in [("secretRef", true), ("configMapRef", false)] {
-            let r_at = e_at.field(f);
-            if fields(&e[f], &r_at, NAME_REF)?.is_some()
-                && let Some(n) = string(&e[f]["name"], &r_at.field("name"))?
-            {
-                found.references.push(match secret {
-                    true => Reference::secret(n, &r_at.field("name").path),
-                    false => Reference::config_map(n, &r_at.field("name").path),
-                });
-            }
-        }
+        references(e, &e_at, ["secretRef", "configMapRef"], NAME_REF, found)?;
     }
     fields(
         &c["resources"],
@@ -693,6 +668,46 @@ fn container(
     container_baseline(&c["securityContext"], &sc_at)?;
     if rules.profile == PodSecurity::Restricted {
         container_restricted(&c["securityContext"], &sc_at, pod_sc)?;
+    }
+    Ok(())
+}
+
+/// A container's ports: no `hostPort` (0 is the field left out), no `hostIP`.
+fn ports(v: &Value, at: &At<'_>) -> Result<(), Violation> {
+    for (i, p) in list(v, at)?.iter().enumerate() {
+        let p_at = at.index(i);
+        fields(p, &p_at, PORT)?;
+        int(&p["containerPort"], &p_at.field("containerPort"))?;
+        if int(&p["hostPort"], &p_at.field("hostPort"))?.is_some_and(|n| n != 0) {
+            return Err(p_at.field("hostPort").violation("hostPort is not allowed"));
+        }
+        if string(&p["hostIP"], &p_at.field("hostIP"))?.is_some_and(|s| !s.is_empty()) {
+            return Err(p_at.field("hostIP").violation("hostIP is not allowed"));
+        }
+    }
+    Ok(())
+}
+
+/// The Secret and the ConfigMap an `env` source or an `envFrom` entry
+/// names (`fields`: their Secret and ConfigMap field names), collected.
+fn references(
+    source: &Value,
+    at: &At<'_>,
+    fields_of: [&str; 2],
+    allowed: &[&str],
+    found: &mut Found,
+) -> Result<(), Violation> {
+    for (f, secret) in [(fields_of[0], true), (fields_of[1], false)] {
+        let r_at = at.field(f);
+        if fields(&source[f], &r_at, allowed)?.is_some()
+            && let Some(n) = string(&source[f]["name"], &r_at.field("name"))?
+        {
+            let path = &r_at.field("name").path;
+            found.references.push(match secret {
+                true => Reference::secret(n, path),
+                false => Reference::config_map(n, path),
+            });
+        }
     }
     Ok(())
 }
