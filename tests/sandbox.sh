@@ -125,7 +125,9 @@ config() { echo "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\":
 
 send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)]}"
 send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)]}"
-send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\"}]}}}}]}"
+# $ns enforces the restricted Pod Security profile, and the Manager holds a
+# legacy pod template to it before anything is applied.
+send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"securityContext\": {\"runAsNonRoot\": true, \"seccompProfile\": {\"type\": \"RuntimeDefault\"}}, \"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\", \"securityContext\": {\"allowPrivilegeEscalation\": false, \"capabilities\": {\"drop\": [\"ALL\"]}}}]}}}}]}"
 send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
 send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
 # The garbage collector notices new CRDs on its next discovery pass (about 30 s).
