@@ -248,6 +248,11 @@ fn the_managers_own_objects_are_never_a_target() {
         &format!("a NexoProxy may not name the Manager's Secrets: {ack}"),
     );
     m.check(!exists(&c, &f, "NexoProxy", "reader"), "nothing applied");
+    let refused = m.metric("nexo_manager_commands_refused_total{reason=\"ownership\"}");
+    m.check(
+        refused == Some(7.0),
+        &format!("each refusal counted once: {refused:?}"),
+    );
     m.stop_expecting_exit_0();
 }
 

@@ -108,7 +108,6 @@ fn own_object(ctx: &Context<'_>, r: &ObjectRef, object: Option<&Value>) -> Optio
     let message = ctx
         .own
         .refusal(r.kind.name(), &r.namespace, &r.name, object)?;
-    crate::metrics::refused("ownership");
     Some(Outcome::failed(
         message,
         vec![r.ack(ResourceAction::Refused)],
@@ -200,7 +199,6 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
         for (kind, name) in crate::policy::custom_resource_references(&m.object) {
             let named = ObjectRef::new(kind, &d.deployment.namespace, name);
             if own_object(ctx, &named, None).is_some() {
-                crate::metrics::refused("ownership");
                 let message = format!(
                     "{}; {} names it",
                     crate::ownership::own_object_refusal(kind.name(), name),
