@@ -259,7 +259,50 @@ pub fn clip(s: &str, max: usize) -> String {
 /// A command's id, checked: without a usable one a command cannot be
 /// acknowledged, and is logged and skipped.
 pub fn command_id(raw: &str) -> Result<String, Refusal> {
-    envelope(raw).map(|(_, id)| id)
+    match envelope(raw) {
+        Ok((_, id)) | Err(Refusal::Failed { id, .. }) => Ok(id),
+        Err(no_id) => Err(no_id),
+    }
+}
+
+/// The `id` of a top-level object that is not a well-formed command, when
+/// it has exactly one and it is a valid id.
+fn lone_id(raw: &str) -> Option<String> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    struct Ids;
+    impl<'de> Visitor<'de> for Ids {
+        type Value = Vec<&'de RawValue>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut ids = Vec::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == "id" {
+                    ids.push(map.next_value::<&'de RawValue>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(ids)
+        }
+    }
+    if raw.len() > MAX_COMMAND_BYTES {
+        return None;
+    }
+    let ids = serde_json::Deserializer::from_str(raw)
+        .deserialize_map(Ids)
+        .ok()?;
+    match ids[..] {
+        [one] => raw_string(Some(one))
+            .ok()
+            .flatten()
+            .filter(|id| crate::cp::wire::valid_command_id(id)),
+        _ => None,
+    }
 }
 
 /// The command's fields as raw slices, and its checked id.
@@ -267,11 +310,20 @@ fn envelope(raw: &str) -> Result<(Envelope<'_>, String), Refusal> {
     // serde's message would quote the offending value: a whole command's
     // text, which may hold Secret data. Only where and what kind of error.
     let env: Envelope = serde_json::from_str(raw).map_err(|e| {
-        Refusal::NoId(format!(
+        let why = format!(
             "not a command object ({:?} error at column {})",
             e.classify(),
             e.column()
-        ))
+        );
+        // An object with one usable id (a field given twice, say) can be
+        // acknowledged: refused, not skipped.
+        match lone_id(raw) {
+            Some(id) => Refusal::Failed {
+                id,
+                message: invalid(why),
+            },
+            None => Refusal::NoId(why),
+        }
     })?;
     let id = match raw_string(env.id) {
         Ok(Some(id)) if crate::cp::wire::valid_command_id(&id) => id,

@@ -275,3 +275,24 @@ fn an_upgrade_names_a_semantic_version() {
     let cmd = json!({"id": "u", "class": "upgrade", "payload": {"bundleVersion": "0.3.0", "managerImage": digest, "allowDowngrade": "yes"}});
     assert!(parse_value(&cmd).is_err(), "allowDowngrade is a boolean");
 }
+
+#[test]
+fn a_field_given_twice_is_refused_with_an_ack() {
+    let raw = r#"{"id": "dup-2", "class": "uninstall", "class": "deploy", "payload": {}}"#;
+    match parse(raw, CAPABILITIES, &managed()) {
+        Err(Refusal::Failed { id, message }) => {
+            assert_eq!(id, "dup-2");
+            assert!(
+                message.starts_with("invalid payload: not a command object"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Two ids: which one would the ack name? Skipped, as without an id.
+    let raw = r#"{"id": "a", "id": "b", "class": "uninstall", "payload": {}}"#;
+    assert!(matches!(
+        parse(raw, CAPABILITIES, &managed()),
+        Err(Refusal::NoId(_))
+    ));
+}

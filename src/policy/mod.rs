@@ -247,15 +247,23 @@ impl Policy {
     }
 
     fn service(&self, at: &str, spec: &Value) -> Result<(), Violation> {
-        if spec["externalIPs"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty())
-        {
+        // Judged by type: anything but an empty list or nothing is a claim.
+        let no_external_ips = match &spec["externalIPs"] {
+            Value::Null => true,
+            Value::Array(a) => a.is_empty(),
+            _ => false,
+        };
+        if !no_external_ips {
             return Err(violation(
                 at,
                 "spec.externalIPs: a Service may not claim external IPs",
             ));
         }
+        let kind = match &spec["type"] {
+            Value::Null => None,
+            Value::String(t) => Some(t.as_str()),
+            _ => return Err(violation(at, "spec.type is not a string")),
+        };
         let external_name = || {
             if spec["externalName"].is_null() {
                 Ok(())
@@ -266,7 +274,7 @@ impl Policy {
                 ))
             }
         };
-        match spec["type"].as_str() {
+        match kind {
             None | Some("ClusterIP") => external_name(),
             Some("NodePort" | "LoadBalancer") if self.external_services => external_name(),
             Some(t @ ("NodePort" | "LoadBalancer")) => Err(violation(

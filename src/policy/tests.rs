@@ -694,3 +694,31 @@ fn custom_resources_name_their_references() {
         vec![(Kind::Secret, "nexo-connect-token"), (Kind::NexoProxy, "p")]
     );
 }
+
+#[test]
+fn a_services_fields_are_judged_by_type() {
+    let p = Policy::default();
+    let service = |spec: Value| {
+        let mut spec = spec;
+        spec["selector"] = json!({"app": "billing"});
+        vec![
+            legacy_deployment(),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": spec}),
+        ]
+    };
+    for (spec, want) in [
+        (json!({"type": 1}), "spec.type is not a string"),
+        (json!({"externalIPs": "203.0.113.7"}), "spec.externalIPs"),
+        (
+            json!({"externalIPs": {"0": "203.0.113.7"}}),
+            "spec.externalIPs",
+        ),
+    ] {
+        let err = check(&p, service(spec.clone())).unwrap_err();
+        assert!(err.contains(want), "{spec}: {err}");
+    }
+    assert_eq!(
+        check(&p, service(json!({"externalIPs": [], "type": null}))),
+        Ok(())
+    );
+}
