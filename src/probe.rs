@@ -1,8 +1,11 @@
 //! `/healthz`, `/readyz` and `/metrics`, answered from every wait's
-//! `poll(2)` on the same thread (see `wait.rs`). Requests are read with a
-//! size limit under one time budget per wake-up ([`SERVE_BUDGET`]), answered
-//! and closed, so slow or silent clients cost the loop at most that budget
-//! per wake-up however many they are.
+//! `poll(2)` on the same thread (see `wait.rs`). Connections are accepted
+//! and read without blocking: each waits, with what it sent so far, in the
+//! same `poll(2)` as everything else until its request head is complete
+//! (then it is answered and closed), it has waited [`PENDING_TIMEOUT`], or
+//! room is needed for a newer one ([`MAX_PENDING`]). A silent or slow client
+//! costs no time at all; the answers of one wake-up share one budget
+//! ([`SERVE_BUDGET`]), however many clients there are.
 //!
 //! Readiness ([`Status::readiness`]) is a pure function of the status the
 //! loop keeps and the clock:
@@ -15,8 +18,10 @@
 //!   ([`Status::check_time`]). So the new pod of a rolling update becomes
 //!   Ready while the old one still leads, and the update can proceed.
 
+use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cp::wire::AckResult;
@@ -25,8 +30,14 @@ use crate::cp::wire::AckResult;
 pub const SERVE_BUDGET: Duration = Duration::from_millis(250);
 /// Largest request head read.
 pub const MAX_REQUEST: usize = 4096;
-/// Connections answered per wake-up, so a flood cannot hold the loop.
-pub const MAX_PER_WAKE: usize = 16;
+/// Connections accepted per wake-up, so a flood cannot hold the loop.
+pub const MAX_PER_WAKE: usize = 64;
+/// Connections waiting for their request head at once; the oldest is
+/// closed to make room for a newer one, so silent clients cannot keep a
+/// kubelet's probe out.
+pub const MAX_PENDING: usize = 128;
+/// How long a connection may take to send its request head.
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(2);
 /// A leader whose heartbeats have been failing for this many intervals is
 /// no longer ready.
 pub const FAILING_GRACE: u32 = 3;
@@ -225,10 +236,19 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The probe listener.
+/// A connection waiting for its request head.
+#[derive(Debug)]
+struct Pending {
+    stream: TcpStream,
+    head: Vec<u8>,
+    since: Instant,
+}
+
+/// The probe listener and the connections waiting for their request head.
 #[derive(Debug)]
 pub struct Probe {
     listener: TcpListener,
+    pending: RefCell<Vec<Pending>>,
 }
 
 impl Probe {
@@ -236,7 +256,10 @@ impl Probe {
     pub fn bind(addr: SocketAddr) -> io::Result<Probe> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
-        Ok(Probe { listener })
+        Ok(Probe {
+            listener,
+            pending: RefCell::new(Vec::new()),
+        })
     }
 
     /// The listener, for the wait's `poll(2)`.
@@ -244,31 +267,99 @@ impl Probe {
         &self.listener
     }
 
+    /// The connections waiting for their request head, for the wait's
+    /// `poll(2)`.
+    pub fn pending_fds(&self) -> Vec<RawFd> {
+        self.pending
+            .borrow()
+            .iter()
+            .map(|p| p.stream.as_raw_fd())
+            .collect()
+    }
+
+    /// How many connections wait for their request head.
+    pub fn pending(&self) -> usize {
+        self.pending.borrow().len()
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
-    /// Answers the connections waiting now: at most [`MAX_PER_WAKE`], all
-    /// of them within [`SERVE_BUDGET`]; the rest wait for the next wake-up.
+    /// Accepts the connections waiting now (at most [`MAX_PER_WAKE`]), reads
+    /// what every pending connection has sent without blocking, answers
+    /// the complete requests within [`SERVE_BUDGET`] together, and closes
+    /// the connections that waited [`PENDING_TIMEOUT`].
     pub fn serve(&self, status: &Status, now: Instant) {
         let deadline = Instant::now() + SERVE_BUDGET;
+        let mut pending = self.pending.borrow_mut();
         for _ in 0..MAX_PER_WAKE {
-            if Instant::now() >= deadline {
-                return;
-            }
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = answer(stream, status, now, deadline) {
-                        log::debug!("probe request: {e}");
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
                     }
+                    if pending.len() >= MAX_PENDING {
+                        // The oldest has had the longest to speak.
+                        pending.remove(0);
+                    }
+                    pending.push(Pending {
+                        stream,
+                        head: Vec::new(),
+                        since: Instant::now(),
+                    });
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     log::debug!("probe accept: {e}");
-                    return;
+                    break;
                 }
             }
+        }
+        pending.retain_mut(|p| match read_head(p) {
+            Head::Waiting => p.since.elapsed() < PENDING_TIMEOUT,
+            Head::Closed => false,
+            Head::Complete => {
+                if let Err(e) = answer(&mut p.stream, &p.head, status, now, deadline) {
+                    log::debug!("probe request: {e}");
+                }
+                false
+            }
+        });
+    }
+}
+
+/// Where a pending connection's request head stands.
+enum Head {
+    /// More may come.
+    Waiting,
+    /// Complete (or as long as allowed, or not a GET/HEAD): answer it.
+    Complete,
+    /// The client went away, or reading failed.
+    Closed,
+}
+
+/// Reads what `p`'s client sent, without blocking.
+fn read_head(p: &mut Pending) -> Head {
+    let mut buf = [0u8; 1024];
+    loop {
+        let room = (MAX_REQUEST - p.head.len()).min(buf.len());
+        match p.stream.read(&mut buf[..room]) {
+            Ok(0) => return Head::Closed,
+            Ok(n) => {
+                p.head.extend_from_slice(&buf[..n]);
+                let h = &p.head;
+                let done = h.len() >= MAX_REQUEST
+                    || h.windows(4).any(|w| w == b"\r\n\r\n")
+                    || (h.contains(&b'\n') && !h.starts_with(b"GET ") && !h.starts_with(b"HEAD "));
+                if done {
+                    return Head::Complete;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Head::Waiting,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Head::Closed,
         }
     }
 }
@@ -286,43 +377,14 @@ pub fn route(path: &str, status: &Status, now: Instant) -> (u16, &'static str, S
     }
 }
 
-/// The time left before `deadline`, at least 1 ms (a zero socket timeout
-/// would mean none).
-fn left(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::ErrorKind::TimedOut.into());
-    }
-    Ok(left.max(Duration::from_millis(1)))
-}
-
 fn answer(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
+    head: &[u8],
     status: &Status,
     now: Instant,
     deadline: Instant,
 ) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    let mut buf = [0u8; MAX_REQUEST];
-    let mut len = 0;
-    // Read until the end of the request head, the size limit, or the
-    // deadline of the whole wake-up (a client dribbling bytes gets no more
-    // time than a silent one).
-    while len < buf.len() && !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-        stream.set_read_timeout(Some(left(deadline)?))?;
-        match stream.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) => return Err(e),
-        }
-        if buf[..len].contains(&b'\n')
-            && !buf[..len].starts_with(b"GET ")
-            && !buf[..len].starts_with(b"HEAD ")
-        {
-            break;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..len]);
+    let head = String::from_utf8_lossy(head);
     let mut parts = head.split(' ');
     let (status, content_type, body) = match (parts.next(), parts.next()) {
         (Some("GET" | "HEAD"), Some(path)) => {
@@ -337,21 +399,22 @@ fn answer(
         _ => "Bad Request",
     };
     let head_only = head.starts_with("HEAD ");
-    // The answer is small; a client that does not read it gets what is left
-    // of the budget, at least 50 ms.
+    // The answer is small; a client that does not read it gets what is
+    // left of the wake-up's budget, at least 50 ms.
+    stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(
-        left(deadline)
-            .unwrap_or_default()
+        deadline
+            .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(50)),
     ))?;
-    write!(
-        stream,
+    let mut reply = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    )?;
+    );
     if !head_only {
-        stream.write_all(body.as_bytes())?;
+        reply.push_str(&body);
     }
+    stream.write_all(reply.as_bytes())?;
     stream.flush()
 }
 

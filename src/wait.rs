@@ -1,5 +1,6 @@
 //! Every wait of the process: one `poll(2)` on the signal self-pipe and,
-//! when enabled, the probe listener. No periodic wake-ups: an idle Manager
+//! when enabled, the probe listener and the probe connections still
+//! sending their request. No periodic wake-ups: an idle Manager
 //! makes one `poll` per heartbeat interval, plus one per probe request.
 //!
 //! The heartbeat wait, the start-up and ack retry pauses, the Kubernetes
@@ -105,21 +106,23 @@ impl Waiter {
                 return Ok(Wake::Stop);
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.signals.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.probe.as_ref().map_or(-1, |p| p.listener().as_raw_fd()),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+            let pollfd = |fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // The signal pipe, the probe listener, and the probe connections
+            // waiting for their request head.
+            let mut fds = vec![
+                pollfd(self.signals.as_raw_fd()),
+                pollfd(self.probe.as_ref().map_or(-1, |p| p.listener().as_raw_fd())),
             ];
+            if let Some(probe) = &self.probe {
+                fds.extend(probe.pending_fds().into_iter().map(pollfd));
+            }
             // Round up so a wait never ends a hair early and spins.
             let ms = remaining.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-            // SAFETY: `fds` is a valid, initialised array of two pollfd that
+            // SAFETY: `fds` is a valid, initialised buffer of pollfd that
             // lives across the call, and its length is passed as nfds. A
             // negative fd (no listener) is ignored by poll(2).
             #[allow(unsafe_code)]
@@ -132,12 +135,11 @@ impl Waiter {
                 }
                 return Err(err);
             }
-            if fds[1].revents != 0
-                && let Some(probe) = &self.probe
-            {
+            let probe_ready = fds[1..].iter().any(|f| f.revents != 0);
+            if probe_ready && let Some(probe) = &self.probe {
                 probe.serve(&self.status.borrow(), Instant::now());
             }
-            if fds[0].revents == 0 && fds[1].revents == 0 {
+            if fds[0].revents == 0 && !probe_ready {
                 return Ok(Wake::Timeout); // poll timed out
             }
             if fds[0].revents == 0 && remaining.is_zero() {

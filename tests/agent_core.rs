@@ -965,3 +965,59 @@ fn a_session_token_that_cannot_be_a_header_is_a_failed_connect_not_an_abort() {
     let connects = requests_to(&reqs, "/connect").len();
     m.check(connects >= 2, &format!("{connects} connects"));
 }
+
+#[test]
+fn sixty_four_silent_probe_clients_delay_neither_heartbeats_nor_healthz() {
+    let f = Fixture::new("core-silent");
+    let mut m = f.spawn_with_probes(&[]);
+    let addr = m.probe_addr();
+    m.wait_until(WAIT, "a first heartbeat", || heartbeat_count(&f) >= 1);
+    // 64 connections that send nothing, held open for the whole test.
+    let silent: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let window_start = SystemTime::now();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    // The kubelet's probe, every 200 ms for 5 s, each within 1 s.
+    while started.elapsed() < Duration::from_secs(5) {
+        let asked = Instant::now();
+        let (status, body) = http_get(addr, "/healthz");
+        slowest = slowest.max(asked.elapsed());
+        m.check(
+            status == 200 && body == "ok\n",
+            &format!("/healthz: {status} {body}"),
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.check(
+        slowest < Duration::from_secs(1),
+        &format!("/healthz answered within 1 s under 64 silent clients: slowest {slowest:?}"),
+    );
+    // The interval is 1 s: no gap between two heartbeats much longer.
+    let times: Vec<SystemTime> = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/heartbeat") && r.at >= window_start)
+        .map(|r| r.at)
+        .collect();
+    let widest = times
+        .windows(2)
+        .filter_map(|w| w[1].duration_since(w[0]).ok())
+        .max()
+        .unwrap_or(Duration::MAX);
+    println!(
+        "slowest /healthz under 64 silent clients: {slowest:?}; {} heartbeats in 5 s, widest gap {widest:?}",
+        times.len()
+    );
+    m.check(
+        times.len() >= 3 && widest < Duration::from_millis(2500),
+        &format!(
+            "heartbeats on time: {} in 5 s, widest gap {widest:?}",
+            times.len()
+        ),
+    );
+    drop(silent);
+    m.stop_expecting_exit_0();
+}
