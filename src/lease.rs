@@ -24,16 +24,64 @@
 //! The decision ([`decide`]) is a pure function of the lease, when it was
 //! seen to change, and the clock.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::clock::BootInstant;
 use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 
-/// The lease duration for a heartbeat interval.
-pub fn duration_for(interval: Duration) -> Duration {
-    (interval * 3).max(Duration::from_secs(5))
+/// The shortest lease a Control Plane's interval can make (protocol.md:
+/// the CP sets the interval, never the fence's tolerance of a stall).
+pub const CP_FLOOR: Duration = Duration::from_secs(30);
+
+/// The lease duration for the heartbeat `interval` in force and the
+/// `configured` one: 3 × the interval, at least 5 s, and never shorter
+/// because the CP shortened the interval than 30 s (or 3 × the configured
+/// interval, when the operator chose that shorter).
+pub fn duration_for(interval: Duration, configured: Duration) -> Duration {
+    (interval * 3)
+        .max((configured * 3).min(CP_FLOOR))
+        .max(Duration::from_secs(5))
+}
+
+/// The leader's fence (agent.md, "leader election"): before every request
+/// that may change the cluster and every ack, the age of the last
+/// successful renewal, measured with `CLOCK_BOOTTIME` (it counts a stopped
+/// process and a suspended machine), must be under the renew deadline, 2/3
+/// of the lease duration, counted from when the renewal was sent, before
+/// any follower could see it. Past it, nothing is written: a process
+/// frozen mid-command and resumed after another took over writes nothing
+/// more. The lease's own requests pass (they are how it renews).
+#[derive(Debug)]
+pub struct LeaseFence {
+    lease_path: String,
+    collection: String,
+    renewed_at: Cell<Option<BootInstant>>,
+    duration: Cell<Duration>,
+}
+
+impl LeaseFence {
+    /// The age of the last successful renewal, if there is one and the
+    /// clock can be read.
+    fn age(&self) -> Option<Duration> {
+        Some(BootInstant::now()?.since(self.renewed_at.get()?))
+    }
+
+    /// Whether this process may still act as the leader.
+    pub fn holds(&self) -> bool {
+        self.age()
+            .is_some_and(|age| age < self.duration.get() * 2 / 3)
+    }
+}
+
+impl kube::client::Fence for LeaseFence {
+    fn may_write(&self, _method: &Method, path: &str) -> bool {
+        path == self.lease_path || path == self.collection || self.holds()
+    }
 }
 
 /// What the Lease says.
@@ -112,8 +160,12 @@ pub struct Elector {
     path: String,
     name: String,
     identity: String,
-    renewed_at: Option<Instant>,
-    duration: Duration,
+    /// When the lease was last renewed, shared with the Kubernetes client.
+    fence: Rc<LeaseFence>,
+    /// Counts the times leadership began anew (a take-over, or a take
+    /// after the renew deadline passed): the state is read again whenever
+    /// it changes.
+    term: u64,
     following: Option<String>,
     /// The lease as the server returned it after this Manager's last write.
     written: Option<Value>,
@@ -125,13 +177,19 @@ impl Elector {
     /// The Lease `name` in `namespace`, for `identity` (the pod uid).
     pub fn new(namespace: &str, name: &str, identity: &str) -> Elector {
         let collection = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
+        let path = format!("{collection}/{name}");
         Elector {
-            path: format!("{collection}/{name}"),
+            fence: Rc::new(LeaseFence {
+                lease_path: path.clone(),
+                collection: collection.clone(),
+                renewed_at: Cell::new(None),
+                duration: Cell::new(Duration::from_secs(5)),
+            }),
+            path,
             collection,
             name: name.to_owned(),
             identity: identity.to_owned(),
-            renewed_at: None,
-            duration: Duration::from_secs(5),
+            term: 0,
             following: None,
             written: None,
             observed: None,
@@ -157,7 +215,7 @@ impl Elector {
                     log::info!("following: the lease {} is held by {holder}", self.name);
                     self.following = Some(holder);
                 }
-                self.renewed_at = None;
+                self.fence.renewed_at.set(None);
                 Ok(false)
             }
             Decision::Lead { takeover } => self.take(client, existing, takeover, duration),
@@ -172,7 +230,7 @@ impl Elector {
         let Some(mut lease) = self.written.take().filter(|_| self.leading()) else {
             return Ok(false);
         };
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         lease["spec"]["renewTime"] =
             json!(humantime::format_rfc3339_micros(SystemTime::now()).to_string());
         lease["spec"]["leaseDurationSeconds"] = json!(duration.as_secs());
@@ -217,7 +275,8 @@ impl Elector {
             .and_then(|l| l["spec"]["acquireTime"].as_str())
             .filter(|_| !takeover);
         lease["spec"]["acquireTime"] = json!(acquired.map(str::to_owned).unwrap_or(stamp));
-        let sent = Instant::now();
+        let continuing = !takeover && self.leading();
+        let sent = BootInstant::now();
         let written = match &existing {
             None => client.create(&self.collection, &lease),
             Some(old) => {
@@ -227,11 +286,13 @@ impl Elector {
         };
         match written {
             Ok(written) => {
-                if takeover || self.following.is_some() || self.renewed_at.is_none() {
+                if !continuing {
+                    self.term += 1;
                     log::info!(
-                        "leading: holding the lease {} as {}",
+                        "leading: holding the lease {} as {} (term {})",
                         self.name,
-                        self.identity
+                        self.identity,
+                        self.term
                     );
                 }
                 self.following = None;
@@ -240,30 +301,41 @@ impl Elector {
             }
             // Another candidate wrote first.
             Err(e) if e.status() == Some(409) => {
-                self.renewed_at = None;
+                self.fence.renewed_at.set(None);
                 Ok(false)
             }
             Err(e) => Err(e),
         }
     }
 
-    fn renewed(&mut self, written: Value, duration: Duration, sent: Instant) {
+    fn renewed(&mut self, written: Value, duration: Duration, sent: Option<BootInstant>) {
         self.written = Some(written).filter(|w| w["metadata"]["resourceVersion"].is_string());
-        self.renewed_at = Some(sent);
-        self.duration = duration;
+        self.fence.renewed_at.set(sent);
+        self.fence.duration.set(duration);
+    }
+
+    /// The fence the Kubernetes client asks before every write.
+    pub fn fence(&self) -> Rc<LeaseFence> {
+        Rc::clone(&self.fence)
+    }
+
+    /// The current term: it changes whenever leadership begins anew.
+    pub fn term(&self) -> u64 {
+        self.term
     }
 
     /// Whether a leader in the middle of a batch should renew before the
     /// next command: a third of the lease has passed since the last renewal.
     pub fn renewal_due(&self) -> bool {
-        self.renewed_at
-            .is_some_and(|t| t.elapsed() >= self.duration / 3)
+        self.fence
+            .age()
+            .is_none_or(|age| age >= self.fence.duration.get() / 3)
     }
 
-    /// Whether the last renewal is recent enough to act on (within the renew deadline).
+    /// Whether the last renewal is recent enough to act on (within the
+    /// renew deadline, by `CLOCK_BOOTTIME`): the fence holds.
     pub fn leading(&self) -> bool {
-        self.renewed_at
-            .is_some_and(|t| t.elapsed() < self.duration * 2 / 3)
+        self.fence.holds()
     }
 
     /// Gives the lease up on a clean stop, so a successor need not wait for
@@ -271,7 +343,7 @@ impl Elector {
     /// server is going away too, the lease simply expires.
     pub fn release(&mut self, client: &Client) {
         self.written = None;
-        if self.renewed_at.take().is_none() {
+        if self.fence.renewed_at.take().is_none() {
             return;
         }
         let Ok(mut lease) = client.request_quick(Method::GET, &self.path, None) else {
@@ -364,11 +436,43 @@ mod tests {
 
     #[test]
     fn durations_follow_the_interval() {
+        let s = Duration::from_secs;
+        assert_eq!(duration_for(s(15), s(15)), s(45));
+        assert_eq!(duration_for(s(1), s(1)), s(5));
         assert_eq!(
-            duration_for(Duration::from_secs(15)),
-            Duration::from_secs(45)
+            duration_for(s(600), s(15)),
+            s(1800),
+            "a longer interval lengthens it"
         );
-        assert_eq!(duration_for(Duration::from_secs(1)), Duration::from_secs(5));
+        // A CP-set interval never shortens the lease below 30 s...
+        assert_eq!(duration_for(s(5), s(15)), s(30));
+        assert_eq!(duration_for(s(5), s(60)), s(30));
+        // ...nor below what the operator's shorter interval gives.
+        assert_eq!(duration_for(s(5), s(2)), s(15));
+        assert_eq!(duration_for(s(5), s(1)), s(15));
+    }
+
+    #[test]
+    fn the_fence_holds_until_the_renew_deadline_and_lets_the_lease_through() {
+        use crate::kube::client::Fence as _;
+        let elector = Elector::new("ns", "nexo-manager", "me");
+        let fence = elector.fence();
+        assert!(!fence.holds(), "never renewed: nothing may be written");
+        assert!(!fence.may_write(&Method::PATCH, "/api/v1/namespaces/ns/configmaps/x"));
+        assert!(
+            fence.may_write(&Method::PUT, &elector.path),
+            "the lease itself"
+        );
+        assert!(fence.may_write(&Method::POST, &elector.collection));
+        fence.duration.set(Duration::from_millis(300));
+        fence.renewed_at.set(BootInstant::now());
+        assert!(fence.holds());
+        assert!(fence.may_write(&Method::DELETE, "/api/v1/namespaces/ns/secrets/s"));
+        // 2/3 of 300 ms later, it no longer holds.
+        std::thread::sleep(Duration::from_millis(210));
+        assert!(!fence.holds());
+        assert!(!elector.leading());
+        assert!(elector.renewal_due());
     }
 
     #[test]

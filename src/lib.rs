@@ -28,6 +28,7 @@
 pub(crate) mod acks;
 pub mod agent;
 pub mod backoff;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cp;

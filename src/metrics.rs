@@ -50,6 +50,7 @@ struct Registry {
     refused: Vec<(&'static str, u64)>,
     skipped_commands: u64,
     state_write_failures: u64,
+    state_writes: u64,
 }
 
 thread_local! {
@@ -116,6 +117,11 @@ pub fn refused(reason: &'static str) {
 /// Counts commands of an answer skipped past the per-answer limit.
 pub fn skipped_commands(n: usize) {
     REGISTRY.with(|r| r.borrow_mut().skipped_commands += n as u64);
+}
+
+/// Counts a state Secret write the API server accepted.
+pub fn state_written() {
+    REGISTRY.with(|r| r.borrow_mut().state_writes += 1);
 }
 
 /// Counts a state write that failed after its retries.
@@ -321,6 +327,13 @@ pub fn render(out: &mut String) {
             "counter",
             "Commands of an answer past the per-answer limit, skipped unacknowledged.",
             &[(String::new(), r.skipped_commands.to_string())],
+        );
+        family(
+            out,
+            "nexo_manager_state_writes_total",
+            "counter",
+            "State Secret writes the API server accepted (one per finished command, or fewer).",
+            &[(String::new(), r.state_writes.to_string())],
         );
         family(
         out,

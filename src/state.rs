@@ -6,6 +6,10 @@
 //! and a 409 re-reads and re-applies the change a bounded number of times.
 //! A Secret deleted under the Manager is created again.
 //!
+//! A finished command costs one write: the delivery flags of the acks sent
+//! since go with the next write (see `agent::state_store`), and a delivered
+//! entry keeps no resources.
+//!
 //! Budget (protocol.md, "State budget"): the document stays under
 //! [`STATE_BUDGET`] bytes whatever the commands were. An entry's message is
 //! cut to [`MESSAGE_MAX`] bytes and its resources to [`RESOURCES_MAX`]
@@ -59,6 +63,10 @@ pub struct Binding {
 pub struct LedgerEntry {
     /// The command id.
     pub command_id: String,
+    /// The command class (`invalid` for a command refused before it was
+    /// parsed); empty in entries written before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub class: String,
     /// Applied or failed.
     pub result: AckResult,
     /// The ack message.
@@ -290,7 +298,9 @@ impl State {
         self.ledger.retain(|_| keep.next().unwrap_or(true));
     }
 
-    /// Marks the acks of these commands delivered.
+    /// Marks the acks of these commands delivered. A delivered entry keeps
+    /// its id, class, result and message, not its resources (protocol.md,
+    /// "State"): sent again, it is acknowledged with that result and message.
     pub fn mark_delivered(&mut self, ids: &[String]) {
         for e in self
             .ledger
@@ -298,6 +308,8 @@ impl State {
             .filter(|e| ids.contains(&e.command_id))
         {
             e.delivered = true;
+            e.resources = Vec::new();
+            e.more_resources.clear();
         }
     }
 
@@ -479,6 +491,7 @@ impl Store {
             }),
         )?;
         self.resource_version = written.and_then(|w| w.metadata.resource_version);
+        crate::metrics::state_written();
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ fn entry(id: usize, delivered: bool) -> LedgerEntry {
         attempts: 1,
         more_resources: BTreeMap::new(),
         keep_until: None,
+        class: String::new(),
     }
 }
 
@@ -191,4 +192,46 @@ fn the_signature_ratchet_is_in_the_document() {
     assert!(text.contains("\"signaturesRequired\":true"), "{text}");
     let back: State = serde_json::from_str(&text).unwrap();
     assert!(back.signatures_required);
+}
+
+#[test]
+fn a_delivered_entry_keeps_id_class_result_and_message_not_resources() {
+    let mut s = State::default();
+    let mut e = entry(1, false);
+    e.class = "deploy".into();
+    e.message = "applied 2 objects".into();
+    e.resources = vec![AckResource {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: "shop".into(),
+        name: "c".into(),
+        action: ResourceAction::Created,
+    }];
+    e.more_resources.insert(ResourceAction::Created, 3);
+    s.record(e);
+    assert_eq!(
+        s.find("cmd-1").unwrap().resources.len(),
+        1,
+        "kept until delivered"
+    );
+    s.mark_delivered(&["cmd-1".into()]);
+    let kept = s.find("cmd-1").unwrap();
+    assert!(kept.delivered);
+    assert_eq!(
+        (kept.class.as_str(), kept.result, kept.message.as_str()),
+        ("deploy", AckResult::Applied, "applied 2 objects")
+    );
+    assert!(kept.resources.is_empty() && kept.more_resources.is_empty());
+    // 256 delivered rollouts of 64 resources each, with messages of a
+    // hundred bytes, fit in 64 KiB (they took 896 KiB with resources).
+    let mut s = State::default();
+    for i in 0..LEDGER_MIN {
+        let mut e = big(i, false);
+        e.class = "rollout".into();
+        e.message = "m".repeat(100);
+        s.record(e);
+        s.mark_delivered(&[format!("cmd-{i}")]);
+    }
+    let size = serde_json::to_vec(&s).unwrap().len();
+    assert!(size < 64 * 1024, "{size} bytes");
 }

@@ -707,8 +707,14 @@ fn the_same_command_id_twice_is_executed_once() {
     assert!(
         bodies
             .iter()
-            .all(|b| b["resources"] == first["resources"] && b["message"] == first["message"]),
+            .all(|b| b["result"] == first["result"] && b["message"] == first["message"]),
         "the same result each time"
+    );
+    // A delivered entry keeps no resources (protocol.md, "State"): the
+    // acks sent again after the first was delivered list none.
+    assert!(
+        bodies[1..].iter().all(|b| b["resources"] == json!([])),
+        "{bodies:?}"
     );
     assert_eq!(
         get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["resourceVersion"],
@@ -897,5 +903,89 @@ fn a_field_owned_by_another_manager_is_not_taken_over() {
     assert!(
         get(&c, &ns_path(&f, "NexoProxy", "orders")).is_none(),
         "nothing applied"
+    );
+}
+
+#[test]
+fn a_finished_command_costs_one_state_write_and_delivered_entries_keep_no_resources() {
+    let (f, mut m) = start("cmd-one-write");
+    let c = f.tb.admin();
+    m.wait_until(Duration::from_secs(30), "a heartbeat", || {
+        f.sim.heartbeat_count() >= 1
+    });
+    let writes = |m: &mut Manager| {
+        m.metric("nexo_manager_state_writes_total")
+            .expect("the state writes metric")
+    };
+    let before = writes(&mut m);
+    // Ten deploys, in two answers of five.
+    for round in 0..2 {
+        for i in 0..5 {
+            let name = format!("w{round}{i}");
+            f.sim.enqueue_command(
+                &f.env_id,
+                command(
+                    &format!("one-{round}-{i}"),
+                    "deploy",
+                    json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd",
+                           "manifests": [proxy(&name), configmap(&format!("{name}-config"))]}),
+                ),
+            );
+        }
+        wait_ack(&f, &mut m, &format!("one-{round}-4"));
+    }
+    // One more heartbeat, so that nothing is in flight.
+    let beats = f.sim.heartbeat_count();
+    m.wait_until(Duration::from_secs(30), "a heartbeat", || {
+        f.sim.heartbeat_count() > beats
+    });
+    let spent = writes(&mut m) - before;
+    m.check(
+        spent <= 10.0,
+        &format!("ten commands cost {spent} state writes"),
+    );
+    // The delivered entries keep their class, result and message, not
+    // their resources; the last one's flag waits for the next write.
+    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .load(&c)
+        .unwrap();
+    let first = state.find("one-0-0").expect("recorded");
+    m.check(
+        first.delivered
+            && first.resources.is_empty()
+            && first.class == "deploy"
+            && first.message.starts_with("applied"),
+        &format!("a delivered entry: {first:?}"),
+    );
+    // Sent again, it is acknowledged again with its result and message.
+    let acked = ack_posts(&f, "one-0-0").len();
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "one-0-0",
+            "deploy",
+            json!({"deployment": {"name": "w00", "namespace": f.ns.name}, "format": "crd",
+                   "manifests": [proxy("w00"), configmap("w00-config")]}),
+        ),
+    );
+    m.wait_until(Duration::from_secs(30), "the ack sent again", || {
+        ack_posts(&f, "one-0-0").len() > acked
+    });
+    let again = ack_posts(&f, "one-0-0")
+        .pop()
+        .and_then(|r| r.json)
+        .unwrap_or_default();
+    m.check(
+        again["result"] == "applied" && again["message"] == json!(first.message),
+        &format!("acknowledged again with its recorded result: {again}"),
+    );
+    m.stop_expecting_exit_0();
+    // The clean stop wrote the flags that waited.
+    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .load(&c)
+        .unwrap();
+    m.check(
+        state.ledger.iter().all(|e| e.delivered),
+        "every ack delivered and recorded so by the clean stop",
     );
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::fixture::Fixture;
 use support::manager::STOP_WAIT;
 use support::{PROBES_ON_ANY_PORT, closed_addr, http_get, metric};
@@ -244,11 +244,293 @@ fn a_new_leader_reads_the_ledger_again_and_executes_no_finished_command() {
     b.wait_until(Duration::from_secs(30), "pod-b's ack", || {
         acks_of().len() >= 2
     });
-    // A second execution would report the NexoProxy `unchanged`: the
-    // recorded `created` is pod-b finding the command in the ledger.
+    // A second execution would list the NexoProxy `unchanged`: pod-b
+    // found the command in the ledger, delivered (pod-a's clean stop wrote
+    // the flag), so its ack has the recorded result and message and no
+    // resources.
     let again = acks_of()[1].clone();
     b.check(
-        again["resources"] == first["resources"],
+        again["result"] == first["result"]
+            && again["message"] == first["message"]
+            && again["resources"] == serde_json::json!([]),
         &format!("pod-b acknowledged the recorded result, not a second execution: {again}"),
     );
+}
+
+/// A TCP relay between a Manager and the API server that holds every chunk
+/// the Manager sends for `delay` (TLS passes through untouched), so that a
+/// command's requests are slow enough to stop the process in the middle of
+/// them. Runs until the test process ends.
+fn slow_relay(server: &str, delay: Duration) -> String {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let upstream = server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n) = c_in.read(&mut buf) {
+                    if n == 0 || {
+                        std::thread::sleep(delay);
+                        s_out.write_all(&buf[..n]).is_err()
+                    } {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(std::net::Shutdown::Both);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+                let _ = c_out.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    format!("https://{addr}")
+}
+
+/// The admin kubeconfig pointed at `server`.
+fn kubeconfig_via(f: &Fixture, server: &str, name: &str) -> std::path::PathBuf {
+    let mut kc: Value = serde_json::from_slice(&std::fs::read(&f.tb.kubeconfig).unwrap()).unwrap();
+    for c in kc["clusters"].as_array_mut().unwrap() {
+        c["cluster"]["server"] = json!(server);
+    }
+    let path = f.dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
+    path
+}
+
+/// The names of this deployment's ConfigMaps in the cluster.
+fn config_maps_of(f: &Fixture, deployment: &str) -> usize {
+    let mut n = 0;
+    f.tb.admin()
+        .list_each(
+            &format!("/api/v1/namespaces/{}/configmaps", f.ns.name),
+            Some(&format!("nexo.io/deployment={deployment}")),
+            500,
+            |_| n += 1,
+        )
+        .unwrap();
+    n
+}
+
+/// A deploy of a NexoProxy and `n` ConfigMaps.
+fn big_deploy(f: &Fixture, id: &str, name: &str, n: usize) -> Value {
+    let mut manifests = vec![
+        json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
+        "spec": {"image": support::fixture::PROXY_IMAGE, "replicas": 1, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}}),
+    ];
+    for i in 0..n {
+        manifests.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{name}-c{i:02}")}, "data": {"i": i.to_string()}}));
+    }
+    json!({"id": id, "class": "deploy", "payload": {"deployment": {"name": name, "namespace": f.ns.name},
+        "format": "crd", "manifests": manifests}})
+}
+
+/// The ack requests for `id`, with the pod that sent each.
+fn acks_for(f: &Fixture, id: &str) -> Vec<(Option<String>, Value)> {
+    let path = format!("/commands/{id}/ack");
+    f.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(&path))
+        .map(|r| (r.instance.clone(), r.json.unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn a_leader_frozen_mid_command_writes_and_acks_nothing_once_another_took_over() {
+    let f = Fixture::new("leader-fence");
+    f.tb.install_crds();
+    let env = |uid: &str| {
+        let mut e = f.env();
+        e.insert("POD_UID".into(), uid.into());
+        e.insert("POD_NAME".into(), uid.into());
+        // A 9 s lease: its renew deadline (6 s) is well past a command's time.
+        e.insert("NEXO_HEARTBEAT_INTERVAL".into(), "3s".into());
+        e.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
+        e
+    };
+    // pod-a talks to the API server through the slow relay.
+    let relay = slow_relay(&f.tb.server, Duration::from_millis(15));
+    let mut env_a = env("pod-a");
+    env_a.insert(
+        "KUBECONFIG".into(),
+        kubeconfig_via(&f, &relay, "slow").display().to_string(),
+    );
+    let mut a = f.spawn(&env_a);
+    a.wait_until(Duration::from_secs(60), "pod-a leading", || {
+        !f.sim.heartbeats().is_empty()
+    });
+    let mut b = f.spawn(&env("pod-b"));
+    let addr_b = b.probe_addr();
+    b.wait_until(Duration::from_secs(60), "pod-b following, ready", || {
+        ready_standby(addr_b)
+    });
+    // A 64-object deploy; pod-a is frozen once some of its objects exist.
+    let deploy = big_deploy(&f, "big-1", "big", 63);
+    f.sim.enqueue_command(&f.env_id, deploy.clone());
+    a.wait_until(Duration::from_secs(60), "pod-a writing the deploy", || {
+        config_maps_of(&f, "big") >= 3
+    });
+    a.signal("STOP");
+    std::thread::sleep(Duration::from_millis(500));
+    let frozen_at = config_maps_of(&f, "big");
+    a.check(
+        frozen_at < 63,
+        &format!("pod-a frozen mid-command ({frozen_at} of 63 ConfigMaps written)"),
+    );
+    // pod-b takes over; the CP sends the unacknowledged command again.
+    b.wait_until(Duration::from_secs(60), "pod-b leading", || {
+        connects_from(&f, "pod-b") >= 1
+    });
+    f.sim.enqueue_command(&f.env_id, deploy);
+    b.wait_until(Duration::from_secs(60), "pod-b's ack of the deploy", || {
+        acks_for(&f, "big-1")
+            .iter()
+            .any(|(from, _)| from.as_deref() == Some("pod-b"))
+    });
+    b.check(config_maps_of(&f, "big") == 63, "pod-b applied all of it");
+    // And uninstalls it; the garbage collector removes the ConfigMaps.
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": "big-gone", "class": "uninstall", "payload": {"deployment": {"name": "big", "namespace": f.ns.name}}}),
+    );
+    b.wait_until(
+        Duration::from_secs(120),
+        "the uninstall done and collected",
+        || !acks_for(&f, "big-gone").is_empty() && config_maps_of(&f, "big") == 0,
+    );
+    // pod-a resumes in the middle of its deploy.
+    a.signal("CONT");
+    std::thread::sleep(Duration::from_secs(8));
+    let back = config_maps_of(&f, "big");
+    let proxy =
+        f.tb.admin()
+            .get_opt::<Value>(&format!(
+                "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/big",
+                f.ns.name
+            ))
+            .unwrap();
+    a.check(
+        back == 0 && proxy.is_none(),
+        &format!("pod-a wrote nothing after it resumed: {back} ConfigMaps, proxy {proxy:?}"),
+    );
+    let acks = acks_for(&f, "big-1");
+    a.check(
+        acks.iter()
+            .all(|(from, _)| from.as_deref() == Some("pod-b"))
+            && acks.iter().all(|(_, ack)| ack["result"] == "applied"),
+        &format!("one outcome, acknowledged by pod-b only: {acks:?}"),
+    );
+    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+        .load(&f.tb.admin())
+        .unwrap();
+    let entry = state.find("big-1").expect("the deploy recorded");
+    a.check(
+        entry.result == nexo_manager::cp::wire::AckResult::Applied
+            && acks
+                .iter()
+                .all(|(_, ack)| ack["message"] == json!(entry.message)),
+        &format!("the ledger entry is pod-b's: {entry:?}"),
+    );
+    a.check(
+        a.stderr().contains("fenced") || a.stderr().contains("lease may have been lost"),
+        "pod-a says why it stopped writing",
+    );
+    b.stop_expecting_exit_0();
+}
+
+#[test]
+fn a_leader_that_regains_the_lease_mid_batch_reads_the_state_again() {
+    let f = Fixture::new("leader-regain");
+    f.tb.install_crds();
+    let relay = slow_relay(&f.tb.server, Duration::from_millis(15));
+    let mut env = f.env();
+    env.insert("POD_UID".into(), "pod-a".into());
+    env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "3s".into());
+    env.insert(
+        "KUBECONFIG".into(),
+        kubeconfig_via(&f, &relay, "slow").display().to_string(),
+    );
+    f.create_proxy(
+        "keep",
+        f.owned_labels("keep"),
+        1,
+        support::fixture::PROXY_IMAGE,
+    );
+    let mut a = f.spawn(&env);
+    a.wait_until(Duration::from_secs(60), "pod-a leading", || {
+        !f.sim.heartbeats().is_empty()
+    });
+    // One answer: a slow deploy, then the uninstall of `keep`.
+    f.sim
+        .enqueue_command(&f.env_id, big_deploy(&f, "slow-1", "slow", 40));
+    f.sim.enqueue_command(
+        &f.env_id,
+        json!({"id": "keep-gone", "class": "uninstall", "payload": {"deployment": {"name": "keep", "namespace": f.ns.name}}}),
+    );
+    a.wait_until(Duration::from_secs(60), "pod-a writing the deploy", || {
+        config_maps_of(&f, "slow") >= 3
+    });
+    a.signal("STOP");
+    // While it is stopped, past its lease, another leader runs the
+    // uninstall: the ledger records it (and `keep` stays, so a second run
+    // would show).
+    let admin = f.tb.admin();
+    let mut store = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id);
+    let current = store.load(&admin).unwrap();
+    store
+        .update(&admin, &current, |s| {
+            s.record(nexo_manager::state::LedgerEntry {
+                command_id: "keep-gone".into(),
+                class: "uninstall".into(),
+                result: nexo_manager::cp::wire::AckResult::Applied,
+                message: "uninstalled by the other leader".into(),
+                completed_at: "2026-12-04T00:00:00Z".into(),
+                delivered: true,
+                ..Default::default()
+            })
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(10));
+    a.signal("CONT");
+    a.wait_until(
+        Duration::from_secs(60),
+        "the uninstall acknowledged",
+        || !acks_for(&f, "keep-gone").is_empty(),
+    );
+    let acks = acks_for(&f, "keep-gone");
+    a.check(
+        acks.iter()
+            .all(|(_, ack)| ack["message"] == "uninstalled by the other leader"),
+        &format!("the recorded result, read again after the lease was regained: {acks:?}"),
+    );
+    a.check(
+        f.tb.admin()
+            .get_opt::<Value>(&format!(
+                "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/keep",
+                f.ns.name
+            ))
+            .unwrap()
+            .is_some(),
+        "not uninstalled a second time",
+    );
+    let reads = a.stderr().matches("state read again").count();
+    a.check(reads >= 2, &format!("the state read at each term: {reads}"));
+    a.check(
+        acks_for(&f, "slow-1").is_empty(),
+        "the interrupted deploy is neither recorded nor acknowledged",
+    );
+    a.stop_expecting_exit_0();
 }

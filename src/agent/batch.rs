@@ -15,7 +15,6 @@ use crate::commands::execute::{self, Outcome};
 use crate::commands::{self, Action, Command, Refusal};
 use crate::cp::AckOutcome;
 use crate::cp::wire::{AckResult, Commands};
-use crate::lease;
 use crate::state::LedgerEntry;
 use crate::wait::{Pause as _, Wake};
 
@@ -57,22 +56,36 @@ impl Agent {
             log::info!("stop requested; leaving the rest of the batch to the next Manager");
             return Go::Stop;
         }
-        if self.elector.renewal_due() {
-            let duration = lease::duration_for(self.pace.interval);
-            match self.elector.try_lead(&self.link.kube, duration) {
-                Ok(true) => {}
-                Ok(false) => {
-                    log::warn!("lost the lease; leaving the rest of the batch");
-                    return Go::Leave;
-                }
-                Err(e) => log::warn!("cannot renew the lease mid-batch: {e}"),
-            }
-        }
-        if !self.elector.leading() {
-            log::warn!("the lease is past its renew deadline; leaving the rest of the batch");
+        if !self.keep_lease() {
+            log::warn!("not leading (or past the renew deadline); leaving the rest of the batch");
             return Go::Leave;
         }
         Go::On
+    }
+
+    /// Renews the lease when a third of it has passed (a long batch, an
+    /// ack retried with backoff); whether this process may act now. When
+    /// leadership began anew (the lease lost while this process was
+    /// stopped, say), the state is read again first.
+    fn keep_lease(&mut self) -> bool {
+        if self.elector.renewal_due() {
+            let duration = self.lease_duration();
+            match self.elector.try_lead(&self.link.kube, duration) {
+                Ok(true) if self.state_current() => {}
+                Ok(true) => {
+                    if let Err(e) = self.read_state_again() {
+                        log::warn!("leading again but cannot read the state: {e}");
+                        return false;
+                    }
+                }
+                Ok(false) => {
+                    log::warn!("lost the lease");
+                    return false;
+                }
+                Err(e) => log::warn!("cannot renew the lease: {e}"),
+            }
+        }
+        self.elector.leading()
     }
 
     /// Whether commands must be signed now (protocol.md, "Fail closed").
@@ -132,7 +145,18 @@ impl Agent {
                 keep_until,
             }) => {
                 log::info!("command {id}: executing");
-                (execute::run(&self.execution(), &command), keep_until)
+                let outcome = execute::run(&self.execution(), &command);
+                if !self.elector.leading() {
+                    // Stopped mid-command past the renew deadline: another
+                    // leader may have run it since. Its writes stopped at
+                    // the fence; its outcome is not this process's to
+                    // record or acknowledge.
+                    log::warn!(
+                        "command {id}: the lease may have been lost while it ran; nothing recorded, no ack (the next leader runs it or acknowledges its result)"
+                    );
+                    return;
+                }
+                (outcome, keep_until)
             }
             Err(Refused {
                 reason,
@@ -247,6 +271,7 @@ impl Agent {
         }
         let entry = LedgerEntry {
             command_id: id.to_owned(),
+            class: class.to_owned(),
             result,
             message: outcome.message,
             resources: outcome.resources,
@@ -270,6 +295,13 @@ impl Agent {
         let mut attempt = entry.attempts;
         for n in 1..=acks::ATTEMPTS {
             attempt = entry.attempts + n;
+            // The fence: no ack from a process that may have lost the lease.
+            if !self.keep_lease() {
+                log::warn!(
+                    "command {id}: the lease is past its renew deadline; no ack sent (the next leader sends it)"
+                );
+                return;
+            }
             let Some(session) = self.session.as_ref() else {
                 break;
             };
@@ -297,7 +329,7 @@ impl Agent {
                 }
             } else if matches!(e.status(), Some(400 | 422)) {
                 log::error!("command {id}: ack refused as malformed ({e}); not resending it");
-                return self.store.mark_delivered(&self.link, &[id]);
+                return self.delivered(id, recorded);
             } else if n < acks::ATTEMPTS {
                 let delay = acks::delay(n, &mut jitter);
                 log::warn!(
@@ -328,7 +360,7 @@ impl Agent {
     /// Marks an ack delivered, when its command is recorded.
     fn delivered(&mut self, id: String, recorded: bool) {
         if recorded {
-            self.store.mark_delivered(&self.link, &[id]);
+            self.store.mark_delivered(&[id]);
         }
     }
 }

@@ -254,7 +254,7 @@ impl Agent {
                 "{} pending acks delivered with the heartbeat",
                 answer.carried.len()
             );
-            self.store.mark_delivered(&self.link, &answer.carried);
+            self.store.mark_delivered(&answer.carried);
         }
         if let Some(secs) = resp.heartbeat_interval_seconds {
             self.set_interval(secs);

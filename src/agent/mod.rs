@@ -120,6 +120,9 @@ pub struct Agent {
     session: Option<Session>,
     pace: Pace,
     elector: Elector,
+    /// The lease term the state was last read in: a new term (leadership
+    /// begun anew, between heartbeats or mid-batch) reads it again first.
+    state_term: u64,
     beats: Beats,
 }
 
@@ -148,6 +151,10 @@ impl Agent {
 
     fn stopped(&mut self) -> Result<(), Fatal> {
         log::info!("stop requested; exiting");
+        if self.elector.leading() && self.state_current() {
+            // The delivery flags that wait, in one write.
+            self.store.flush_delivered(&self.link, true);
+        }
         self.elector.release(&self.link.kube);
         Ok(())
     }
@@ -172,6 +179,7 @@ impl Agent {
             Err(delay) => return Ok(Next::Wait(delay)),
         };
         let next = self.batch(commands);
+        self.store.flush_delivered(&self.link, false);
         self.link.status().pending_acks = self.store.undelivered().count();
         Ok(next)
     }
@@ -183,17 +191,11 @@ impl Agent {
     fn lead(&mut self) -> Lead {
         let renewed = self
             .elector
-            .try_lead(&self.link.kube, lease::duration_for(self.pace.interval));
-        let was_leader = self.link.status.borrow().role == Role::Leader;
+            .try_lead(&self.link.kube, self.lease_duration());
         match renewed {
-            Ok(true) if was_leader => Lead::Acting,
-            Ok(true) => match self.store.reload(&self.link.kube) {
-                Ok(entries) => {
-                    log::info!("leading: state read again ({entries} ledger entries)");
-                    self.ratchet_signatures();
-                    self.link.status().role = Role::Leader;
-                    Lead::Acting
-                }
+            Ok(true) if self.state_current() => Lead::Acting,
+            Ok(true) => match self.read_state_again() {
+                Ok(()) => Lead::Acting,
                 Err(e) => {
                     log::warn!(
                         "cannot read the state secret after taking the lease: {e}; not acting"
@@ -212,6 +214,32 @@ impl Agent {
                 Lead::Standby(delay.min(self.pace.interval))
             }
         }
+    }
+
+    /// The lease duration for the interval in force (never shortened below
+    /// 30 s by the CP's interval).
+    fn lease_duration(&self) -> Duration {
+        lease::duration_for(self.pace.interval, self.me.cfg.heartbeat_interval)
+    }
+
+    /// Whether the state was read in the current lease term.
+    fn state_current(&self) -> bool {
+        self.state_term == self.elector.term() && self.link.status.borrow().role == Role::Leader
+    }
+
+    /// Reads the state again in a new lease term: another leader may have
+    /// finished commands since this process read it, and a finished
+    /// command must not run twice.
+    fn read_state_again(&mut self) -> Result<(), crate::state::StateError> {
+        let entries = self.store.reload(&self.link.kube)?;
+        self.state_term = self.elector.term();
+        log::info!(
+            "leading (term {}): state read again ({entries} ledger entries)",
+            self.state_term
+        );
+        self.ratchet_signatures();
+        self.link.status().role = Role::Leader;
+        Ok(())
     }
 
     /// A standby's readiness check: the lease was just read with this

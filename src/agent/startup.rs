@@ -62,8 +62,12 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         cluster.kubernetes_version,
         namespaces.join(",")
     );
+    // Every request that may change the cluster asks the lease first.
+    let elector = Elector::new(&instance.namespace, &cfg.lease_name, &instance.id);
+    let kube = kube.with_fence(elector.fence());
     Ok(Agent {
-        elector: Elector::new(&instance.namespace, &cfg.lease_name, &instance.id),
+        elector,
+        state_term: 0,
         pace: Pace {
             interval: cfg.heartbeat_interval,
             backoff,

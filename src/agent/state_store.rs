@@ -1,13 +1,22 @@
 //! The owner of the state in memory and of its Secret: callers ask it to
 //! record a result, mark acks delivered, or reload; it writes, retries once,
 //! and keeps the report of a write that failed for the heartbeats.
+//!
+//! One write per finished command (protocol.md, "State"): recording a
+//! result is a write; marking acks delivered is not, the flags go with the
+//! next write, or in one write once they have waited [`FLUSH_AFTER`]. A
+//! crash in between only means an ack sent again, which the CP answers
+//! `already_acknowledged`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Link;
 use crate::kube::Client;
 use crate::state::{self, Binding, LedgerEntry, State, StateError, Store};
 use crate::wait::Wake;
+
+/// How long delivery flags may wait for a write of their own.
+pub const FLUSH_AFTER: Duration = Duration::from_secs(60);
 
 /// The state, in memory and in its Secret.
 #[derive(Debug)]
@@ -16,6 +25,9 @@ pub struct StateStore {
     state: State,
     /// A write that failed, reported in heartbeats until one succeeds.
     error: Option<String>,
+    /// Acks delivered since the last write, and since when the first waits.
+    delivered: Vec<String>,
+    delivered_since: Option<Instant>,
 }
 
 impl StateStore {
@@ -25,7 +37,14 @@ impl StateStore {
             store,
             state,
             error: None,
+            delivered: Vec::new(),
+            delivered_since: None,
         }
+    }
+
+    /// Whether delivery flags wait for a write.
+    pub fn flags_pending(&self) -> bool {
+        !self.delivered.is_empty()
     }
 
     /// The binding recorded, if any.
@@ -81,6 +100,8 @@ impl StateStore {
     /// the number of ledger entries.
     pub(super) fn reload(&mut self, kube: &Client) -> Result<usize, StateError> {
         self.state = self.store.load(kube)?;
+        // Deliveries the CP confirmed stay facts, written or not.
+        self.state.mark_delivered(&self.delivered);
         Ok(self.state.ledger.len())
     }
 
@@ -123,10 +144,28 @@ impl StateStore {
         }
     }
 
-    /// Marks acks delivered.
-    pub(super) fn mark_delivered(&mut self, link: &Link, ids: &[String]) {
+    /// Marks acks delivered, in memory: the flags go with the next write.
+    pub(super) fn mark_delivered(&mut self, ids: &[String]) {
         self.state.mark_delivered(ids);
-        self.persist(link, |s| s.mark_delivered(ids));
+        for id in ids {
+            if !self.delivered.contains(id) {
+                self.delivered.push(id.clone());
+            }
+        }
+        if !self.delivered.is_empty() {
+            self.delivered_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Writes the delivery flags that have waited [`FLUSH_AFTER`] (or any,
+    /// with `now_anyway`, before a clean stop).
+    pub(super) fn flush_delivered(&mut self, link: &Link, now_anyway: bool) {
+        let due = self
+            .delivered_since
+            .is_some_and(|since| now_anyway || since.elapsed() >= FLUSH_AFTER);
+        if due {
+            self.persist(link, |_| {});
+        }
     }
 
     /// Sets the delivery attempts of an undelivered ack.
@@ -150,23 +189,32 @@ impl StateStore {
     /// (the client's own retries included) fails. On success the state in
     /// memory is the one written and a reported failure is cleared.
     fn write(&mut self, link: &Link, change: impl Fn(&mut State)) -> Result<(), StateError> {
-        let mut result = self.store.update(&link.kube, &self.state, &change);
+        // Every write carries the delivery flags that wait.
+        let delivered = std::mem::take(&mut self.delivered);
+        let change = |s: &mut State| {
+            change(s);
+            s.mark_delivered(&delivered);
+        };
+        let mut result = self.store.update(&link.kube, &self.state, change);
         if let Err(e) = &result {
             log::warn!("cannot write the state secret: {e}; trying again in 1s");
             if matches!(link.waiter.wait(Duration::from_secs(1)), Ok(Wake::Stop)) {
                 crate::metrics::state_write_failed();
                 return result.map(|_| ());
             }
-            result = self.store.update(&link.kube, &self.state, &change);
+            result = self.store.update(&link.kube, &self.state, change);
         }
         match result {
             Ok(state) => {
                 self.state = state;
                 self.error = None;
+                self.delivered_since = None;
                 Ok(())
             }
             Err(e) => {
                 crate::metrics::state_write_failed();
+                // Not written: they wait for the next write.
+                self.delivered = delivered;
                 Err(e)
             }
         }

@@ -131,6 +131,17 @@ pub struct Client {
     /// process's waiter, so probes are answered and a stop is seen; a
     /// plain sleep when none is set (tests, tools).
     pause: Option<Rc<dyn Pause>>,
+    /// Asked before every request that may change the cluster: the
+    /// leader's lease, so that a process that may have lost it writes
+    /// nothing (see `lease.rs`). None: every request is sent.
+    fence: Option<Rc<dyn Fence>>,
+}
+
+/// A gate in front of every request that may change the cluster (every
+/// method but GET).
+pub trait Fence {
+    /// Whether `method` `path` may be sent now.
+    fn may_write(&self, method: &Method, path: &str) -> bool;
 }
 
 impl std::fmt::Debug for Client {
@@ -184,6 +195,7 @@ impl Client {
             auth: config.auth,
             scratch: RefCell::new(Vec::new()),
             pause: None,
+            fence: None,
         })
     }
 
@@ -191,6 +203,21 @@ impl Client {
     pub fn with_pause(mut self, pause: Rc<dyn Pause>) -> Client {
         self.pause = Some(pause);
         self
+    }
+
+    /// The same client, asking `fence` before every request that may
+    /// change the cluster.
+    pub fn with_fence(mut self, fence: Rc<dyn Fence>) -> Client {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// `Err(Fenced)` when a request may not be sent now.
+    fn fenced(&self, method: &Method, path: &str) -> Result<(), Error> {
+        match &self.fence {
+            Some(f) if *method != Method::GET && !f.may_write(method, path) => Err(Error::Fenced),
+            _ => Ok(()),
+        }
     }
 
     /// The server's base URL.
@@ -243,6 +270,9 @@ impl Client {
             if let Some(pause) = &self.pause {
                 pause.checkpoint();
             }
+            // Asked right before each attempt: a stop may have come in
+            // the checkpoint or the pause before it.
+            self.fenced(&method, path)?;
             let err = match self.send_with(&self.agent, accept, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
@@ -285,6 +315,7 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Value, Error> {
+        self.fenced(&method, path)?;
         Ok(self
             .send_with::<Value>(&self.quick, JSON, &method, path, body.as_ref())?
             .unwrap_or(Value::Null))

@@ -197,3 +197,43 @@ fn query_encodes_selectors_and_tokens() {
     );
     assert_eq!(Query::new().finish(), "");
 }
+
+/// A fence that holds or not.
+struct Gate(bool);
+
+impl Fence for Gate {
+    fn may_write(&self, _method: &Method, _path: &str) -> bool {
+        self.0
+    }
+}
+
+#[test]
+fn a_fence_that_does_not_hold_stops_every_write_before_it_is_sent() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".to_vec();
+    // Closed: nothing is sent, whatever the method but GET.
+    let client = one_answer(answer.clone()).with_fence(Rc::new(Gate(false)));
+    for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+        let err = client
+            .request_as::<Value>(method.clone(), "/api/v1/namespaces/x/configmaps", None)
+            .unwrap_err();
+        assert!(matches!(err, Error::Fenced), "{method}: {err}");
+        assert!(err.to_string().contains("fenced"), "{err}");
+    }
+    assert!(matches!(
+        client.request_quick(Method::PUT, "/x", None),
+        Err(Error::Fenced)
+    ));
+    // A read still goes out (and gets the one answer).
+    assert!(
+        client
+            .request_as::<Value>(Method::GET, "/api", None)
+            .is_ok()
+    );
+    // Open: the write goes out.
+    let client = one_answer(answer).with_fence(Rc::new(Gate(true)));
+    assert!(
+        client
+            .request_as::<Value>(Method::POST, "/api", None)
+            .is_ok()
+    );
+}

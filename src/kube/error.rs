@@ -50,6 +50,9 @@ pub enum Error {
     Config(String),
     /// A 2xx body over the client's limit (bytes): not read, not retried.
     TooLarge(u64),
+    /// Not sent: the request may change the cluster and the client's fence
+    /// (the leader's lease) may no longer hold.
+    Fenced,
 }
 
 impl Error {
@@ -130,6 +133,9 @@ impl fmt::Display for Error {
             Error::Transport(e) => write!(f, "kubernetes api unreachable: {e}"),
             Error::Decode { what, source } => write!(f, "kubernetes api: bad {what}: {source}"),
             Error::Config(why) => write!(f, "kubernetes client configuration: {why}"),
+            Error::Fenced => f.write_str(
+                "kubernetes api: not sent: this Manager may have lost its lease (fenced), so it writes nothing more",
+            ),
             Error::TooLarge(limit) => write!(
                 f,
                 "kubernetes api: response body over the {} MiB limit",

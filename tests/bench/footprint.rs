@@ -918,6 +918,7 @@ fn measure_soak(plan: &Plan, f: &Fixture) -> SoakFigures {
             attempts: 1,
             more_resources: Default::default(),
             keep_until: None,
+            class: String::new(),
         });
         n += 1;
     }
