@@ -149,7 +149,7 @@ impl OwnObjects {
 }
 
 /// The ack message of a command that names one of the Manager's own objects.
-pub fn own_object_refusal(kind: &str, name: &str) -> String {
+fn own_object_refusal(kind: &str, name: &str) -> String {
     format!(
         "refused: the Manager's own object {kind}/{}",
         crate::logging::escape(name)

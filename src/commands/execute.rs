@@ -197,15 +197,12 @@ fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             return Ok(refused);
         }
         for (kind, name) in crate::policy::custom_resource_references(&m.object) {
-            let named = ObjectRef::new(kind, &d.deployment.namespace, name);
-            if own_object(ctx, &named, None).is_some() {
-                let message = format!(
-                    "{}; {} names it",
-                    crate::ownership::own_object_refusal(kind.name(), name),
-                    m.reference
-                );
+            if let Some(refused) = ctx
+                .own
+                .refusal(kind.name(), &d.deployment.namespace, name, None)
+            {
                 return Ok(Outcome::failed(
-                    message,
+                    format!("{refused}; {} names it", m.reference),
                     vec![m.reference.ack(ResourceAction::Refused)],
                 ));
             }
