@@ -82,10 +82,12 @@ impl<'de> Visitor<'de> for Strict {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if object.contains_key(&key) {
-                // The key only, clipped: never the value (it may be a secret).
+                // The key only, at most 64 characters: never the value (it
+                // may be a secret). No import of `commands`, which uses this.
+                let shown: String = key.chars().take(64).collect();
+                let more = if shown.len() < key.len() { "…" } else { "" };
                 return Err(de::Error::custom(format_args!(
-                    "duplicate key {:?}",
-                    crate::commands::clip(&key, 64)
+                    "duplicate key {shown:?}{more}"
                 )));
             }
             let value = map.next_value_seed(Strict)?;
