@@ -62,6 +62,10 @@ struct Plan {
     soak: Duration,
     soak_cycle: Duration,
     soak_proxies: usize,
+    /// The soak's fill: cycles back to back (no pause) until the ledger
+    /// holds its bound of entries or this much time has passed, so the
+    /// memory measured after it is the steady state's.
+    soak_fill: Duration,
 }
 
 impl Plan {
@@ -91,6 +95,7 @@ impl Plan {
                 soak: Duration::from_secs(60 * 60),
                 soak_cycle: Duration::from_secs(40),
                 soak_proxies: 100,
+                soak_fill: Duration::from_secs(10 * 60),
             }
         } else {
             Plan {
@@ -108,6 +113,7 @@ impl Plan {
                 soak: Duration::from_secs(45),
                 soak_cycle: Duration::from_secs(3),
                 soak_proxies: 10,
+                soak_fill: Duration::ZERO,
             }
         }
     }
@@ -861,14 +867,20 @@ struct SoakFigures {
     hwm_slope: f64,
     state_slope: f64,
     /// Writes of the state Secret the API server accepted during the soak,
-    /// from its audit log.
+    /// from its audit log: its creation (the binding), the updates while
+    /// commands came, and those of the clean stop.
     state_writes: usize,
+    command_writes: usize,
+    stop_writes: usize,
+    /// When the ledger first held its bound of entries, minutes in.
+    ledger_full_at: Option<f64>,
 }
 
-/// The updates of the state Secret in `namespace` that the audit log of
-/// `bed` records from byte `mark` on (its creation is counted apart: a
-/// create's audit event need not name the object at the Metadata level).
-fn state_updates(bed: &Path, namespace: &str, mark: u64) -> usize {
+/// When the API server received each update of the state Secret in
+/// `namespace` that the audit log of `bed` records from byte `mark` on (its
+/// creation is counted apart: a create's audit event need not name the
+/// object at the Metadata level).
+fn state_updates(bed: &Path, namespace: &str, mark: u64) -> Vec<SystemTime> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(bed.join("logs/audit.log")).expect("the audit log");
     f.seek(SeekFrom::Start(mark)).expect("seek the audit log");
@@ -890,7 +902,12 @@ fn state_updates(bed: &Path, namespace: &str, mark: u64) -> usize {
                 && e["verb"] == "update"
                 && r["name"] == "nexo-manager-state"
         })
-        .count()
+        .map(|e| {
+            let at = e["requestReceivedTimestamp"].as_str().unwrap_or("");
+            humantime::parse_rfc3339_weak(at.trim_end_matches('Z'))
+                .unwrap_or_else(|err| panic!("an audit event's time {at:?}: {err}"))
+        })
+        .collect()
 }
 
 fn audit_mark(bed: &Path) -> u64 {
@@ -927,8 +944,10 @@ fn state_bytes(f: &Fixture) -> u64 {
 /// log on (`bed`), from an empty state: every cycle a deploy, a rollout of
 /// every owned NexoProxy and the uninstall of the previous cycle's deploy;
 /// now and then a 503 with Retry-After, failing acks and an expired
-/// session. Memory and the state's size are sampled every cycle; the
-/// state's writes are counted in the API server's audit log.
+/// session. The first cycles run back to back until the ledger is full
+/// (`plan.soak_fill`), the rest one every `plan.soak_cycle`. Memory and the
+/// state's size are sampled every cycle; the state's writes are counted in
+/// the API server's audit log.
 fn measure_soak(plan: &Plan, f: &Fixture, bed: &Path) -> SoakFigures {
     grow(f, 0, plan.soak_proxies);
     let mark = audit_mark(bed);
@@ -940,6 +959,7 @@ fn measure_soak(plan: &Plan, f: &Fixture, bed: &Path) -> SoakFigures {
     let mut samples = Vec::new();
     let mut cycle = 0;
     let mut ids = Vec::new();
+    let mut ledger_full_at = None;
     while started.elapsed() < plan.soak {
         let cycle_start = Instant::now();
         let ns = &f.ns.name;
@@ -999,6 +1019,13 @@ fn measure_soak(plan: &Plan, f: &Fixture, bed: &Path) -> SoakFigures {
             state_bytes: state_bytes(f),
         });
         cycle += 1;
+        let filling = ids.len() < nexo_manager::state::LEDGER_MIN;
+        if !filling && ledger_full_at.is_none() {
+            ledger_full_at = Some(started.elapsed().as_secs_f64() / 60.0);
+        }
+        if filling && started.elapsed() < plan.soak_fill {
+            continue;
+        }
         if let Some(rest) = plan.soak_cycle.checked_sub(cycle_start.elapsed()) {
             std::thread::sleep(rest);
         }
@@ -1019,9 +1046,13 @@ fn measure_soak(plan: &Plan, f: &Fixture, bed: &Path) -> SoakFigures {
             plan.soak_proxies + 1
         ),
     );
+    let stopping = SystemTime::now();
     stop(&mut m);
+    let updates = state_updates(bed, &f.ns.name, mark);
+    let command_writes = updates.iter().filter(|&&at| at < stopping).count();
+    let stop_writes = updates.len() - command_writes;
     // The soak starts from no state Secret: the Manager created it once.
-    let state_writes = state_updates(bed, &f.ns.name, mark) + 1;
+    let state_writes = updates.len() + 1;
     // Flat after the first ten minutes (the short form: its second half).
     let half: Vec<&Sample> = if plan.full {
         samples.iter().filter(|s| s.at_min >= 10.0).collect()
@@ -1040,6 +1071,9 @@ fn measure_soak(plan: &Plan, f: &Fixture, bed: &Path) -> SoakFigures {
         state_slope: per_hour(&|s| s.state_bytes as f64 / 1024.0),
         samples,
         state_writes,
+        command_writes,
+        stop_writes,
+        ledger_full_at,
     }
 }
 
@@ -1288,9 +1322,15 @@ fn main() {
             .max()
             .unwrap_or(0);
         let how = format!(
-            "{} cycles, one every {} s: a deploy, a rollout of all {}+ owned NexoProxies, an uninstall; 503 + Retry-After every 7th, two failed acks every 11th, an expired session every 13th; from an empty state, on a test bed of its own (audit log on); slope: least squares {}",
+            "{} cycles, one every {} s once the ledger is full ({}): a deploy, a rollout of all {}+ owned NexoProxies, an uninstall; 503 + Retry-After every 7th, two failed acks every 11th, an expired session every 13th; from an empty state, on a test bed of its own (audit log on); slope: least squares {}",
             soak.cycles,
             plan.soak_cycle.as_secs(),
+            match soak.ledger_full_at {
+                Some(at) if plan.full =>
+                    format!("the first cycles back to back, full at minute {at:.1}"),
+                Some(at) => format!("full at minute {at:.1}"),
+                None => "never full in this run".to_owned(),
+            },
             plan.soak_proxies,
             if plan.full {
                 "after the first 10 minutes"
@@ -1344,15 +1384,17 @@ fn main() {
         rows.push(row(
             "soak: state writes per command",
             format!(
-                "{:.2} ({} writes, {} commands)",
-                soak.state_writes as f64 / soak.commands.max(1) as f64,
-                soak.state_writes,
-                soak.commands
+                "{:.2} ({} writes for {} commands; besides, {} at the binding and {} at the clean stop)",
+                soak.command_writes as f64 / soak.commands.max(1) as f64,
+                soak.command_writes,
+                soak.commands,
+                soak.state_writes - soak.command_writes - soak.stop_writes,
+                soak.stop_writes,
             ),
             "—".into(),
             "".into(),
             "≤ 1",
-            "updates of the state Secret (from the API server's audit log) and its creation",
+            "updates of the state Secret from the API server's audit log while commands came; its creation (the binding) and the clean stop's flush of delivery flags counted apart",
         ));
         assert!(
             max_state as usize <= nexo_manager::state::STATE_BUDGET,
