@@ -9,27 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::image::ImageRef;
+use crate::logging::LogFormat;
+use crate::names::{is_dns_label, is_dns_subdomain};
 use crate::policy::{PodSecurity, Policy};
 use crate::secret::Secret;
-use crate::token::{ConnectToken, TokenError};
-
-/// Where the connect token comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TokenSource {
-    /// A file (a mounted Secret), re-read after a 401 so rotation needs no restart.
-    File(PathBuf),
-    /// The value of `NEXO_CONNECT_TOKEN`.
-    Value(Secret),
-}
-
-/// The log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object a line.
-    Json,
-}
+use crate::token::{ConnectToken, TokenError, TokenSource};
 
 /// The validated configuration of one Manager process.
 #[derive(Debug, Clone)]
@@ -334,7 +318,7 @@ impl Config {
                         "NEXO_COMMAND_SIGNATURES",
                         format!(
                             "{:?} is neither required nor off (or unset)",
-                            crate::commands::clip(v, 32)
+                            crate::text::clip(v, 32)
                         ),
                     ));
                 }
@@ -457,21 +441,6 @@ pub fn host_port(url: &str) -> (String, u16) {
         Some((h, p)) => (h.to_ascii_lowercase(), p.parse().unwrap_or(default_port)),
         None => (authority.to_ascii_lowercase(), default_port),
     }
-}
-
-/// RFC 1123 label: a namespace name.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain: most object names.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ impl ImageRef {
     /// Parses and validates a reference.
     pub fn parse(s: &str) -> Result<ImageRef, ImageError> {
         let invalid = |problem| ImageError {
-            input: crate::commands::clip(s, 200),
+            input: crate::text::clip(s, 200),
             problem,
         };
         let (name, digest) = match s.split_once('@') {

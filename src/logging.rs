@@ -2,16 +2,24 @@
 //!
 //! Values from the CP and the cluster reach log messages (ids, names,
 //! Kubernetes messages); a line is always one line: control characters in
-//! a text message are escaped ([`escape`]), and JSON escapes them anyway.
+//! a text message are escaped ([`escape`](crate::text::escape)), and JSON escapes them anyway.
 //! While a command runs ([`CommandScope`]), JSON lines carry its
 //! `commandId` and `deploymentName` as fields. Timestamps have milliseconds.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io::Write;
 use std::time::SystemTime;
 
-use crate::config::LogFormat;
+use crate::text::escape;
+
+/// The log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
 
 thread_local! {
     /// The command being handled (the process has one thread).
@@ -34,25 +42,6 @@ impl Drop for CommandScope {
     fn drop(&mut self) {
         COMMAND.with(|c| *c.borrow_mut() = None);
     }
-}
-
-/// `s` with every control character (and the Unicode line and paragraph
-/// separators) escaped as Rust does (`\n`, `\u{1b}`), so that a value
-/// cannot start a new line or move the cursor. Borrowed when clean.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
-    if !s.chars().any(unsafe_char) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if unsafe_char(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// One log line, without its newline.
@@ -101,11 +90,6 @@ mod tests {
 
     #[test]
     fn a_value_cannot_forge_a_line() {
-        assert!(matches!(escape("orders-1"), Cow::Borrowed(_)));
-        assert_eq!(
-            escape("a\nINFO b\r\u{1b}[2J\u{2028}"),
-            "a\\nINFO b\\r\\u{1b}[2J\\u{2028}"
-        );
         let text = line(
             LogFormat::Text,
             "t",

@@ -110,7 +110,7 @@ fn run() -> Result<(), Fatal> {
         Err(e) => {
             // The logger's format is part of the configuration: install the
             // default one to report this error.
-            nexo_manager::logging::init(nexo_manager::config::LogFormat::Text);
+            nexo_manager::logging::init(nexo_manager::logging::LogFormat::Text);
             return Err(Fatal::Config(e));
         }
     };

@@ -152,7 +152,7 @@ impl OwnObjects {
 fn own_object_refusal(kind: &str, name: &str) -> String {
     format!(
         "refused: the Manager's own object {kind}/{}",
-        crate::logging::escape(name)
+        crate::text::escape(name)
     )
 }
 

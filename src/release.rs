@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
+use crate::cp::wire::ReleaseContract;
 use crate::inventory::{self, ProxyListing};
 use crate::kube::{self, Client};
 
@@ -23,28 +23,6 @@ pub const REFRESH: Duration = Duration::from_secs(300);
 
 /// The CRD group.
 pub const GROUP: &str = "nexo.io";
-
-/// `releaseContract` in the heartbeat.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReleaseContract {
-    /// `NEXO_BUNDLE_VERSION`; absent when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bundle_version: Option<String>,
-    /// The kinds served in group `nexo.io`, sorted; absent when unreadable.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub crd_kinds: Option<Vec<String>>,
-    /// The installed NexoPipeline schema's `spec.references[].kind` enum,
-    /// sorted; absent when unreadable.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pipeline_reference_kinds: Option<Vec<String>>,
-    /// `sha256:<64 hex>` of the canonical JSON of the CRDs' versions;
-    /// absent when unreadable.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub schema_fingerprint: Option<String>,
-    /// The parts that could not be read, and why.
-    pub errors: Vec<String>,
-}
 
 /// One reading of the installed CRDs.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,8 +4,16 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::config::TokenSource;
 use crate::secret::Secret;
+
+/// Where the connect token comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenSource {
+    /// A file (a mounted Secret), re-read after a 401 so rotation needs no restart.
+    File(PathBuf),
+    /// The value of `NEXO_CONNECT_TOKEN`.
+    Value(Secret),
+}
 
 /// A connect token whose format was checked.
 #[derive(Debug, Clone, PartialEq)]

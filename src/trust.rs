@@ -335,7 +335,7 @@ impl Untrusted {
 
 impl fmt::Display for Untrusted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let clip = |s: &str| crate::commands::clip(s, 64);
+        let clip = |s: &str| crate::text::clip(s, 64);
         match self {
             Untrusted::Unsigned => f.write_str("unsigned command: command keys are configured"),
             Untrusted::UnknownKey(id) => write!(f, "unknown keyId {:?}", clip(id)),
@@ -518,7 +518,7 @@ fn check_not_after(not_after: Option<&str>, now: SystemTime) -> Result<SystemTim
     let at = humantime::parse_rfc3339_weak(text).map_err(|_| {
         Untrusted::Expired(format!(
             "notAfter {:?} is not RFC 3339",
-            crate::commands::clip(text, 40)
+            crate::text::clip(text, 40)
         ))
     })?;
     if at + NOT_AFTER_GRACE < now {

@@ -15,33 +15,8 @@ use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::kube::pause::{CHECKPOINT_EVERY, Pause, Wake};
 use crate::probe::{Probe, Status};
-
-/// Why a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// The timeout passed.
-    Timeout,
-    /// SIGTERM or SIGINT arrived: stop gracefully.
-    Stop,
-}
-
-/// Work that has not waited for this long answers the probes waiting at its
-/// next [`Pause::checkpoint`].
-pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
-
-/// A pause that serves probes and ends early on a stop signal: what the
-/// Kubernetes client sleeps in between two attempts of a call.
-pub trait Pause {
-    /// Waits up to `timeout`; [`Wake::Stop`] when a stop was requested.
-    fn pause(&self, timeout: Duration) -> Wake;
-
-    /// Called between two steps of longer work (before every Kubernetes
-    /// request): answers waiting probe requests when the last wait was
-    /// [`CHECKPOINT_EVERY`] ago or more, and costs no system call otherwise.
-    /// A stop signal seen here is kept for the next wait.
-    fn checkpoint(&self);
-}
 
 /// The signal self-pipe, the optional probe listener and the status it
 /// answers from. Single-threaded: shared with `Rc`, methods take `&self`.

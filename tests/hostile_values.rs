@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use nexo_manager::agent::{Retry, retry_decision};
 use nexo_manager::backoff::{Backoff, parse_retry_after, retry_after_delay};
 use nexo_manager::commands::{self, Refusal};
+use nexo_manager::cp::Retry;
 use nexo_manager::cp::client::{CpError, HeartbeatAnswer};
 use nexo_manager::cp::wire::ConnectResponse;
 use nexo_manager::lease::{Record, decide};
@@ -387,7 +387,7 @@ fn generated_retry_after_and_statuses_keep_every_wait_within_bounds() {
             message: Some(g.string()),
             retry_after: parsed,
         };
-        if let Retry::After(d) = retry_decision(&err, &mut backoff) {
+        if let Retry::After(d) = err.retry(&mut backoff) {
             assert!(
                 d <= Duration::from_secs(600),
                 "status {status}, Retry-After {v:?}: waits {d:?}"

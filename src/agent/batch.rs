@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::value::RawValue;
 
-use super::session::Connected;
+use super::session::InSession;
 use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
 use crate::backoff::Jitter;
@@ -15,8 +15,8 @@ use crate::commands::execute::{self, Outcome};
 use crate::commands::{self, Action, Command, Refusal};
 use crate::cp::AckOutcome;
 use crate::cp::wire::{AckResult, Commands};
+use crate::kube::pause::{Pause as _, Wake};
 use crate::state::LedgerEntry;
-use crate::wait::{Pause as _, Wake};
 
 /// Whether the batch goes on to its next command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,10 +291,9 @@ impl Agent {
     fn deliver(&mut self, entry: LedgerEntry, recorded: bool) {
         let id = entry.command_id.clone();
         let mut jitter = Jitter::from_entropy();
-        let mut reconnected = false;
         let mut attempt = entry.attempts;
         for n in 1..=acks::ATTEMPTS {
-            attempt = entry.attempts + n;
+            attempt += 1;
             // The fence: no ack from a process that may have lost the lease.
             if !self.keep_lease() {
                 log::warn!(
@@ -302,12 +301,24 @@ impl Agent {
                 );
                 return;
             }
-            let Some(session) = self.session.as_ref() else {
-                break;
+            let mut sent = 0;
+            let answered = self.in_session(&format!("the ack of {id}"), |cp, session| {
+                // A resend after a new session is an attempt of its own.
+                let ack = acks::ack(&entry, &session.manager_id, attempt + sent);
+                sent += 1;
+                cp.ack(&session.token, &ack)
+            });
+            self.link.status().ack_attempts += u64::from(sent);
+            attempt += sent.saturating_sub(1);
+            let result = match answered {
+                Ok(InSession::Answered(result)) => result,
+                Ok(InSession::NotConnected(_)) => break,
+                Err(fatal) => {
+                    log::warn!("command {id}: cannot connect again ({fatal}); the ack waits");
+                    break;
+                }
             };
-            let ack = acks::ack(&entry, &session.manager_id, attempt);
-            self.link.status().ack_attempts += 1;
-            let e = match self.link.cp.ack(&session.token, &ack) {
+            let e = match result {
                 Ok(AckOutcome::Forgotten) => {
                     log::warn!(
                         "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
@@ -320,14 +331,7 @@ impl Agent {
                 }
                 Err(e) => e,
             };
-            if e.status() == Some(401) && !reconnected {
-                reconnected = true;
-                log::info!("command {id}: session expired while acknowledging; connecting again");
-                self.session = None;
-                if !matches!(self.connect(), Ok(Connected::Ready)) {
-                    break;
-                }
-            } else if matches!(e.status(), Some(400 | 422)) {
+            if e.malformed() {
                 log::error!("command {id}: ack refused as malformed ({e}); not resending it");
                 return self.delivered(id, recorded);
             } else if n < acks::ATTEMPTS {

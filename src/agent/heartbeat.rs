@@ -2,22 +2,21 @@
 //!
 //! [`body`] builds the request from plain values (the inventory, the
 //! session's manager id, the undelivered acks); [`Topology`] decides when
-//! the nodes are listed again; [`retry_decision`] what a failure means.
+//! the nodes are listed again; [`CpError::retry`] what a failure means.
 //! The I/O ([`Agent::heartbeat`], [`Agent::accepted`]) reads the inventory,
 //! sends, reconnects once on a 401, and takes the answer apart.
 
 use std::time::{Duration, Instant};
 
-use super::session::Connected;
+use super::session::InSession;
 use super::{Agent, CAPABILITIES, Pace, round_ms};
 use crate::acks;
-use crate::backoff::{Backoff, retry_after_delay};
 use crate::config::Config;
-use crate::cp::CpError;
 use crate::cp::client::HeartbeatAnswer;
 use crate::cp::wire::{
     self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest,
 };
+use crate::cp::{CpError, Retry};
 use crate::fatal::Fatal;
 use crate::inventory::{self, Inventory};
 use crate::self_rollout::{self, SelfDeployment};
@@ -37,24 +36,6 @@ pub const TOPOLOGY_REFRESH: Duration = Duration::from_secs(300);
 /// Clamps the CP's interval override to [`INTERVAL_MIN`]..=[`INTERVAL_MAX`].
 pub fn clamp_interval(seconds: u64) -> Duration {
     Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
-}
-
-/// What to do after a failed CP call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// Wait this long (a `Retry-After`, or the backoff).
-    After(Duration),
-    /// Not worth retrying the same body: wait the normal interval.
-    NextInterval,
-}
-
-/// The retry decision for a failed heartbeat (or connect), from plain values.
-pub fn retry_decision(err: &CpError, backoff: &mut Backoff) -> Retry {
-    match err.status() {
-        Some(400 | 422) => Retry::NextInterval,
-        Some(429 | 503) => Retry::After(retry_after_delay(err.retry_after(), backoff)),
-        _ => Retry::After(backoff.next_delay()),
-    }
 }
 
 /// Region and zone from the last node listing, and when it was made.
@@ -198,19 +179,14 @@ impl Agent {
             );
             return Ok(Sent::RetryIn(Duration::ZERO));
         }
-        let mut result = self.send(&body);
-        if matches!(&result, Err(e) if e.status() == Some(401)) {
-            log::info!(
-                "session expired; connecting again and resending heartbeat {}",
-                body.sequence
-            );
-            self.session = None;
-            if let Connected::RetryIn(delay) = self.connect()? {
-                return Ok(Sent::RetryIn(delay));
-            }
-            self.manager_id().clone_into(&mut body.manager_id);
-            result = self.send(&body);
-        }
+        let what = format!("heartbeat {}", body.sequence);
+        let result = match self.in_session(&what, |cp, session| {
+            session.manager_id.clone_into(&mut body.manager_id);
+            cp.heartbeat(&session.token, &body)
+        })? {
+            InSession::Answered(result) => result,
+            InSession::NotConnected(delay) => return Ok(Sent::RetryIn(delay)),
+        };
         Ok(match result {
             Ok(bytes) => Sent::Answered(Answer {
                 bytes,
@@ -224,13 +200,6 @@ impl Agent {
             }),
             Err(e) => Sent::RetryIn(self.heartbeat_failed(&e)),
         })
-    }
-
-    fn send(&self, body: &HeartbeatRequest) -> Result<HeartbeatAnswer, CpError> {
-        match &self.session {
-            Some(session) => self.link.cp.heartbeat(&session.token, body),
-            None => Err(CpError::BadRequest),
-        }
     }
 
     /// Takes an answer apart: the carried acks are delivered, the interval
@@ -275,13 +244,12 @@ impl Agent {
     /// A failed heartbeat: counted, logged; the wait before the next one.
     fn heartbeat_failed(&mut self, e: &CpError) -> Duration {
         self.link.status().heartbeat(false, Instant::now());
-        match e.status() {
-            Some(400 | 422) => {
-                log::error!("heartbeat refused as malformed ({e}); not resending it")
-            }
-            _ => log::warn!("heartbeat failed: {e}"),
+        if e.malformed() {
+            log::error!("heartbeat refused as malformed ({e}); not resending it")
+        } else {
+            log::warn!("heartbeat failed: {e}")
         }
-        match retry_decision(e, &mut self.pace.backoff) {
+        match e.retry(&mut self.pace.backoff) {
             Retry::After(d) => {
                 let next = humantime::format_duration(round_ms(d));
                 log::info!("next heartbeat in {next}");
@@ -397,7 +365,7 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backoff::Jitter;
+    use crate::backoff::Backoff;
 
     #[test]
     fn nodes_are_listed_first_then_every_five_minutes() {
@@ -466,44 +434,5 @@ mod tests {
         assert_eq!(b.inventory_errors, ["list nodes: forbidden"]);
         assert_eq!(b.manager.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(b.proxy_image, "r.example/nexo/proxy:1.0.0");
-    }
-
-    #[test]
-    fn retry_decisions() {
-        let status = |status, retry_after| CpError::Status {
-            status,
-            code: None,
-            message: None,
-            retry_after,
-        };
-        let mut b = Backoff::new(
-            Duration::from_secs(1),
-            Duration::from_secs(300),
-            Jitter::seeded(3),
-        );
-        assert_eq!(
-            retry_decision(&status(429, Some(Duration::from_secs(3))), &mut b),
-            Retry::After(Duration::from_secs(3))
-        );
-        assert_eq!(
-            retry_decision(&status(503, Some(Duration::from_secs(9))), &mut b),
-            Retry::After(Duration::from_secs(9))
-        );
-        assert_eq!(
-            retry_decision(&status(400, None), &mut b),
-            Retry::NextInterval
-        );
-        assert_eq!(
-            b.failures(),
-            2,
-            "429 and 503 advance the backoff, even with a Retry-After; 400 does not"
-        );
-        assert!(
-            matches!(retry_decision(&status(500, None), &mut b), Retry::After(d) if d <= Duration::from_secs(4))
-        );
-        assert!(
-            matches!(retry_decision(&status(429, None), &mut b), Retry::After(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(8))
-        );
-        assert_eq!(b.failures(), 4);
     }
 }

@@ -29,14 +29,14 @@ use crate::config::Config;
 use crate::cp::CpClient;
 use crate::cp::wire::{ClusterRef, InstanceInfo};
 use crate::kube::Client;
+use crate::kube::pause::Wake;
 use crate::lease::{self, Elector};
 use crate::probe::{Role, Status};
 use crate::token::ConnectToken;
-use crate::wait::{Waiter, Wake};
+use crate::wait::Waiter;
 
 pub use crate::fatal::Fatal;
 use heartbeat::Beats;
-pub use heartbeat::{Retry, retry_decision};
 use session::Session;
 pub use state_store::StateStore;
 

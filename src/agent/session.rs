@@ -9,14 +9,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{Agent, CAPABILITIES, heartbeat, round_ms};
+use super::{Agent, CAPABILITIES, round_ms};
 use crate::backoff::Backoff;
-use crate::config::TokenSource;
-use crate::cp::CpError;
 use crate::cp::wire::{self, ConnectRequest, ConnectResponse, ManagerInfo};
+use crate::cp::{CpClient, CpError, Retry};
 use crate::fatal::Fatal;
 use crate::secret::Secret;
 use crate::state::Binding;
+use crate::token::TokenSource;
 
 /// A session is renewed this long before the CP says it expires.
 pub const SESSION_MARGIN: Duration = Duration::from_secs(30);
@@ -151,13 +151,23 @@ fn refused(e: CpError, expected: Expected<'_>, backoff: &mut Backoff, interval: 
             cause: RetryCause::TokenRefused(e),
         },
         _ => Step::RetryIn {
-            delay: match heartbeat::retry_decision(&e, backoff) {
-                heartbeat::Retry::After(d) => d,
-                heartbeat::Retry::NextInterval => interval,
+            delay: match e.retry(backoff) {
+                Retry::After(d) => d,
+                Retry::NextInterval => interval,
             },
             cause: RetryCause::Failed(e),
         },
     }
+}
+
+/// A CP call made in the session ([`Agent::in_session`]).
+#[derive(Debug)]
+pub(super) enum InSession<T> {
+    /// The call's result.
+    Answered(Result<T, CpError>),
+    /// No session: none was open, or it expired and connecting again did
+    /// not open one yet. Wait this long.
+    NotConnected(Duration),
 }
 
 /// How a connect ended, when not fatally.
@@ -170,6 +180,33 @@ pub(super) enum Connected {
 }
 
 impl Agent {
+    /// Makes `call` in the open session; when the CP says the session
+    /// expired (401), connects again and makes it once more. The one place
+    /// a session is renewed on a 401.
+    pub(super) fn in_session<T>(
+        &mut self,
+        what: &str,
+        mut call: impl FnMut(&CpClient, &Session) -> Result<T, CpError>,
+    ) -> Result<InSession<T>, Fatal> {
+        let mut reconnected = false;
+        loop {
+            let Some(session) = &self.session else {
+                return Ok(InSession::NotConnected(Duration::ZERO));
+            };
+            match call(&self.link.cp, session) {
+                Err(e) if e.session_expired() && !reconnected => {
+                    reconnected = true;
+                    log::info!("session expired; connecting again and resending {what}");
+                    self.session = None;
+                    if let Connected::RetryIn(delay) = self.connect()? {
+                        return Ok(InSession::NotConnected(delay));
+                    }
+                }
+                result => return Ok(InSession::Answered(result)),
+            }
+        }
+    }
+
     /// Connects, records the binding when it changed, and opens a session.
     pub(super) fn connect(&mut self) -> Result<Connected, Fatal> {
         let body = ConnectRequest {

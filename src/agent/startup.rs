@@ -17,11 +17,12 @@ use crate::config::Config;
 use crate::cp::CpClient;
 use crate::cp::wire::{ClusterRef, InstanceInfo};
 use crate::fatal::Fatal;
+use crate::kube::pause::{Pause, Wake};
 use crate::kube::{self, Client, KubeConfig};
 use crate::lease::Elector;
 use crate::probe::{Probe, Role, Status};
 use crate::state::{Binding, StateError, Store};
-use crate::wait::{Pause, Waiter, Wake};
+use crate::wait::Waiter;
 
 /// Builds the agent, or says why it cannot run.
 pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {

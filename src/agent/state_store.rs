@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::Link;
 use crate::kube::Client;
+use crate::kube::pause::Wake;
 use crate::state::{self, Binding, LedgerEntry, State, StateError, Store};
-use crate::wait::Wake;
 
 /// How long delivery flags may wait for a write of their own.
 pub const FLUSH_AFTER: Duration = Duration::from_secs(60);

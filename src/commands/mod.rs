@@ -19,6 +19,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::text::clip;
+
 use crate::image::ImageRef;
 
 /// Most manifests in one deploy.
@@ -246,14 +248,6 @@ pub(crate) fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, Strin
 
 fn invalid(why: impl std::fmt::Display) -> String {
     format!("invalid payload: {why}")
-}
-
-/// Cuts `s` to at most `max` characters for a message.
-pub fn clip(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
 }
 
 /// A command's id, checked: without a usable one a command cannot be

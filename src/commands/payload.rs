@@ -8,10 +8,11 @@ use serde_json::Value;
 
 use super::{
     Deploy, Format, Kind, MAX_MANIFEST_BYTES, MAX_MANIFESTS, Manifest, ObjectRef, Rollout, Target,
-    Upgrade, clip,
+    Upgrade,
 };
-use crate::config::{is_dns_label, is_dns_subdomain};
 use crate::image::{ImageRef, valid_digest, valid_tag};
+use crate::names::{is_dns_label, is_dns_subdomain};
+use crate::text::clip;
 
 fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
     match v {

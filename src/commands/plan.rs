@@ -39,7 +39,7 @@ pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
     {
         return Some(format!(
             "belongs to deployment {}",
-            crate::logging::escape(label)
+            crate::text::escape(label)
         ));
     }
     let controller = meta["ownerReferences"]
@@ -55,8 +55,8 @@ pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
     (!ours).then(|| {
         format!(
             "is controlled by {} {}",
-            crate::logging::escape(controller["kind"].as_str().unwrap_or("?")),
-            crate::logging::escape(controller["name"].as_str().unwrap_or("?"))
+            crate::text::escape(controller["kind"].as_str().unwrap_or("?")),
+            crate::text::escape(controller["name"].as_str().unwrap_or("?"))
         )
     })
 }
@@ -394,7 +394,7 @@ pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<Stri
     let Ok(running) = crate::semver::Version::parse(running_text) else {
         return Ok(Some(format!(
             "the running bundle version {:?} is not SemVer, so it could not be compared",
-            crate::commands::clip(running_text, 64)
+            crate::text::clip(running_text, 64)
         )));
     };
     if u.bundle < running && !u.allow_downgrade {

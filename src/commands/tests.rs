@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::agent::CAPABILITIES;
+use crate::text::clip;
 use serde_json::json;
 
 const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -167,12 +168,6 @@ fn the_other_classes_validate() {
         panic!()
     };
     assert!(d.adopt_legacy && d.format == Format::Legacy);
-}
-
-#[test]
-fn clipping_is_char_safe() {
-    assert_eq!(clip("héllo", 2), "hé…");
-    assert_eq!(clip("ab", 5), "ab");
 }
 
 #[test]

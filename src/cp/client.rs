@@ -19,6 +19,7 @@ use ureq::unversioned::transport::{ConnectionDetails, Connector, DefaultConnecto
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
 };
+use crate::backoff::{Backoff, retry_after_delay};
 use crate::secret::Secret;
 
 /// Largest response body accepted from the CP.
@@ -83,6 +84,49 @@ impl CpError {
             _ => None,
         }
     }
+
+    /// 401 on a session call: the session expired; connect again.
+    pub fn session_expired(&self) -> bool {
+        self.status() == Some(401)
+    }
+
+    /// 400 or 422: the CP refused the body as malformed; the same body is
+    /// not worth sending again.
+    pub fn malformed(&self) -> bool {
+        matches!(self.status(), Some(400 | 422))
+    }
+
+    /// 409 `already_acknowledged`: an ack the CP has.
+    pub fn already_acknowledged(&self) -> bool {
+        self.status() == Some(409) && self.code() == Some("already_acknowledged")
+    }
+
+    /// 404: the CP does not know the thing named.
+    pub fn not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    /// What to do after this failure: a malformed body waits for the next
+    /// interval; a 429 or 503 waits its `Retry-After` (within the protocol's
+    /// bounds, advancing `backoff`); anything else waits the backoff.
+    pub fn retry(&self, backoff: &mut Backoff) -> Retry {
+        if self.malformed() {
+            Retry::NextInterval
+        } else if matches!(self.status(), Some(429 | 503)) {
+            Retry::After(retry_after_delay(self.retry_after(), backoff))
+        } else {
+            Retry::After(backoff.next_delay())
+        }
+    }
+}
+
+/// What to do after a failed CP call ([`CpError::retry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Wait this long (a `Retry-After`, or the backoff).
+    After(Duration),
+    /// Not worth retrying the same body: wait the normal interval.
+    NextInterval,
 }
 
 impl fmt::Display for CpError {
@@ -303,10 +347,8 @@ impl CpClient {
         let path = format!("/api/v2/manager/commands/{}/ack", ack.command_id);
         match self.post(&path, session, ack) {
             Ok(_) => Ok(AckOutcome::Delivered),
-            Err(e) if e.status() == Some(409) && e.code() == Some("already_acknowledged") => {
-                Ok(AckOutcome::AlreadyAcknowledged)
-            }
-            Err(e) if e.status() == Some(404) => Ok(AckOutcome::Forgotten),
+            Err(e) if e.already_acknowledged() => Ok(AckOutcome::AlreadyAcknowledged),
+            Err(e) if e.not_found() => Ok(AckOutcome::Forgotten),
             Err(e) => Err(e),
         }
     }
@@ -387,4 +429,46 @@ impl HeartbeatAnswer {
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CpError> {
     serde_json::from_slice(bytes).map_err(CpError::Decode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::Jitter;
+
+    #[test]
+    fn retry_decisions() {
+        let status = |status, retry_after| CpError::Status {
+            status,
+            code: None,
+            message: None,
+            retry_after,
+        };
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+            Jitter::seeded(3),
+        );
+        assert_eq!(
+            status(429, Some(Duration::from_secs(3))).retry(&mut b),
+            Retry::After(Duration::from_secs(3))
+        );
+        assert_eq!(
+            status(503, Some(Duration::from_secs(9))).retry(&mut b),
+            Retry::After(Duration::from_secs(9))
+        );
+        assert_eq!(status(400, None).retry(&mut b), Retry::NextInterval);
+        assert_eq!(
+            b.failures(),
+            2,
+            "429 and 503 advance the backoff, even with a Retry-After; 400 does not"
+        );
+        assert!(
+            matches!(status(500, None).retry(&mut b), Retry::After(d) if d <= Duration::from_secs(4))
+        );
+        assert!(
+            matches!(status(429, None).retry(&mut b), Retry::After(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(8))
+        );
+        assert_eq!(b.failures(), 4);
+    }
 }

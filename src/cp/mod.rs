@@ -4,4 +4,4 @@ pub mod client;
 pub mod proxy;
 pub mod wire;
 
-pub use client::{AckOutcome, CpClient, CpError};
+pub use client::{AckOutcome, CpClient, CpError, Retry};

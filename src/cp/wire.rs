@@ -154,10 +154,33 @@ pub struct HeartbeatRequest {
     pub inventory_errors: Vec<String>,
     /// The release-contract inventory (`release-contract.v1`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub release_contract: Option<crate::release::ReleaseContract>,
+    pub release_contract: Option<ReleaseContract>,
     /// Where command trust stands (protocol.md, "Fail closed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trust: Option<TrustReport>,
+}
+
+/// `releaseContract` in the heartbeat (`release-contract.v1`); `release.rs`
+/// reads it from the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseContract {
+    /// `NEXO_BUNDLE_VERSION`; absent when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle_version: Option<String>,
+    /// The kinds served in group `nexo.io`, sorted; absent when unreadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crd_kinds: Option<Vec<String>>,
+    /// The installed NexoPipeline schema's `spec.references[].kind` enum,
+    /// sorted; absent when unreadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_reference_kinds: Option<Vec<String>>,
+    /// `sha256:<64 hex>` of the canonical JSON of the CRDs' versions;
+    /// absent when unreadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_fingerprint: Option<String>,
+    /// The parts that could not be read, and why.
+    pub errors: Vec<String>,
 }
 
 /// The heartbeat's `trust`: whether signatures are required, and the key

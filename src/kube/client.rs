@@ -19,8 +19,8 @@ use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 use super::config::{Auth, KubeConfig};
 use super::error::{Error, Status};
+use super::pause::{Pause, Wake};
 use crate::backoff::{Backoff, Jitter};
-use crate::wait::{Pause, Wake};
 
 /// Largest response body read from the API server (one object, or one page
 /// of a list): the same as the Control Plane's, so that with the heartbeat

@@ -3,6 +3,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod pause;
 pub mod verbs;
 
 pub use client::Client;

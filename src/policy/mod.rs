@@ -319,7 +319,7 @@ impl Policy {
 }
 
 fn clip(s: &str) -> String {
-    crate::logging::escape(&crate::commands::clip(s, 120)).into_owned()
+    crate::text::escape(&crate::text::clip(s, 120)).into_owned()
 }
 
 fn image_allowed(at: &str, image: &Value, repositories: &[&str]) -> Result<(), Violation> {
