@@ -30,12 +30,13 @@ use serde::Deserialize;
 use crate::cp::wire::DeploymentEntry;
 use crate::kube::{self, Client, Table};
 use crate::ownership::{self, Ownership};
+use crate::resource;
 
 /// Items per page of every list.
 pub const PAGE: u32 = 500;
 
 /// The NexoProxy version the inventory lists.
-pub const PROXY_VERSION: &str = "v1alpha1";
+pub const PROXY_VERSION: &str = resource::NEXO_PROXIES.version;
 
 /// How the owned NexoProxies are listed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -497,7 +498,7 @@ pub fn collect(
     let mut inv = Inventory::default();
     let mut shared = Interner::default();
     for ns in namespaces {
-        let proxies = format!("/apis/nexo.io/{PROXY_VERSION}/namespaces/{ns}/nexoproxies");
+        let proxies = resource::NEXO_PROXIES.collection(Some(ns));
         let by_table = match listing {
             ProxyListing::Table => proxies_by_table(client, &proxies, &selector, ns, &mut shared),
             ProxyListing::Objects => Ok(None),
@@ -520,7 +521,7 @@ pub fn collect(
             inv.errors
                 .push(describe(&format!("list nexoproxies in {ns}"), &e));
         }
-        let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+        let deployments = resource::DEPLOYMENTS.collection(Some(ns));
         let result =
             client.list_each_as(&deployments, Some(&selector), PAGE, |d: DeploymentItem| {
                 if d.metadata.ownership(environment_id) == Ownership::Owned {
@@ -538,7 +539,7 @@ pub fn collect(
     if want_topology {
         let mut topo = Topology::default();
         let visit = |node: NodeItem| topo.add_node(&node);
-        match client.list_each_as("/api/v1/nodes", None, PAGE, visit) {
+        match client.list_each_as(&resource::NODES.collection(None), None, PAGE, visit) {
             Ok(()) => {
                 inv.region = topo.region.get();
                 inv.zone = topo.zone.get();

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use crate::clock::BootInstant;
 use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
+use crate::resource;
 
 /// The shortest lease a Control Plane's interval can make (protocol.md:
 /// the CP sets the interval, never the fence's tolerance of a stall).
@@ -176,8 +177,8 @@ pub struct Elector {
 impl Elector {
     /// The Lease `name` in `namespace`, for `identity` (the pod uid).
     pub fn new(namespace: &str, name: &str, identity: &str) -> Elector {
-        let collection = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
-        let path = format!("{collection}/{name}");
+        let collection = resource::LEASES.collection(Some(namespace));
+        let path = resource::LEASES.object(Some(namespace), name);
         Elector {
             fence: Rc::new(LeaseFence {
                 lease_path: path.clone(),

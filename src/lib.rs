@@ -45,6 +45,7 @@ pub mod policy;
 pub(crate) mod probe;
 pub mod release;
 pub(crate) mod resolve;
+pub mod resource;
 pub(crate) mod secret;
 pub(crate) mod self_rollout;
 pub mod semver;

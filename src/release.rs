@@ -17,12 +17,13 @@ use serde_json::Value;
 use crate::cp::wire::ReleaseContract;
 use crate::inventory::{self, ProxyListing};
 use crate::kube::{self, Client};
+use crate::resource;
 
 /// How long a reading is reused.
 pub const REFRESH: Duration = Duration::from_secs(300);
 
 /// The CRD group.
-pub const GROUP: &str = "nexo.io";
+pub const GROUP: &str = resource::NEXO_GROUP;
 
 /// One reading of the installed CRDs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -137,8 +138,7 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> Reading {
     contract.crd_kinds = Some(kinds.iter().map(|(k, _)| k.clone()).collect());
     let mut crds = Vec::with_capacity(kinds.len());
     for (kind, plural) in &kinds {
-        let path =
-            format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{GROUP}");
+        let path = resource::CRDS.object(None, &format!("{plural}.{GROUP}"));
         match client.get::<Value>(&path) {
             Ok(crd) => crds.push((kind.clone(), crd)),
             Err(e) => contract
@@ -171,14 +171,15 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> Reading {
 
 /// The (kind, plural) pairs served in `nexo.io`, over its versions.
 fn discover(client: &Client) -> Result<Vec<(String, String)>, kube::Error> {
-    let group: Option<Value> = client.get_opt(&format!("/apis/{GROUP}"))?;
+    let group: Option<Value> = client.get_opt(&resource::group_version_path(GROUP, None))?;
     let Some(group) = group else {
         return Ok(Vec::new());
     };
     let mut lists = Vec::new();
     for v in group["versions"].as_array().into_iter().flatten() {
-        if let Some(gv) = v["groupVersion"].as_str() {
-            lists.push(client.get::<Value>(&format!("/apis/{gv}"))?);
+        if let Some(version) = v["version"].as_str() {
+            let path = resource::group_version_path(GROUP, Some(version));
+            lists.push(client.get::<Value>(&path)?);
         }
     }
     Ok(served_kinds(&lists))

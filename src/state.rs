@@ -25,6 +25,7 @@ use crate::cp::wire::{AckResource, AckResult, ResourceAction};
 use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 use crate::ownership;
+use crate::resource;
 
 /// The key of the state document in the Secret's `data`.
 pub const KEY: &str = "state.json";
@@ -373,7 +374,7 @@ struct WrittenMeta {
 impl Store {
     /// The Secret `name` in `namespace`, of environment `environment_id`.
     pub fn new(namespace: &str, name: &str, environment_id: &str) -> Store {
-        let collection = format!("/api/v1/namespaces/{namespace}/secrets");
+        let collection = resource::SECRETS.collection(Some(namespace));
         Store {
             path: format!("{collection}/{name}"),
             collection,

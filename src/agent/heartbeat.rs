@@ -19,6 +19,7 @@ use crate::cp::wire::{
 use crate::cp::{CpError, Retry};
 use crate::fatal::Fatal;
 use crate::inventory::{self, Inventory};
+use crate::resource;
 use crate::self_rollout::{self, SelfDeployment};
 use crate::state::LedgerEntry;
 
@@ -339,7 +340,7 @@ impl Agent {
             return None;
         }
         let (ns, name) = (&self.me.instance.namespace, &self.me.cfg.self_deployment);
-        let path = format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}");
+        let path = resource::DEPLOYMENTS.object(Some(ns), name);
         match self.link.kube.get_opt::<SelfDeployment>(&path) {
             Ok(Some(d)) => watch.observe(&d, &format!("{ns}/{name}"), now, self.pace.interval),
             Ok(None) => {

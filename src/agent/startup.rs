@@ -21,6 +21,7 @@ use crate::kube::pause::{Pause, Wake};
 use crate::kube::{self, Client, KubeConfig};
 use crate::lease::Elector;
 use crate::probe::{Probe, Role, Status};
+use crate::resource;
 use crate::state::{Binding, StateError, Store};
 use crate::wait::Waiter;
 
@@ -137,10 +138,7 @@ fn own_objects(cfg: &Config, namespace: &str, kube: &Client) -> crate::ownership
         &cfg.self_deployment,
         &cfg.lease_name,
     );
-    let path = format!(
-        "/apis/apps/v1/namespaces/{namespace}/deployments/{}",
-        cfg.self_deployment
-    );
+    let path = resource::DEPLOYMENTS.object(Some(namespace), &cfg.self_deployment);
     match kube.get_opt::<serde_json::Value>(&path) {
         Ok(Some(d)) => own.add_pod_template(&d),
         Ok(None) => log::info!(
@@ -263,7 +261,7 @@ fn cluster_identity(
     backoff: &mut Backoff,
 ) -> Result<ClusterRef, Fatal> {
     let cluster = retry_kube(waiter, backoff, "read the cluster identity", || {
-        let ns: Namespace = kube.get("/api/v1/namespaces/kube-system")?;
+        let ns: Namespace = kube.get(&resource::NAMESPACES.object(None, "kube-system"))?;
         let version: Info = kube.get("/version")?;
         Ok(ClusterRef {
             uid: ns.metadata.uid.unwrap_or_default(),

@@ -131,7 +131,7 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
     {
         return None;
     }
-    let ns_path = format!("/api/v1/namespaces/{}", d.deployment.namespace);
+    let ns_path = crate::resource::NAMESPACES.object(None, &d.deployment.namespace);
     let enforce = match ctx.kube.get::<Value>(&ns_path) {
         Ok(ns) => ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
             .as_str()

@@ -8,12 +8,13 @@
 //! does not validate (`invalid payload: …`).
 
 pub mod execute;
-pub mod object;
+pub mod format;
 pub mod outcome;
 mod payload;
 pub mod plan;
 
-pub use object::{Format, Kind, ObjectRef};
+pub use crate::resource::{Kind, ObjectRef};
+pub use format::Format;
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,0 +1,295 @@
+//! One resource vocabulary: every Kubernetes resource the Manager reads or
+//! writes ([`Resource`]: group, version, plural, namespaced), which builds
+//! the URL paths of its collections and objects, as kube-core's
+//! `Resource::url_path` does; the kinds a command may write ([`Kind`]) and
+//! a reference to one object ([`ObjectRef`]) with its line in an ack. No
+//! API path is assembled anywhere else.
+
+use std::fmt;
+
+use crate::cp::wire::{AckResource, ResourceAction};
+
+/// A Kubernetes resource: where its API serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// The API group; empty for the core group.
+    pub group: &'static str,
+    /// The version.
+    pub version: &'static str,
+    /// The resource name in URL paths.
+    pub plural: &'static str,
+    /// Whether its objects live in a namespace.
+    pub namespaced: bool,
+}
+
+/// The URL path of an API group (`version` `None`: its discovery document)
+/// or of one of its versions; the core group is `/api/v1`.
+pub fn group_version_path(group: &str, version: Option<&str>) -> String {
+    match (group, version) {
+        ("", Some(v)) => format!("/api/{v}"),
+        ("", None) => "/api".to_owned(),
+        (g, Some(v)) => format!("/apis/{g}/{v}"),
+        (g, None) => format!("/apis/{g}"),
+    }
+}
+
+impl Resource {
+    /// The collection's URL path: in `namespace` for a namespaced resource
+    /// (`None`: across every namespace); a cluster-scoped one ignores it.
+    pub fn collection(&self, namespace: Option<&str>) -> String {
+        let root = group_version_path(self.group, Some(self.version));
+        match namespace.filter(|_| self.namespaced) {
+            Some(ns) => format!("{root}/namespaces/{ns}/{}", self.plural),
+            None => format!("{root}/{}", self.plural),
+        }
+    }
+
+    /// The URL path of the object `name` (in `namespace`, when namespaced).
+    pub fn object(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}/{name}", self.collection(namespace))
+    }
+}
+
+const fn core(plural: &'static str, namespaced: bool) -> Resource {
+    Resource {
+        group: "",
+        version: "v1",
+        plural,
+        namespaced,
+    }
+}
+
+/// `v1` ConfigMaps.
+pub const CONFIG_MAPS: Resource = core("configmaps", true);
+/// `v1` Secrets.
+pub const SECRETS: Resource = core("secrets", true);
+/// `v1` Services.
+pub const SERVICES: Resource = core("services", true);
+/// `v1` Namespaces.
+pub const NAMESPACES: Resource = core("namespaces", false);
+/// `v1` Nodes.
+pub const NODES: Resource = core("nodes", false);
+/// `apps/v1` Deployments.
+pub const DEPLOYMENTS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "deployments",
+    namespaced: true,
+};
+/// `coordination.k8s.io/v1` Leases.
+pub const LEASES: Resource = Resource {
+    group: "coordination.k8s.io",
+    version: "v1",
+    plural: "leases",
+    namespaced: true,
+};
+/// `apiextensions.k8s.io/v1` CustomResourceDefinitions.
+pub const CRDS: Resource = Resource {
+    group: "apiextensions.k8s.io",
+    version: "v1",
+    plural: "customresourcedefinitions",
+    namespaced: false,
+};
+/// The Nexo group.
+pub const NEXO_GROUP: &str = "nexo.io";
+/// `nexo.io/v1alpha1` NexoProxies.
+pub const NEXO_PROXIES: Resource = Resource {
+    group: NEXO_GROUP,
+    version: "v1alpha1",
+    plural: "nexoproxies",
+    namespaced: true,
+};
+/// `nexo.io/v1alpha1` NexoPipelines.
+pub const NEXO_PIPELINES: Resource = Resource {
+    group: NEXO_GROUP,
+    version: "v1alpha1",
+    plural: "nexopipelines",
+    namespaced: true,
+};
+
+/// The kinds a command may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `nexo.io/v1alpha1` NexoProxy.
+    NexoProxy,
+    /// `nexo.io/v1alpha1` NexoPipeline.
+    NexoPipeline,
+    /// `v1` ConfigMap.
+    ConfigMap,
+    /// `v1` Secret.
+    Secret,
+    /// `v1` Service.
+    Service,
+    /// `apps/v1` Deployment.
+    Deployment,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 6] = [
+        Kind::NexoProxy,
+        Kind::NexoPipeline,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::Service,
+        Kind::Deployment,
+    ];
+
+    /// Its `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::NexoProxy | Kind::NexoPipeline => "nexo.io/v1alpha1",
+            Kind::ConfigMap | Kind::Secret | Kind::Service => "v1",
+            Kind::Deployment => "apps/v1",
+        }
+    }
+
+    /// Its `kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::NexoProxy => "NexoProxy",
+            Kind::NexoPipeline => "NexoPipeline",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+            Kind::Service => "Service",
+            Kind::Deployment => "Deployment",
+        }
+    }
+
+    /// The resource serving it.
+    pub fn resource(self) -> Resource {
+        match self {
+            Kind::NexoProxy => NEXO_PROXIES,
+            Kind::NexoPipeline => NEXO_PIPELINES,
+            Kind::ConfigMap => CONFIG_MAPS,
+            Kind::Secret => SECRETS,
+            Kind::Service => SERVICES,
+            Kind::Deployment => DEPLOYMENTS,
+        }
+    }
+
+    /// Its resource name in URL paths.
+    pub fn plural(self) -> &'static str {
+        self.resource().plural
+    }
+
+    /// The kind of (`apiVersion`, `kind`), if a command may write it.
+    pub fn of(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.api_version() == api_version && k.name() == kind)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One object: its kind and place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// A reference from parts.
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The collection URL path of its kind in its namespace.
+    pub fn collection(&self) -> String {
+        self.kind.resource().collection(Some(&self.namespace))
+    }
+
+    /// The object's URL path.
+    pub fn path(&self) -> String {
+        self.kind
+            .resource()
+            .object(Some(&self.namespace), &self.name)
+    }
+
+    /// Its line in an ack.
+    pub fn ack(&self, action: ResourceAction) -> AckResource {
+        AckResource {
+            api_version: self.kind.api_version().into(),
+            kind: self.kind.name().into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            action,
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_of_every_kind() {
+        let paths: Vec<String> = Kind::ALL
+            .into_iter()
+            .map(|k| ObjectRef::new(k, "shop", "orders").path())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/apis/nexo.io/v1alpha1/namespaces/shop/nexoproxies/orders",
+                "/apis/nexo.io/v1alpha1/namespaces/shop/nexopipelines/orders",
+                "/api/v1/namespaces/shop/configmaps/orders",
+                "/api/v1/namespaces/shop/secrets/orders",
+                "/api/v1/namespaces/shop/services/orders",
+                "/apis/apps/v1/namespaces/shop/deployments/orders",
+            ]
+        );
+    }
+
+    #[test]
+    fn kinds_are_found_by_api_version_and_kind_only() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::of(k.api_version(), k.name()), Some(k));
+        }
+        assert_eq!(Kind::of("apps/v1", "ConfigMap"), None);
+        assert_eq!(Kind::of("v1", "Pod"), None);
+    }
+
+    #[test]
+    fn paths_of_the_other_resources() {
+        assert_eq!(
+            LEASES.object(Some("nexo-system"), "nexo-manager"),
+            "/apis/coordination.k8s.io/v1/namespaces/nexo-system/leases/nexo-manager"
+        );
+        assert_eq!(NODES.collection(None), "/api/v1/nodes");
+        assert_eq!(
+            NAMESPACES.object(None, "kube-system"),
+            "/api/v1/namespaces/kube-system"
+        );
+        assert_eq!(
+            CRDS.object(None, "nexoproxies.nexo.io"),
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nexoproxies.nexo.io"
+        );
+        assert_eq!(group_version_path("nexo.io", None), "/apis/nexo.io");
+        assert_eq!(
+            group_version_path("nexo.io", Some("v1alpha1")),
+            "/apis/nexo.io/v1alpha1"
+        );
+        // A namespaced resource listed across namespaces, a cluster one
+        // given a namespace by mistake: the namespace is where it belongs.
+        assert_eq!(DEPLOYMENTS.collection(None), "/apis/apps/v1/deployments");
+        assert_eq!(NODES.object(Some("x"), "n1"), "/api/v1/nodes/n1");
+    }
+}
