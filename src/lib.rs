@@ -27,6 +27,7 @@
 
 pub(crate) mod acks;
 pub mod agent;
+pub mod apply;
 pub mod backoff;
 pub mod clock;
 pub mod commands;

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
-use nexo_manager::commands::execute::{self, Context};
+use nexo_manager::apply::execute::{self, Context};
 use nexo_manager::commands::{self, Command};
 use nexo_manager::cp::wire::{AckResult, ResourceAction};
 use nexo_manager::image::ImageRef;

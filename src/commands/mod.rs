@@ -1,17 +1,14 @@
 //! Commands: parsed and validated from plain JSON before anything touches the
-//! cluster ([`parse`]), planned from what the cluster holds ([`plan`]), and
-//! carried out by a thin executor ([`execute`]).
+//! cluster ([`parse`]) into a typed [`Command`]; `crate::apply` permits,
+//! plans and executes it.
 //!
 //! A command is refused with a `failed` ack, and nothing is changed, when its
 //! class is unknown (`unsupported class: …`), it requires a capability this
 //! Manager does not advertise (`unsupported capability: …`), or its payload
 //! does not validate (`invalid payload: …`).
 
-pub mod execute;
 pub mod format;
-pub mod outcome;
 mod payload;
-pub mod plan;
 
 pub use crate::resource::{Kind, ObjectRef};
 pub use format::Format;

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 mod pod;
 
-use crate::commands::{Deploy, Kind};
+use crate::commands::Deploy;
 use crate::image::ImageRef;
+use crate::resource::Kind;
 
 /// The Pod Security Standards profile a legacy pod template must meet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,5 +1,6 @@
 use super::*;
-use crate::commands::{Format, Manifest, ObjectRef, Target};
+use crate::commands::{Format, Manifest, Target};
+use crate::resource::ObjectRef;
 use serde_json::json;
 
 const PROXY: &str = "registry.example.com/nexo/proxy";

@@ -7,12 +7,13 @@ use serde_json::{Value, json};
 
 use super::outcome::{StepError, summary};
 use super::plan::{self, Delete, Removal, UpgradePlan, Write};
-use super::{Action, Command, Deploy, Kind, ObjectRef, Rollout, Target, Upgrade};
+use crate::commands::{Action, Command, Deploy, Rollout, Target, Upgrade};
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::ImageRef;
 use crate::kube::client::{MERGE_PATCH, STRATEGIC_MERGE_PATCH};
 use crate::kube::{ApplyParams, Client};
 use crate::ownership;
+use crate::resource::{Kind, ObjectRef};
 
 pub use super::outcome::Outcome;
 

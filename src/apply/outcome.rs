@@ -3,10 +3,10 @@
 
 use std::fmt;
 
-use super::ObjectRef;
 use super::plan::Refused;
 use crate::cp::wire::{AckResource, AckResult, ResourceAction};
 use crate::kube;
+use crate::resource::ObjectRef;
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,7 +143,7 @@ impl std::error::Error for StepError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::Kind;
+    use crate::resource::Kind;
 
     #[test]
     fn step_errors_name_the_object_and_keep_the_cause() {

@@ -7,12 +7,13 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use super::{Deploy, Kind, ObjectRef, Target, Upgrade};
+use crate::commands::{Deploy, Target, Upgrade};
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::{ImageRef, valid_digest};
 use crate::kube;
 use crate::ownership::{self, Ownership};
 use crate::policy::Policy;
+use crate::resource::{Kind, ObjectRef};
 
 /// Why an existing object may not be written.
 pub fn refusal_reason(existing: &Value, environment_id: &str, gate_open: bool) -> Option<String> {
