@@ -44,6 +44,7 @@ pub mod names;
 pub mod ownership;
 pub mod policy;
 pub(crate) mod probe;
+pub mod refusal;
 pub mod release;
 pub(crate) mod resolve;
 pub mod resource;

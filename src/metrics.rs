@@ -129,21 +129,6 @@ pub fn state_write_failed() {
     REGISTRY.with(|r| r.borrow_mut().state_write_failures += 1);
 }
 
-/// The refusal reason of an ack message, as a metric label.
-pub fn refusal_reason(message: &str) -> &'static str {
-    if message.starts_with("unsupported class") {
-        "unsupported_class"
-    } else if message.starts_with("unsupported capability") {
-        "unsupported_capability"
-    } else if message.starts_with("invalid payload: too large") {
-        "too_large"
-    } else if message.starts_with("invalid payload") {
-        "invalid_payload"
-    } else {
-        "other"
-    }
-}
-
 /// What `/proc/self` says about this process.
 #[derive(Debug, Default, PartialEq)]
 pub struct ProcessStats {
@@ -392,10 +377,5 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap();
         assert!(rss > 0, "read from /proc/self/status");
-        assert_eq!(
-            refusal_reason("invalid payload: too large: 3 MiB"),
-            "too_large"
-        );
-        assert_eq!(refusal_reason("unsupported class: x"), "unsupported_class");
     }
 }

@@ -1,6 +1,7 @@
 //! Ownership: the labels every Manager-written object carries, and how an
 //! existing object is classified before the Manager may touch it.
 
+use crate::refusal::Refusal;
 use serde_json::Value;
 
 /// `app.kubernetes.io/managed-by`.
@@ -142,18 +143,15 @@ impl OwnObjects {
         namespace: &str,
         name: &str,
         object: Option<&Value>,
-    ) -> Option<String> {
-        (self.named(kind, namespace, name) || object.is_some_and(Self::labelled))
-            .then(|| own_object_refusal(kind, name))
+    ) -> Option<Refusal> {
+        (self.named(kind, namespace, name) || object.is_some_and(Self::labelled)).then(|| {
+            Refusal::OwnObject {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                named_by: None,
+            }
+        })
     }
-}
-
-/// The ack message of a command that names one of the Manager's own objects.
-fn own_object_refusal(kind: &str, name: &str) -> String {
-    format!(
-        "refused: the Manager's own object {kind}/{}",
-        crate::text::escape(name)
-    )
 }
 
 /// What an existing object is, as far as this Manager is concerned.
@@ -267,7 +265,9 @@ mod tests {
             ("RoleBinding", "anything"),
         ] {
             assert_eq!(
-                own.refusal(kind, "nexo-system", name, None).as_deref(),
+                own.refusal(kind, "nexo-system", name, None)
+                    .map(|r| r.to_string())
+                    .as_deref(),
                 Some(format!("refused: the Manager's own object {kind}/{name}").as_str()),
                 "{kind}/{name}"
             );

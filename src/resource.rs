@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use serde_json::Value;
+
 use crate::cp::wire::{AckResource, ResourceAction};
 
 /// A Kubernetes resource: where its API serves it.
@@ -233,6 +235,16 @@ impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
     }
+}
+
+/// One object to write (a deploy's manifest): its reference, and the
+/// object as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The object it describes.
+    pub reference: ObjectRef,
+    /// The manifest.
+    pub object: Value,
 }
 
 #[cfg(test)]

@@ -2,12 +2,16 @@
 //! command's payload is judged as the API server will read it, and
 //! `{"privileged": false, "privileged": true}` must not mean one thing to
 //! the policy and another to someone else (protocol.md, "Command trust":
-//! "a duplicate key hides nothing"). A leaf module.
+//! "a duplicate key hides nothing"); and a field's raw JSON read as a
+//! string ([`raw_string`]). A leaf module: it imports only `text`.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use crate::text::clip;
 
 /// Parses `text`, refusing an object with the same key twice.
 pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
@@ -94,6 +98,17 @@ impl<'de> Visitor<'de> for Strict {
             object.insert(key, value);
         }
         Ok(Value::Object(object))
+    }
+}
+
+/// A field's raw JSON as a string, if it is one (`null` counts as absent).
+pub fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(None),
+        Some(text) if text.starts_with('"') => serde_json::from_str(text)
+            .map(Some)
+            .map_err(|_| clip(text, 64)),
+        Some(text) => Err(clip(text, 64)),
     }
 }
 

@@ -31,8 +31,8 @@ pub const NOT_AFTER_GRACE: Duration = Duration::from_secs(5 * 60);
 pub const MAX_VALIDITY: Duration = Duration::from_secs(65 * 60);
 
 /// Longest `signed` field: the base64url of a command of
-/// [`crate::commands::MAX_COMMAND_BYTES`].
-pub const MAX_SIGNED: usize = crate::commands::MAX_COMMAND_BYTES.div_ceil(3) * 4;
+/// [`crate::cp::wire::MAX_COMMAND_BYTES`].
+pub const MAX_SIGNED: usize = crate::cp::wire::MAX_COMMAND_BYTES.div_ceil(3) * 4;
 
 /// Most keys in a key file.
 pub const MAX_KEYS: usize = 64;
@@ -432,7 +432,7 @@ impl Verified<'_> {
 
 /// A field that must be a string; `None` when absent or anything else.
 fn string_field(raw: Option<&RawValue>) -> Option<String> {
-    crate::commands::raw_string(raw).ok().flatten()
+    crate::strict_json::raw_string(raw).ok().flatten()
 }
 
 /// Checks a raw command whose outer id is `id`, against `keys`, for

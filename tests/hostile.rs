@@ -179,6 +179,13 @@ fn parse(f: &Fixture, cmd: &Value) -> Command {
 fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
     let image = ImageRef::parse(PROXY_IMAGE).unwrap();
     let namespaces = vec![f.ns.name.clone()];
+    let policy = nexo_manager::policy::Policy::default();
+    let own = nexo_manager::ownership::OwnObjects::new(
+        &f.ns.name,
+        "nexo-manager-state",
+        "nexo-manager",
+        "nexo-manager",
+    );
     let ctx = Context {
         kube: client,
         environment_id: &f.env_id,
@@ -187,16 +194,21 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         namespaces: &namespaces,
         own_namespace: &f.ns.name,
         self_deployment: "nexo-manager",
-        policy: &nexo_manager::policy::Policy::default(),
+        policy: &policy,
         running_bundle: None,
-        own: &nexo_manager::ownership::OwnObjects::new(
-            &f.ns.name,
-            "nexo-manager-state",
-            "nexo-manager",
-            "nexo-manager",
-        ),
+        own: &own,
     };
-    execute::run(&ctx, cmd)
+    let rules = nexo_manager::apply::Rules {
+        policy: &policy,
+        proxy_image: &image,
+        own: &own,
+        running_bundle: None,
+    };
+    // As the batch does it: permitted, then executed.
+    match nexo_manager::apply::permit(cmd.clone(), &rules) {
+        Ok(permitted) => execute::run(&ctx, &permitted),
+        Err(refusal) => execute::Outcome::refused(refusal, Vec::new()),
+    }
 }
 
 #[test]

@@ -11,11 +11,13 @@ use super::session::InSession;
 use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
 use crate::apply::execute::{self, Outcome};
+use crate::apply::{self, Permitted};
 use crate::backoff::Jitter;
-use crate::commands::{self, Action, Command, Refusal};
+use crate::commands;
 use crate::cp::AckOutcome;
 use crate::cp::wire::{AckResult, Commands};
 use crate::kube::pause::{Pause as _, Wake};
+use crate::refusal::Refusal;
 use crate::state::LedgerEntry;
 
 /// Whether the batch goes on to its next command.
@@ -112,11 +114,11 @@ impl Agent {
         let started = Instant::now();
         let id = match commands::command_id(raw.get()) {
             Ok(id) => id,
-            Err(Refusal::NoId(why) | Refusal::Failed { message: why, .. }) => {
+            Err(no_id) => {
                 // Not its text: a command may carry Secret data.
                 let bytes = raw.get().len();
-                log::error!("skipping a command without a valid id ({why}; {bytes} bytes)");
-                crate::metrics::refused("no_id");
+                log::error!("skipping a command without a valid id ({no_id}; {bytes} bytes)");
+                crate::metrics::refused(no_id.reason());
                 return;
             }
         };
@@ -124,7 +126,7 @@ impl Agent {
         let deployment = checked
             .as_ref()
             .ok()
-            .and_then(|c| c.command.action.deployment_name());
+            .and_then(|c| c.permitted.command().action.deployment_name());
         let _scope = crate::logging::CommandScope::enter(&id, deployment);
         // A recorded id is acknowledged again with its recorded result,
         // whatever this copy of it is: nothing runs twice, and a copy that
@@ -138,14 +140,14 @@ impl Agent {
         }
         let class = checked
             .as_ref()
-            .map_or("invalid", |c| c.command.action.class());
+            .map_or("invalid", |c| c.permitted.command().action.class());
         let (outcome, keep_until) = match checked {
             Ok(Checked {
-                command,
+                permitted,
                 keep_until,
             }) => {
                 log::info!("command {id}: executing");
-                let outcome = execute::run(&self.execution(), &command);
+                let outcome = execute::run(&self.execution(), &permitted);
                 if !self.elector.leading() {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
@@ -158,31 +160,22 @@ impl Agent {
                 }
                 (outcome, keep_until)
             }
-            Err(Refused {
-                reason,
-                message,
-                record: false,
-            }) => {
+            Err(refusal) if !refusal.recorded() => {
                 // Refused before any signature verified: acknowledged, not
                 // recorded (protocol.md, "Command trust").
-                crate::metrics::refused(reason);
-                log::warn!("command {id}: failed: {message}");
+                crate::metrics::refused(refusal.reason());
+                log::warn!("command {id}: failed: {refusal}");
                 self.link.status().command(class, AckResult::Failed);
                 let entry = LedgerEntry {
                     command_id: id.clone(),
                     result: AckResult::Failed,
-                    message,
+                    message: refusal.to_string(),
                     completed_at: super::now_rfc3339(),
                     ..LedgerEntry::default()
                 };
                 return self.deliver(entry, false);
             }
-            Err(Refused {
-                reason, message, ..
-            }) => {
-                crate::metrics::refused(reason);
-                (Outcome::failed(message, Vec::new()), None)
-            }
+            Err(refusal) => (Outcome::refused(refusal, Vec::new()), None),
         };
         self.finished(&id, class, outcome, keep_until);
         crate::metrics::command_duration(class, started.elapsed());
@@ -191,7 +184,7 @@ impl Agent {
     /// Every check made before anything is read from the cluster: the
     /// signature first (protocol.md, "Command trust"), then validation,
     /// then the content policy.
-    fn checked(&self, raw: &str, id: &str) -> Result<Checked, Refused> {
+    fn checked(&self, raw: &str, id: &str) -> Result<Checked, Refusal> {
         let required = self.signatures_required();
         let verified = self
             .me
@@ -201,35 +194,20 @@ impl Agent {
                 let env = self.me.token.environment_id();
                 crate::trust::verify(raw, id, keys, required, env, SystemTime::now())
             })
-            .map_err(|u| Refused {
-                reason: "signature",
-                message: u.to_string(),
-                record: !u.before_verification(),
-            })?;
-        let cmd = commands::parse(verified.text(), CAPABILITIES, &self.me.namespaces).map_err(
-            |r| match r {
-                Refusal::Failed { message, .. } | Refusal::NoId(message) => Refused {
-                    reason: crate::metrics::refusal_reason(&message),
-                    message,
-                    record: true,
-                },
-            },
-        )?;
-        if let Action::Deploy(d) = &cmd.action {
-            let cfg = &self.me.cfg;
-            cfg.policy
-                .check_deploy(d, &cfg.proxy_image)
-                .map_err(|v| Refused {
-                    reason: "policy",
-                    message: v.to_string(),
-                    record: true,
-                })?;
-        }
+            .map_err(Refusal::Untrusted)?;
+        let command = commands::parse(verified.text(), CAPABILITIES, &self.me.namespaces)?;
+        let cfg = &self.me.cfg;
+        let rules = apply::Rules {
+            policy: &cfg.policy,
+            proxy_image: &cfg.proxy_image,
+            own: &self.me.own,
+            running_bundle: cfg.bundle_version.as_deref(),
+        };
         Ok(Checked {
             keep_until: verified
                 .keep_until()
                 .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-            command: cmd,
+            permitted: apply::permit(command, &rules)?,
         })
     }
 
@@ -258,8 +236,8 @@ impl Agent {
         keep_until: Option<String>,
     ) {
         let result = outcome.result;
-        if result == AckResult::Failed && outcome.message.starts_with("refused") {
-            crate::metrics::refused("ownership");
+        if let Some(refusal) = &outcome.refusal {
+            crate::metrics::refused(refusal.reason());
         }
         if result == AckResult::Applied && class == "upgrade" {
             self.beats.self_rollout.upgrade_applied();
@@ -371,18 +349,7 @@ impl Agent {
 
 /// A command that passed every check made before the cluster is read.
 struct Checked {
-    command: Command,
+    permitted: Permitted,
     /// Its ledger entry's keep-until (a verified signed command), RFC 3339.
     keep_until: Option<String>,
-}
-
-/// A command refused before the cluster is read.
-struct Refused {
-    /// The metrics reason.
-    reason: &'static str,
-    /// The ack message.
-    message: String,
-    /// Whether it is recorded: not when refused before any signature
-    /// verified.
-    record: bool,
 }

@@ -6,13 +6,15 @@
 use serde_json::{Value, json};
 
 use super::outcome::{StepError, summary};
-use super::plan::{self, Delete, Removal, UpgradePlan, Write};
-use crate::commands::{Action, Command, Deploy, Rollout, Target, Upgrade};
+use super::permit::Permitted;
+use super::plan::{self, Delete, Removal, UpgradePlan, UpgradeStop, Write};
+use crate::commands::{Action, Deploy, Rollout, Target, Upgrade};
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::ImageRef;
 use crate::kube::client::{MERGE_PATCH, STRATEGIC_MERGE_PATCH};
 use crate::kube::{ApplyParams, Client};
 use crate::ownership;
+use crate::refusal::Refusal;
 use crate::resource::{Kind, ObjectRef};
 
 pub use super::outcome::Outcome;
@@ -45,12 +47,12 @@ pub struct Context<'a> {
     pub own: &'a crate::ownership::OwnObjects,
 }
 
-/// Runs a validated command.
-pub fn run(ctx: &Context<'_>, cmd: &Command) -> Outcome {
-    match &cmd.action {
+/// Runs a permitted command.
+pub fn run(ctx: &Context<'_>, permitted: &Permitted) -> Outcome {
+    match &permitted.command().action {
         Action::Deploy(d) => with_fresh_reads("deploy", || deploy(ctx, d)),
         Action::Rollout(r) => rollout(ctx, r),
-        Action::Upgrade(u) => upgrade(ctx, u),
+        Action::Upgrade(u) => upgrade(ctx, u, permitted.note()),
         Action::Uninstall(t) => with_fresh_reads("uninstall", || uninstall(ctx, t)),
     }
 }
@@ -106,11 +108,11 @@ fn write_failed(
 /// (protocol.md, "Ownership"): by name, or by the labels of the object as
 /// read (`None`: absent or not read yet) or as sent.
 fn own_object(ctx: &Context<'_>, r: &ObjectRef, object: Option<&Value>) -> Option<Outcome> {
-    let message = ctx
+    let refusal = ctx
         .own
         .refusal(r.kind.name(), &r.namespace, &r.name, object)?;
-    Some(Outcome::failed(
-        message,
+    Some(Outcome::refused(
+        refusal,
         vec![r.ack(ResourceAction::Refused)],
     ))
 }
@@ -121,10 +123,7 @@ fn own_object(ctx: &Context<'_>, r: &ObjectRef, object: Option<&Value>) -> Optio
 /// and every Secret or ConfigMap it names that the deploy does not carry
 /// is an object of the same deployment. A refusal names the rule.
 fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
-    let refuse = |v: crate::policy::Violation| {
-        crate::metrics::refused("policy");
-        Some(Outcome::failed(v.to_string(), vec![]))
-    };
+    let refuse = |v: crate::policy::Violation| Some(Outcome::refused(Refusal::Policy(v), vec![]));
     if !d
         .manifests
         .iter()
@@ -147,7 +146,7 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
     };
     let profile = crate::policy::namespace_profile(enforce.as_deref());
     let policy = ctx.policy.at_least(profile);
-    let outside = match policy.check_deploy(d, ctx.proxy_image) {
+    let outside = match policy.check_deploy(&d.manifests, ctx.proxy_image) {
         Ok(outside) => outside,
         Err(v) => {
             return refuse(crate::policy::Violation(format!(
@@ -191,24 +190,8 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
 }
 
 fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
-    // The Manager's own objects first, by name and by the labels sent, and
-    // as what a NexoProxy or NexoPipeline names.
-    for m in &d.manifests {
-        if let Some(refused) = own_object(ctx, &m.reference, Some(&m.object)) {
-            return Ok(refused);
-        }
-        for (kind, name) in crate::policy::custom_resource_references(&m.object) {
-            if let Some(refused) = ctx
-                .own
-                .refusal(kind.name(), &d.deployment.namespace, name, None)
-            {
-                return Ok(Outcome::failed(
-                    format!("{refused}; {} names it", m.reference),
-                    vec![m.reference.ack(ResourceAction::Refused)],
-                ));
-            }
-        }
-    }
+    // The Manager's own objects by name and as sent were refused by the
+    // permit; here, as read.
     if let Some(refused) = policy_in_cluster(ctx, d) {
         return Ok(refused);
     }
@@ -407,7 +390,8 @@ fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     };
     let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
     let mut observed = Vec::with_capacity(targets.len());
-    for t in &targets {
+    // Named targets were permitted by name; listed ones are checked here.
+    for t in targets.iter().filter(|_| r.targets.is_none()) {
         let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
         if let Some(refused) = own_object(ctx, &reference, None) {
             return refused;
@@ -475,7 +459,8 @@ fn set_image(
                     .map_err(|e| StepError::api("cannot re-read", r, e))?;
                 let own = ctx
                     .own
-                    .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh));
+                    .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh))
+                    .map(|refusal| refusal.to_string());
                 if let Some(why) =
                     own.or_else(|| plan::refusal_for(&fresh, ctx.environment_id, &r.name, false))
                 {
@@ -498,13 +483,9 @@ fn set_image(
     })
 }
 
-fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
+fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Outcome {
     let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);
-    let note = match plan::downgrade_check(ctx.running_bundle, u) {
-        Ok(note) => note,
-        Err(refused) => return Outcome::failed(refused, vec![r.ack(ResourceAction::Refused)]),
-    };
-    let with_note = |message: String| match &note {
+    let with_note = |message: String| match note {
         Some(note) => format!("{message}; {note}"),
         None => message,
     };
@@ -524,7 +505,10 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
                 vec![r.ack(ResourceAction::Unchanged)],
             );
         }
-        Err(e) => return Outcome::failed(e, vec![r.ack(ResourceAction::Refused)]),
+        Err(UpgradeStop::Refused(refusal)) => {
+            return Outcome::refused(refusal, vec![r.ack(ResourceAction::Refused)]);
+        }
+        Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
     };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(_) => Outcome::applied(
@@ -546,11 +530,6 @@ fn upgrade(ctx: &Context<'_>, u: &Upgrade) -> Outcome {
 fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
     let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
     let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
-    for r in [&proxy_ref, &deployment_ref] {
-        if let Some(refused) = own_object(ctx, r, None) {
-            return Err(refused);
-        }
-    }
     let read = |r: &ObjectRef| {
         let o = ctx.kube.get_opt::<Value>(&r.path()).map_err(|e| {
             Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![])

@@ -6,6 +6,7 @@ use std::fmt;
 use super::plan::Refused;
 use crate::cp::wire::{AckResource, AckResult, ResourceAction};
 use crate::kube;
+use crate::refusal::Refusal;
 use crate::resource::ObjectRef;
 
 /// How a command ended.
@@ -17,6 +18,8 @@ pub struct Outcome {
     pub message: String,
     /// The ack resources.
     pub resources: Vec<AckResource>,
+    /// Why it was refused, when it was: nothing was changed.
+    pub refusal: Option<Box<Refusal>>,
 }
 
 impl Outcome {
@@ -26,6 +29,17 @@ impl Outcome {
             result: AckResult::Failed,
             message: message.into(),
             resources,
+            refusal: None,
+        }
+    }
+
+    /// A refusal: failed, its message the refusal's.
+    pub fn refused(refusal: Refusal, resources: Vec<AckResource>) -> Outcome {
+        Outcome {
+            result: AckResult::Failed,
+            message: refusal.to_string(),
+            resources,
+            refusal: Some(Box::new(refusal)),
         }
     }
 
@@ -35,13 +49,14 @@ impl Outcome {
             result: AckResult::Applied,
             message: message.into(),
             resources,
+            refusal: None,
         }
     }
 }
 
 impl From<Refused> for Outcome {
     fn from(r: Refused) -> Outcome {
-        Outcome::failed(r.message, r.resources)
+        Outcome::refused(r.refusal, r.resources)
     }
 }
 

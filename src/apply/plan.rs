@@ -13,6 +13,7 @@ use crate::image::{ImageRef, valid_digest};
 use crate::kube;
 use crate::ownership::{self, Ownership};
 use crate::policy::Policy;
+use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
 
 /// Why an existing object may not be written.
@@ -101,11 +102,14 @@ impl ReadAt {
 
 /// A refusal of an object read without a uid or resourceVersion, which no
 /// write could be guarded with (an API server always sets both).
-fn unguardable(reference: &ObjectRef, nothing: &str) -> Refused {
+fn unguardable(reference: &ObjectRef, nothing: Nothing) -> Refused {
     Refused {
-        message: format!(
-            "refused, nothing {nothing}: {reference} was read without a uid or resourceVersion"
-        ),
+        refusal: Refusal::NotOwned {
+            nothing,
+            reasons: vec![format!(
+                "{reference} was read without a uid or resourceVersion"
+            )],
+        },
         resources: vec![reference.ack(ResourceAction::Refused)],
     }
 }
@@ -151,11 +155,11 @@ impl Write {
     }
 }
 
-/// A refused command: the message and the ack's resources.
+/// A refused command: why, and the ack's resources.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
-    /// The ack message.
-    pub message: String,
+    /// Why.
+    pub refusal: Refusal,
     /// The ack resources.
     pub resources: Vec<AckResource>,
 }
@@ -207,7 +211,7 @@ pub fn deploy(
         }
         let read_at = match existing {
             None => None,
-            Some(o) => Some(ReadAt::of(o).ok_or_else(|| unguardable(reference, "applied"))?),
+            Some(o) => Some(ReadAt::of(o).ok_or_else(|| unguardable(reference, Nothing::Applied))?),
         };
         let adopt = existing
             .as_ref()
@@ -235,7 +239,10 @@ pub fn deploy(
         Ok(writes)
     } else {
         Err(Refused {
-            message: format!("refused, nothing applied: {}", reasons.join("; ")),
+            refusal: Refusal::NotOwned {
+                nothing: Nothing::Applied,
+                reasons,
+            },
             resources: refused,
         })
     }
@@ -338,7 +345,10 @@ pub fn rollout(
             .map(|c| c.reference.ack(ResourceAction::Unchanged)),
     );
     Err(Refused {
-        message: format!("refused, nothing changed: {}", reasons.join("; ")),
+        refusal: Refusal::NotOwned {
+            nothing: Nothing::Changed,
+            reasons,
+        },
         resources,
     })
 }
@@ -386,7 +396,7 @@ pub fn upgrade_container(deployment: &Value) -> Result<(&str, Option<&str>), NoM
 /// it says `allowDowngrade`. `Ok(Some(note))` when the versions cannot be
 /// compared (the running one unknown or not SemVer): the upgrade goes
 /// ahead and the ack says so.
-pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<String>, String> {
+pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<String>, Refusal> {
     let Some(running_text) = running else {
         return Ok(Some(
             "the running bundle version is unknown (NEXO_BUNDLE_VERSION unset), so it could not be compared".into(),
@@ -399,7 +409,10 @@ pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<Stri
         )));
     };
     if u.bundle < running && !u.allow_downgrade {
-        return Err(format!("downgrade: {running_text} to {}", u.bundle_version));
+        return Err(Refusal::Downgrade {
+            running: running_text.to_owned(),
+            to: u.bundle_version.clone(),
+        });
     }
     Ok(None)
 }
@@ -413,18 +426,37 @@ pub enum UpgradePlan {
     Patch(Value),
 }
 
+/// Why an upgrade cannot be planned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpgradeStop {
+    /// No container to patch.
+    NoManagerContainer(NoManagerContainer),
+    /// The content policy refuses the image.
+    Refused(Refusal),
+}
+
+impl fmt::Display for UpgradeStop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpgradeStop::NoManagerContainer(e) => e.fmt(f),
+            UpgradeStop::Refused(r) => r.fmt(f),
+        }
+    }
+}
+
 /// Plans an upgrade of the Manager's own Deployment to `image`, within
 /// `policy`: the image stays in the repository the Manager runs from (or
-/// the one configured). The refusal is the ack message.
+/// the one configured).
 pub fn upgrade(
     deployment: &Value,
     image: &ImageRef,
     policy: &Policy,
-) -> Result<UpgradePlan, String> {
-    let (container, current) = upgrade_container(deployment).map_err(|e| e.to_string())?;
+) -> Result<UpgradePlan, UpgradeStop> {
+    let (container, current) =
+        upgrade_container(deployment).map_err(UpgradeStop::NoManagerContainer)?;
     policy
         .check_upgrade(image, current)
-        .map_err(|v| v.to_string())?;
+        .map_err(|v| UpgradeStop::Refused(Refusal::Policy(v)))?;
     let image = image.to_string();
     if current == Some(image.as_str()) {
         return Ok(UpgradePlan::Unchanged);
@@ -466,13 +498,16 @@ pub fn uninstall(
     let delete = |reference: ObjectRef, object: &Value| {
         if let Some(why) = refusal_for(object, environment_id, &t.name, false) {
             return Err(Refused {
-                message: format!("refused, nothing deleted: {reference} {why}"),
+                refusal: Refusal::NotOwned {
+                    nothing: Nothing::Deleted,
+                    reasons: vec![format!("{reference} {why}")],
+                },
                 resources: vec![reference.ack(ResourceAction::Refused)],
             });
         }
         match ReadAt::of(object) {
             Some(read_at) => Ok(Delete { reference, read_at }),
-            None => Err(unguardable(&reference, "deleted")),
+            None => Err(unguardable(&reference, Nothing::Deleted)),
         }
     };
     if let Some(p) = proxy {

@@ -60,7 +60,11 @@ fn the_migration_gate_needs_both_halves() {
     ));
     for (cluster, command) in [(false, false), (true, false), (false, true)] {
         let r = deploy(&d(command), &[legacy.clone(), None], ENV, cluster).unwrap_err();
-        assert!(r.message.contains("legacy"), "{}", r.message);
+        assert!(
+            r.refusal.to_string().contains("legacy"),
+            "{}",
+            r.refusal.to_string()
+        );
         assert_eq!(r.resources[0].action, ResourceAction::Refused);
     }
     let w = deploy(&d(true), &[legacy, None], ENV, true).unwrap();
@@ -76,13 +80,19 @@ fn unrelated_and_foreign_objects_are_refused() {
     ));
     let r = deploy(&d(true), &[foreign, None], ENV, true).unwrap_err();
     assert!(
-        r.message.contains("belongs to environment env-b"),
+        r.refusal
+            .to_string()
+            .contains("belongs to environment env-b"),
         "{}",
-        r.message
+        r.refusal.to_string()
     );
     let unrelated = Some(obj("ConfigMap", "orders-config", json!({})));
     let r = deploy(&d(true), &[unrelated, None], ENV, true).unwrap_err();
-    assert!(r.message.contains("not managed by nexo-manager"));
+    assert!(
+        r.refusal
+            .to_string()
+            .contains("not managed by nexo-manager")
+    );
     let mine = Some(obj("ConfigMap", "orders-config", owned()));
     assert_eq!(
         deploy(&d(false), &[mine, None], ENV, false).unwrap()[1]
@@ -101,9 +111,11 @@ fn an_object_of_another_deployment_is_refused_by_every_class() {
     let alphas = obj("ConfigMap", "orders-config", alpha.clone());
     let r = deploy(&d(false), &[Some(alphas.clone()), None], ENV, false).unwrap_err();
     assert!(
-        r.message.contains("belongs to deployment alpha"),
+        r.refusal
+            .to_string()
+            .contains("belongs to deployment alpha"),
         "{}",
-        r.message
+        r.refusal.to_string()
     );
     assert_eq!(r.resources.len(), 1);
     assert_eq!(r.resources[0].action, ResourceAction::Refused);
@@ -112,9 +124,11 @@ fn an_object_of_another_deployment_is_refused_by_every_class() {
     controlled["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
     let r = deploy(&d(false), &[Some(controlled.clone()), None], ENV, false).unwrap_err();
     assert!(
-        r.message.contains("controlled by NexoProxy alpha"),
+        r.refusal
+            .to_string()
+            .contains("controlled by NexoProxy alpha"),
         "{}",
-        r.message
+        r.refusal.to_string()
     );
     // Its own controller, its own label, or no label at all: fine.
     let mut mine = obj("ConfigMap", "orders-config", owned());
@@ -142,15 +156,19 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
     let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", ENV).unwrap_err();
     assert_eq!(r.resources[0].action, ResourceAction::Refused);
     assert!(
-        r.message.contains("belongs to deployment alpha"),
+        r.refusal
+            .to_string()
+            .contains("belongs to deployment alpha"),
         "{}",
-        r.message
+        r.refusal.to_string()
     );
     let r = uninstall(&t, Some(&proxy), None, &[], ENV).unwrap_err();
     assert!(
-        r.message.contains("belongs to deployment alpha"),
+        r.refusal
+            .to_string()
+            .contains("belongs to deployment alpha"),
         "{}",
-        r.message
+        r.refusal.to_string()
     );
     let dep = obj("Deployment", "orders", alpha);
     assert!(uninstall(&t, None, Some(&dep), &[], ENV).is_err());
@@ -181,7 +199,11 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
         false,
     )
     .unwrap_err();
-    assert!(!r.message.contains('\n'), "{}", r.message);
+    assert!(
+        !r.refusal.to_string().contains('\n'),
+        "{}",
+        r.refusal.to_string()
+    );
 }
 
 #[test]
@@ -257,7 +279,9 @@ fn upgrade_picks_the_manager_container() {
     );
     assert!(upgrade(&two, &image(&other), &policy).is_err());
     let elsewhere = format!("evil.example.com/m@sha256:{}", "2".repeat(64));
-    let refused = upgrade(&running, &image(&elsewhere), &policy).unwrap_err();
+    let refused = upgrade(&running, &image(&elsewhere), &policy)
+        .unwrap_err()
+        .to_string();
     assert!(refused.starts_with("policy: managerImage"), "{refused}");
 }
 
@@ -300,7 +324,11 @@ fn existing_objects_are_guarded_by_where_they_were_read() {
     let mut unguardable = mine;
     unguardable["metadata"]["uid"] = Value::Null;
     let r = deploy(&d(false), &[Some(unguardable), None], ENV, false).unwrap_err();
-    assert!(r.message.contains("without a uid"), "{}", r.message);
+    assert!(
+        r.refusal.to_string().contains("without a uid"),
+        "{}",
+        r.refusal.to_string()
+    );
 }
 
 #[test]
@@ -361,11 +389,11 @@ fn downgrades_are_refused_unless_the_command_allows_them() {
         .unwrap(),
     };
     assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)),
+        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)).map_err(|r| r.to_string()),
         Err("downgrade: 0.3.0 to 0.2.9".into())
     );
     assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false)),
+        downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false)).map_err(|r| r.to_string()),
         Err("downgrade: 0.3.0 to 0.3.0-rc.2".into())
     );
     assert_eq!(

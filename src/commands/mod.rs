@@ -10,13 +10,14 @@
 pub mod format;
 mod payload;
 
-pub use crate::resource::{Kind, ObjectRef};
+pub use crate::resource::{Kind, Manifest, ObjectRef};
 pub use format::Format;
 
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::refusal::Refusal;
 use crate::text::clip;
 
 use crate::image::ImageRef;
@@ -25,8 +26,7 @@ use crate::image::ImageRef;
 pub const MAX_MANIFESTS: usize = 64;
 /// Largest manifest, serialized.
 pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
-/// Largest command, as raw JSON (protocol.md, "Hostile and buggy values").
-pub const MAX_COMMAND_BYTES: usize = 2 * 1024 * 1024;
+pub use crate::cp::wire::MAX_COMMAND_BYTES;
 /// Most JSON values (objects, arrays, strings, numbers, literals) in one
 /// command's payload: its parsed form's budget. A payload of tiny values
 /// (`[{},{},…]`: two bytes of raw JSON, tens of bytes parsed, more again
@@ -70,15 +70,6 @@ pub fn json_values(raw: &str) -> usize {
 pub struct Target {
     pub name: String,
     pub namespace: String,
-}
-
-/// One manifest of a deploy, validated: its kind is one its format allows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Manifest {
-    /// The object it describes.
-    pub reference: ObjectRef,
-    /// The manifest.
-    pub object: Value,
 }
 
 /// A validated deploy.
@@ -163,20 +154,6 @@ pub struct Command {
     pub action: Action,
 }
 
-/// A command that was refused before anything ran.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// No usable id: it cannot be acknowledged; logged and skipped.
-    NoId(String),
-    /// Refused with a `failed` ack carrying `message`.
-    Failed {
-        /// The command id.
-        id: String,
-        /// Starts with `unsupported class`, `unsupported capability` or `invalid payload`.
-        message: String,
-    },
-}
-
 /// The command's fields as slices of its raw text: nothing is built from
 /// them before the size budget is checked.
 #[derive(Deserialize)]
@@ -193,25 +170,25 @@ struct Envelope<'a> {
 }
 
 /// Refuses a command over [`MAX_COMMAND_BYTES`] or [`MAX_COMMAND_VALUES`].
-fn budget(raw: &str) -> Result<(), String> {
+fn budget(raw: &str) -> Result<(), Refusal> {
     if raw.len() > MAX_COMMAND_BYTES {
-        return Err(format!(
-            "too large: {} bytes, more than {} MiB",
+        return Err(Refusal::TooLarge(format!(
+            "{} bytes, more than {} MiB",
             raw.len(),
             MAX_COMMAND_BYTES >> 20
-        ));
+        )));
     }
     let values = json_values(raw);
     if values > MAX_COMMAND_VALUES {
-        return Err(format!(
-            "too large: about {values} JSON values, more than {MAX_COMMAND_VALUES}"
-        ));
+        return Err(Refusal::TooLarge(format!(
+            "about {values} JSON values, more than {MAX_COMMAND_VALUES}"
+        )));
     }
     Ok(())
 }
 
 /// Checks `requires`: every capability it lists must be advertised.
-fn requires(raw: Option<&RawValue>, capabilities: &[&str]) -> Result<(), String> {
+fn requires(raw: Option<&RawValue>, capabilities: &[&str]) -> Result<(), Refusal> {
     let Some(raw) = raw else { return Ok(()) };
     let list = match serde_json::from_str::<Value>(raw.get()).map_err(invalid)? {
         Value::Null => return Ok(()),
@@ -221,7 +198,7 @@ fn requires(raw: Option<&RawValue>, capabilities: &[&str]) -> Result<(), String>
     for cap in &list {
         match cap.as_str() {
             Some(c) if capabilities.contains(&c) => {}
-            Some(c) => return Err(format!("unsupported capability: {}", clip(c, 128))),
+            Some(c) => return Err(Refusal::UnsupportedCapability(clip(c, 128))),
             None => {
                 return Err(invalid(format!(
                     "requires holds a non-string {}",
@@ -233,27 +210,16 @@ fn requires(raw: Option<&RawValue>, capabilities: &[&str]) -> Result<(), String>
     Ok(())
 }
 
-/// A field's raw JSON as a string, if it is one (`null` counts as absent).
-pub(crate) fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
-    match raw.map(RawValue::get) {
-        None | Some("null") => Ok(None),
-        Some(text) if text.starts_with('"') => serde_json::from_str(text)
-            .map(Some)
-            .map_err(|_| clip(text, 64)),
-        Some(text) => Err(clip(text, 64)),
-    }
-}
-
-fn invalid(why: impl std::fmt::Display) -> String {
-    format!("invalid payload: {why}")
+fn invalid(why: impl std::fmt::Display) -> Refusal {
+    Refusal::InvalidPayload(why.to_string())
 }
 
 /// A command's id, checked: without a usable one a command cannot be
-/// acknowledged, and is logged and skipped.
+/// acknowledged, and is logged and skipped ([`Refusal::NoId`]).
 pub fn command_id(raw: &str) -> Result<String, Refusal> {
     match envelope(raw) {
-        Ok((_, id)) | Err(Refusal::Failed { id, .. }) => Ok(id),
-        Err(no_id) => Err(no_id),
+        Ok((_, id)) | Err((Some(id), _)) => Ok(id),
+        Err((None, no_id)) => Err(no_id),
     }
 }
 
@@ -289,7 +255,7 @@ fn lone_id(raw: &str) -> Option<String> {
         .deserialize_map(Ids)
         .ok()?;
     match ids[..] {
-        [one] => raw_string(Some(one))
+        [one] => crate::strict_json::raw_string(Some(one))
             .ok()
             .flatten()
             .filter(|id| crate::cp::wire::valid_command_id(id)),
@@ -297,8 +263,9 @@ fn lone_id(raw: &str) -> Option<String> {
     }
 }
 
-/// The command's fields as raw slices, and its checked id.
-fn envelope(raw: &str) -> Result<(Envelope<'_>, String), Refusal> {
+/// The command's fields as raw slices, and its checked id; refused with
+/// the id when one could be read anyway.
+fn envelope(raw: &str) -> Result<(Envelope<'_>, String), (Option<String>, Refusal)> {
     // serde's message would quote the offending value: a whole command's
     // text, which may hold Secret data. Only where and what kind of error.
     let env: Envelope = serde_json::from_str(raw).map_err(|e| {
@@ -310,51 +277,44 @@ fn envelope(raw: &str) -> Result<(Envelope<'_>, String), Refusal> {
         // An object with one usable id (a field given twice, say) can be
         // acknowledged: refused, not skipped.
         match lone_id(raw) {
-            Some(id) => Refusal::Failed {
-                id,
-                message: invalid(why),
-            },
-            None => Refusal::NoId(why),
+            Some(id) => (Some(id), invalid(why)),
+            None => (None, Refusal::NoId(why)),
         }
     })?;
-    let id = match raw_string(env.id) {
+    let no_id = |why: String| (None, Refusal::NoId(why));
+    let id = match crate::strict_json::raw_string(env.id) {
         Ok(Some(id)) if crate::cp::wire::valid_command_id(&id) => id,
-        Ok(Some(id)) => {
-            return Err(Refusal::NoId(format!("invalid id {:?}", clip(&id, 140))));
-        }
-        Err(text) => return Err(Refusal::NoId(format!("invalid id {text}"))),
-        Ok(None) => return Err(Refusal::NoId("no id".into())),
+        Ok(Some(id)) => return Err(no_id(format!("invalid id {:?}", clip(&id, 140)))),
+        Err(text) => return Err(no_id(format!("invalid id {text}"))),
+        Ok(None) => return Err(no_id("no id".into())),
     };
     Ok((env, id))
 }
 
 /// Parses and validates one raw command (its JSON text) against the
-/// advertised `capabilities` and the `managed` namespaces.
+/// advertised `capabilities` and the `managed` namespaces. The id of a
+/// refused command is [`command_id`]'s.
 pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
-    let (env, id) = envelope(raw)?;
-    let fail = |message: String| Refusal::Failed {
-        id: id.clone(),
-        message,
-    };
+    let (env, id) = envelope(raw).map_err(|(_, refusal)| refusal)?;
     // The budget first: nothing below builds more than it allows.
-    budget(raw).map_err(|why| fail(invalid(why)))?;
-    let class = match raw_string(env.class) {
+    budget(raw)?;
+    let class = match crate::strict_json::raw_string(env.class) {
         Ok(Some(c)) => c,
-        Err(text) => return Err(fail(format!("unsupported class: {text}"))),
-        Ok(None) => return Err(fail("unsupported class: (missing)".into())),
+        Err(text) => return Err(Refusal::UnsupportedClass(text)),
+        Ok(None) => return Err(Refusal::UnsupportedClass("(missing)".into())),
     };
     let class = class.as_str();
     if !matches!(class, "deploy" | "rollout" | "upgrade" | "uninstall") {
-        return Err(fail(format!("unsupported class: {}", clip(class, 64))));
+        return Err(Refusal::UnsupportedClass(clip(class, 64)));
     }
-    requires(env.requires, capabilities).map_err(fail)?;
+    requires(env.requires, capabilities)?;
     let payload: Value = match env.payload {
         // Duplicate keys refused: the policy judges what the API server reads.
-        Some(raw) => crate::strict_json::parse(raw.get()).map_err(|e| fail(invalid(e)))?,
-        None => return Err(fail(invalid("payload is missing"))),
+        Some(raw) => crate::strict_json::parse(raw.get()).map_err(invalid)?,
+        None => return Err(invalid("payload is missing")),
     };
     if !payload.is_object() {
-        return Err(fail(invalid("payload is not an object")));
+        return Err(invalid("payload is not an object"));
     }
     let action = match class {
         "deploy" => payload::deploy(&payload, capabilities, managed).map(Action::Deploy),
@@ -362,7 +322,7 @@ pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Com
         "upgrade" => payload::upgrade(&payload).map(Action::Upgrade),
         _ => payload::target(&payload["deployment"], "deployment", managed).map(Action::Uninstall),
     }
-    .map_err(|why| fail(invalid(why)))?;
+    .map_err(invalid)?;
     Ok(Command { id, action })
 }
 

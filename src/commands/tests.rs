@@ -22,6 +22,15 @@ fn good_deploy() -> Value {
                        "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-config"}, "data": {}}]}})
 }
 
+/// A refusal acknowledged `failed`: the id the batch reads, and the message.
+fn failed(raw: &str) -> Result<(String, String), String> {
+    match parse(raw, CAPABILITIES, &managed()) {
+        Err(Refusal::NoId(why)) => Err(format!("no id: {why}")),
+        Err(refusal) => Ok((command_id(raw).unwrap(), refusal.to_string())),
+        Ok(cmd) => Err(format!("parsed: {cmd:?}")),
+    }
+}
+
 fn parse_value(v: &Value) -> Result<Command, Refusal> {
     parse(&v.to_string(), CAPABILITIES, &managed())
 }
@@ -108,8 +117,8 @@ fn every_bad_command_gets_its_own_message() {
     let corpus = corpus();
     assert!(corpus.len() >= 25);
     for (raw, want) in corpus {
-        match parse(&raw, CAPABILITIES, &managed()) {
-            Err(Refusal::Failed { id, message }) => {
+        match failed(&raw) {
+            Ok((id, message)) => {
                 assert_eq!(id, "bad");
                 assert!(
                     message.starts_with(want),
@@ -206,8 +215,8 @@ fn a_command_built_to_expand_is_refused_before_it_is_parsed() {
     let raw = format!(
         r#"{{"id": "cmd-x", "class": "deploy", "payload": {{"deployment": {{"name": "x", "namespace": "shop"}}, "format": "legacy", "manifests": [{{"kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"k": {tiny}}}}}]}}}}"#
     );
-    match parse(&raw, CAPABILITIES, &managed()) {
-        Err(Refusal::Failed { id, message }) => {
+    match failed(&raw) {
+        Ok((id, message)) => {
             assert_eq!(id, "cmd-x");
             assert!(
                 message.starts_with("invalid payload: too large: about"),
@@ -221,8 +230,8 @@ fn a_command_built_to_expand_is_refused_before_it_is_parsed() {
         r#"{{"id": "cmd-y", "class": "deploy", "payload": {{"deployment": {{"name": "x", "namespace": "shop"}}, "format": "legacy", "manifests": [{{"kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"k": "{}"}}}}]}}}}"#,
         "x".repeat(MAX_COMMAND_BYTES)
     );
-    match parse(&big, CAPABILITIES, &managed()) {
-        Err(Refusal::Failed { message, .. }) => {
+    match failed(&big) {
+        Ok((_, message)) => {
             assert!(
                 message.starts_with("invalid payload: too large:")
                     && message.contains("more than 2 MiB"),
@@ -242,10 +251,7 @@ fn a_duplicate_key_in_the_payload_hides_nothing() {
         "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "orders"},
           "spec": {"template": {"spec": {"containers": [{"name": "p", "image": "i",
             "securityContext": {"privileged": false, "privileged": true}}]}}}}]}}"#;
-    let err = parse(raw, crate::agent::CAPABILITIES, &managed()).unwrap_err();
-    let Refusal::Failed { message, .. } = err else {
-        panic!("{err:?}")
-    };
+    let (_, message) = failed(raw).unwrap();
     assert!(
         message.starts_with("invalid payload: duplicate key \"privileged\""),
         "{message}"
@@ -274,8 +280,8 @@ fn an_upgrade_names_a_semantic_version() {
 #[test]
 fn a_field_given_twice_is_refused_with_an_ack() {
     let raw = r#"{"id": "dup-2", "class": "uninstall", "class": "deploy", "payload": {}}"#;
-    match parse(raw, CAPABILITIES, &managed()) {
-        Err(Refusal::Failed { id, message }) => {
+    match failed(raw) {
+        Ok((id, message)) => {
             assert_eq!(id, "dup-2");
             assert!(
                 message.starts_with("invalid payload: not a command object"),

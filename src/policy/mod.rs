@@ -14,9 +14,8 @@ use serde_json::Value;
 
 mod pod;
 
-use crate::commands::Deploy;
 use crate::image::ImageRef;
-use crate::resource::Kind;
+use crate::resource::{Kind, Manifest};
 
 /// The Pod Security Standards profile a legacy pod template must meet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -165,7 +164,7 @@ impl Policy {
     /// object of the same deployment in the cluster, which the caller reads.
     pub fn check_deploy(
         &self,
-        d: &Deploy,
+        manifests: &[Manifest],
         proxy_image: &ImageRef,
     ) -> Result<Vec<(String, Reference)>, Violation> {
         let repositories: Vec<&str> = std::iter::once(proxy_image.repository.as_str())
@@ -177,7 +176,7 @@ impl Policy {
         };
         let mut outside = Vec::new();
         let mut workload: Option<pod::Found> = None;
-        for m in &d.manifests {
+        for m in manifests {
             let at = m.reference.to_string();
             let o = &m.object;
             for (key, value) in o["metadata"].as_object().into_iter().flatten() {
@@ -196,8 +195,7 @@ impl Policy {
                 Kind::Deployment => {
                     let found = pod::deployment(o, &at, &rules)?;
                     for r in &found.references {
-                        let own = d
-                            .manifests
+                        let own = manifests
                             .iter()
                             .any(|m| m.reference.kind == r.kind && m.reference.name == r.name);
                         if !own {
@@ -225,8 +223,7 @@ impl Policy {
             }
         }
         // A Service selects the deployment's own pods and nothing wider.
-        for m in d
-            .manifests
+        for m in manifests
             .iter()
             .filter(|m| m.reference.kind == Kind::Service)
         {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::commands::{Format, Manifest, Target};
+use crate::commands::{Deploy, Format, Manifest, Target};
 use crate::resource::ObjectRef;
 use serde_json::json;
 
@@ -56,7 +56,7 @@ fn deploy_of(objects: Vec<Value>) -> Deploy {
 
 fn check(policy: &Policy, objects: Vec<Value>) -> Result<(), String> {
     policy
-        .check_deploy(&deploy_of(objects), &proxy_image())
+        .check_deploy(&deploy_of(objects).manifests, &proxy_image())
         .map(|_| ())
         .map_err(|v| v.to_string())
 }
@@ -372,7 +372,9 @@ fn references_stay_inside_the_deployment() {
     // The 0.2.0 workload names billing-db and billing-config: outside
     // the deploy, to be checked against the cluster.
     let d = deploy_of(vec![legacy_deployment()]);
-    let outside = Policy::default().check_deploy(&d, &proxy_image()).unwrap();
+    let outside = Policy::default()
+        .check_deploy(&d.manifests, &proxy_image())
+        .unwrap();
     let named: Vec<(Kind, &str, &str)> = outside
         .iter()
         .map(|(_, r)| (r.kind, r.name.as_str(), r.at.as_str()))
@@ -399,7 +401,7 @@ fn references_stay_inside_the_deployment() {
     let d = deploy_of(vec![legacy_deployment(), config, db]);
     assert!(
         Policy::default()
-            .check_deploy(&d, &proxy_image())
+            .check_deploy(&d.manifests, &proxy_image())
             .unwrap()
             .is_empty()
     );
@@ -410,7 +412,9 @@ fn references_stay_inside_the_deployment() {
         pod["volumes"] = json!([{"name": "keys", "secret": {"secretName": "nexo-command-keys"}}]);
     });
     let d = deploy_of(vec![more]);
-    let outside = Policy::default().check_deploy(&d, &proxy_image()).unwrap();
+    let outside = Policy::default()
+        .check_deploy(&d.manifests, &proxy_image())
+        .unwrap();
     let names: Vec<&str> = outside.iter().map(|(_, r)| r.name.as_str()).collect();
     assert_eq!(
         names,
