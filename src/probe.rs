@@ -7,7 +7,7 @@
 //! costs no time at all; the answers of one wake-up share one budget
 //! ([`SERVE_BUDGET`]), however many clients there are.
 //!
-//! Readiness ([`Status::readiness`]) is a pure function of the status the
+//! Readiness ([`Health::readiness`]) is a pure function of the status the
 //! loop keeps and the clock:
 //! - a leader is ready when bound and its last heartbeat succeeded, or has
 //!   been failing for less than [`FAILING_GRACE`] intervals;
@@ -15,7 +15,7 @@
 //!   (it runs), and its last standby check (the Lease read with its
 //!   credentials, a TLS handshake with the Control Plane) succeeded within
 //!   the last interval, plus the time a check may take
-//!   ([`Status::check_time`]). So the new pod of a rolling update becomes
+//!   ([`Health::check_time`]). So the new pod of a rolling update becomes
 //!   Ready while the old one still leads, and the update can proceed.
 
 use std::cell::RefCell;
@@ -57,7 +57,7 @@ pub enum Role {
 /// What the loop reports to the probes: readiness inputs, and the counters
 /// and gauges of `/metrics`.
 #[derive(Debug, Default, Clone)]
-pub struct Status {
+pub struct Health {
     /// Leader, standby, or still starting.
     pub role: Role,
     /// The heartbeat interval in force.
@@ -89,7 +89,7 @@ pub struct Status {
     pub bound: bool,
 }
 
-impl Status {
+impl Health {
     /// Counts one finished command.
     pub fn command(&mut self, class: &str, result: AckResult) {
         let key = (class.to_owned(), result.as_str().to_owned());
@@ -291,7 +291,7 @@ impl Probe {
     /// what every pending connection has sent without blocking, answers
     /// the complete requests within [`SERVE_BUDGET`] together, and closes
     /// the connections that waited [`PENDING_TIMEOUT`].
-    pub fn serve(&self, status: &Status, now: Instant) {
+    pub fn serve(&self, status: &Health, now: Instant) {
         let deadline = Instant::now() + SERVE_BUDGET;
         let mut pending = self.pending.borrow_mut();
         for _ in 0..MAX_PER_WAKE {
@@ -365,7 +365,7 @@ fn read_head(p: &mut Pending) -> Head {
 }
 
 /// The status and body for a request line's path.
-pub fn route(path: &str, status: &Status, now: Instant) -> (u16, &'static str, String) {
+pub fn route(path: &str, status: &Health, now: Instant) -> (u16, &'static str, String) {
     match path {
         "/healthz" => (200, "text/plain", "ok\n".into()),
         "/readyz" => match status.readiness(now) {
@@ -380,7 +380,7 @@ pub fn route(path: &str, status: &Status, now: Instant) -> (u16, &'static str, S
 fn answer(
     stream: &mut TcpStream,
     head: &[u8],
-    status: &Status,
+    status: &Health,
     now: Instant,
     deadline: Instant,
 ) -> io::Result<()> {

@@ -2,12 +2,12 @@ use super::*;
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn status(role: Role) -> Status {
-    Status {
+fn status(role: Role) -> Health {
+    Health {
         role,
         interval: 15 * SEC,
         check_time: 30 * SEC,
-        ..Status::default()
+        ..Health::default()
     }
 }
 
@@ -78,10 +78,10 @@ fn a_standby_is_ready_while_its_checks_are_fresh() {
 
 #[test]
 fn metrics_text() {
-    let mut m = Status {
+    let mut m = Health {
         heartbeats_ok: 3,
         managed_proxies: 2,
-        ..Status::default()
+        ..Health::default()
     };
     m.command("deploy", AckResult::Applied);
     m.command("deploy", AckResult::Applied);
@@ -110,7 +110,7 @@ fn serve_until_answered(probe: &Probe, ok: TcpStream) -> (String, usize) {
     ok.set_nonblocking(true).unwrap();
     for wake in 1..=20 {
         let start = Instant::now();
-        probe.serve(&Status::default(), Instant::now());
+        probe.serve(&Health::default(), Instant::now());
         let took = start.elapsed();
         assert!(
             took < SERVE_BUDGET + Duration::from_millis(100),
@@ -132,7 +132,7 @@ fn sixty_four_silent_clients_cost_nothing_and_do_not_delay_a_probe() {
     let _silent: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(50));
     let start = Instant::now();
-    probe.serve(&Status::default(), Instant::now());
+    probe.serve(&Health::default(), Instant::now());
     assert!(
         start.elapsed() < Duration::from_millis(50),
         "silent clients cost no time: {:?}",
@@ -158,11 +158,11 @@ fn the_oldest_pending_client_makes_room_for_a_new_one() {
     for _ in 0..MAX_PENDING + 5 {
         silent.push(TcpStream::connect(addr).unwrap());
         if silent.len() % MAX_PER_WAKE == 0 {
-            probe.serve(&Status::default(), Instant::now());
+            probe.serve(&Health::default(), Instant::now());
         }
     }
     std::thread::sleep(Duration::from_millis(20));
-    probe.serve(&Status::default(), Instant::now());
+    probe.serve(&Health::default(), Instant::now());
     assert_eq!(probe.pending(), MAX_PENDING, "never more than the cap");
     let mut ok = TcpStream::connect(addr).unwrap();
     ok.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
@@ -187,7 +187,7 @@ fn a_client_dribbling_bytes_costs_nothing_and_is_closed_after_the_timeout() {
         let _ = dribbler.write_all(b"G");
         std::thread::sleep(Duration::from_millis(20));
         let start = Instant::now();
-        probe.serve(&Status::default(), Instant::now());
+        probe.serve(&Health::default(), Instant::now());
         assert!(
             start.elapsed() < Duration::from_millis(50),
             "a wake-up took {:?}",

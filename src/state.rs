@@ -329,7 +329,7 @@ impl State {
 
 /// The state Secret of one Manager.
 #[derive(Debug)]
-pub struct Store {
+pub struct StateSecret {
     path: String,
     collection: String,
     name: String,
@@ -371,11 +371,11 @@ struct WrittenMeta {
     resource_version: Option<String>,
 }
 
-impl Store {
+impl StateSecret {
     /// The Secret `name` in `namespace`, of environment `environment_id`.
-    pub fn new(namespace: &str, name: &str, environment_id: &str) -> Store {
+    pub fn new(namespace: &str, name: &str, environment_id: &str) -> StateSecret {
         let collection = resource::SECRETS.collection(Some(namespace));
-        Store {
+        StateSecret {
             path: format!("{collection}/{name}"),
             collection,
             name: name.to_owned(),

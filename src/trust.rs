@@ -368,7 +368,7 @@ impl std::error::Error for Untrusted {}
 /// The envelope's fields, raw.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
+struct SignedEnvelope<'a> {
     #[serde(default, borrow)]
     key_id: Option<&'a RawValue>,
     #[serde(default, borrow)]
@@ -449,7 +449,7 @@ pub fn verify<'a>(
     environment_id: &str,
     now: SystemTime,
 ) -> Result<Verified<'a>, Untrusted> {
-    let envelope: Envelope =
+    let envelope: SignedEnvelope =
         serde_json::from_str(raw).map_err(|_| Untrusted::Envelope("not an object"))?;
     if required && keys.is_none() {
         return Err(Untrusted::NoKeys);

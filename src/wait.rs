@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::kube::pause::{CHECKPOINT_EVERY, Pause, Wake};
-use crate::probe::{Probe, Status};
+use crate::probe::{Health, Probe};
 
 /// The signal self-pipe, the optional probe listener and the status it
 /// answers from. Single-threaded: shared with `Rc`, methods take `&self`.
@@ -25,7 +25,7 @@ pub struct Waiter {
     signals: UnixStream,
     stop: Cell<bool>,
     probe: Option<Probe>,
-    status: Rc<RefCell<Status>>,
+    status: Rc<RefCell<Health>>,
     /// When the last `poll(2)` returned.
     polled_at: Cell<Instant>,
 }
@@ -33,7 +33,7 @@ pub struct Waiter {
 impl Waiter {
     /// Routes SIGTERM and SIGINT into a self-pipe. From now on those signals
     /// no longer kill the process: they end the next (or current) wait.
-    pub fn new(probe: Option<Probe>, status: Rc<RefCell<Status>>) -> io::Result<Waiter> {
+    pub fn new(probe: Option<Probe>, status: Rc<RefCell<Health>>) -> io::Result<Waiter> {
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
@@ -166,7 +166,7 @@ mod tests {
     fn a_checkpoint_answers_probes_only_once_the_last_wait_is_old_enough() {
         let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = probe.local_addr().unwrap();
-        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Status::default()))).unwrap();
+        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Health::default()))).unwrap();
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(20));
@@ -187,7 +187,7 @@ mod tests {
     fn a_zero_wait_answers_the_probes_waiting_now() {
         let probe = Probe::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = probe.local_addr().unwrap();
-        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Status::default()))).unwrap();
+        let waiter = Waiter::new(Some(probe), Rc::new(RefCell::new(Health::default()))).unwrap();
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"GET /readyz HTTP/1.1\r\n\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(20));

@@ -755,7 +755,7 @@ fn sigterm_during_a_command_finishes_records_and_acks_it() {
         secret["data"]["state.json"].is_string(),
         "the result is recorded"
     );
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    let state = nexo_manager::state::StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&f.tb.admin())
         .unwrap();
     let entry = state.find("term-1").expect("term-1 in the ledger");
@@ -946,7 +946,7 @@ fn a_finished_command_costs_one_state_write_and_delivered_entries_keep_no_resour
     );
     // The delivered entries keep their class, result and message, not
     // their resources; the last one's flag waits for the next write.
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    let state = nexo_manager::state::StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&c)
         .unwrap();
     let first = state.find("one-0-0").expect("recorded");
@@ -981,7 +981,7 @@ fn a_finished_command_costs_one_state_write_and_delivered_entries_keep_no_resour
     );
     m.stop_expecting_exit_0();
     // The clean stop wrote the flags that waited.
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    let state = nexo_manager::state::StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&c)
         .unwrap();
     m.check(

@@ -16,7 +16,7 @@ use nexo_manager::cp::wire::{AckResult, ResourceAction};
 use nexo_manager::image::ImageRef;
 use nexo_manager::kube::Client;
 use nexo_manager::kube::pause::{Pause, Wake};
-use nexo_manager::state::{self, LedgerEntry, State, Store};
+use nexo_manager::state::{self, LedgerEntry, State, StateSecret};
 use serde_json::{Value, json};
 use support::commands::{command, configmap, ns_path, proxy, wait_ack};
 use support::fixture::{Fixture, PROXY_IMAGE};
@@ -40,7 +40,7 @@ fn deploy(f: &Fixture, id: &str, name: &str, manifests: Vec<Value>) -> Value {
 }
 
 fn load_state(f: &Fixture) -> State {
-    Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&f.tb.admin())
         .unwrap()
 }
@@ -348,7 +348,7 @@ fn the_state_stays_under_budget_and_a_deleted_state_secret_is_created_again() {
         seeded.record(seeded_entry(&format!("old-{n}"), 100));
         n += 1;
     }
-    Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .update(&f.tb.admin(), &State::default(), |s| *s = seeded.clone())
         .unwrap();
     let mut m = spawn_with_probes(&f, f.env());

@@ -433,7 +433,7 @@ fn a_leader_frozen_mid_command_writes_and_acks_nothing_once_another_took_over() 
             && acks.iter().all(|(_, ack)| ack["result"] == "applied"),
         &format!("one outcome, acknowledged by pod-b only: {acks:?}"),
     );
-    let state = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id)
+    let state = nexo_manager::state::StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id)
         .load(&f.tb.admin())
         .unwrap();
     let entry = state.find("big-1").expect("the deploy recorded");
@@ -488,7 +488,8 @@ fn a_leader_that_regains_the_lease_mid_batch_reads_the_state_again() {
     // uninstall: the ledger records it (and `keep` stays, so a second run
     // would show).
     let admin = f.tb.admin();
-    let mut store = nexo_manager::state::Store::new(&f.ns.name, "nexo-manager-state", &f.env_id);
+    let mut store =
+        nexo_manager::state::StateSecret::new(&f.ns.name, "nexo-manager-state", &f.env_id);
     let current = store.load(&admin).unwrap();
     store
         .update(&admin, &current, |s| {

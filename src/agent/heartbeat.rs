@@ -1,7 +1,7 @@
 //! The heartbeat: what this Manager reports and what the CP answers.
 //!
 //! [`body`] builds the request from plain values (the inventory, the
-//! session's manager id, the undelivered acks); [`Topology`] decides when
+//! session's manager id, the undelivered acks); [`TopologyCache`] decides when
 //! the nodes are listed again; [`CpError::retry`] what a failure means.
 //! The I/O ([`Agent::heartbeat`], [`Agent::accepted`]) reads the inventory,
 //! sends, reconnects once on a 401, and takes the answer apart.
@@ -41,11 +41,11 @@ pub fn clamp_interval(seconds: u64) -> Duration {
 
 /// Region and zone from the last node listing, and when it was made.
 #[derive(Debug, Default)]
-pub struct Topology {
+pub struct TopologyCache {
     listed: Option<(Instant, Option<String>, Option<String>)>,
 }
 
-impl Topology {
+impl TopologyCache {
     /// Whether the nodes should be listed: never yet, or longer than
     /// [`TOPOLOGY_REFRESH`] ago.
     pub fn due(&self, now: Instant) -> bool {
@@ -70,7 +70,7 @@ impl Topology {
 pub(super) struct Beats {
     /// The last sequence number sent.
     sequence: u64,
-    topology: Topology,
+    topology: TopologyCache,
     /// The rollout of the Manager's own Deployment.
     pub(super) self_rollout: self_rollout::Watch,
     /// The release-contract inventory, read every few minutes.
@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn nodes_are_listed_first_then_every_five_minutes() {
         let now = Instant::now();
-        let mut t = Topology::default();
+        let mut t = TopologyCache::default();
         assert!(t.due(now));
         let mut listed = Inventory {
             region: Some("eu".into()),

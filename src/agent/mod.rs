@@ -31,7 +31,7 @@ use crate::cp::wire::{ClusterRef, InstanceInfo};
 use crate::kube::Client;
 use crate::kube::pause::Wake;
 use crate::lease::{self, Elector};
-use crate::probe::{Role, Status};
+use crate::probe::{Health, Role};
 use crate::token::ConnectToken;
 use crate::wait::Waiter;
 
@@ -64,12 +64,12 @@ struct Link {
     /// Every wait of the process; also the Kubernetes client's retry pause.
     waiter: Rc<Waiter>,
     /// Shared with the waiter, which answers the probes.
-    status: Rc<RefCell<Status>>,
+    status: Rc<RefCell<Health>>,
 }
 
 impl Link {
     /// The status the probes answer from, for an update.
-    fn status(&self) -> RefMut<'_, Status> {
+    fn status(&self) -> RefMut<'_, Health> {
         self.status.borrow_mut()
     }
 }

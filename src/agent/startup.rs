@@ -20,9 +20,9 @@ use crate::fatal::Fatal;
 use crate::kube::pause::{Pause, Wake};
 use crate::kube::{self, Client, KubeConfig};
 use crate::lease::Elector;
-use crate::probe::{Probe, Role, Status};
+use crate::probe::{Health, Probe, Role};
 use crate::resource;
-use crate::state::{Binding, StateError, Store};
+use crate::state::{Binding, StateError, StateSecret};
 use crate::wait::Waiter;
 
 /// Builds the agent, or says why it cannot run.
@@ -44,7 +44,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let namespaces = cfg.managed_namespaces(&instance.namespace);
     let mut backoff = Backoff::control_plane();
     let cluster = cluster_identity(&kube, &waiter, &mut backoff)?;
-    let store = Store::new(
+    let store = StateSecret::new(
         &instance.namespace,
         &cfg.state_secret,
         token.environment_id(),
@@ -176,7 +176,7 @@ fn kube_client(cfg: &Config, waiter: &Rc<Waiter>) -> Result<(Client, InstanceInf
 
 /// Reads the state Secret, waiting while the API server fails transiently.
 fn load_state(
-    mut store: Store,
+    mut store: StateSecret,
     kube: &Client,
     waiter: &Waiter,
     backoff: &mut Backoff,
@@ -193,7 +193,7 @@ fn load_state(
 
 /// The probe listener (when configured), the status it answers from, and
 /// the waiter that serves it.
-fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Status>>), Fatal> {
+fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Health>>), Fatal> {
     let probe = match cfg.listen_addr {
         Some(addr) => {
             let probe = Probe::bind(addr).map_err(|source| Fatal::Listen { addr, source })?;
@@ -206,12 +206,12 @@ fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Status>>), Fatal> {
         }
         None => None,
     };
-    let status = Rc::new(RefCell::new(Status {
+    let status = Rc::new(RefCell::new(Health {
         role: Role::Starting,
         interval: cfg.heartbeat_interval,
         // The CP request timeout bounds the handshake of a standby check.
         check_time: cfg.cp_request_timeout,
-        ..Status::default()
+        ..Health::default()
     }));
     let waiter = Waiter::new(probe, Rc::clone(&status)).map_err(Fatal::Signals)?;
     Ok((Rc::new(waiter), status))

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::Link;
 use crate::kube::Client;
 use crate::kube::pause::Wake;
-use crate::state::{self, Binding, LedgerEntry, State, StateError, Store};
+use crate::state::{self, Binding, LedgerEntry, State, StateError, StateSecret};
 
 /// How long delivery flags may wait for a write of their own.
 pub const FLUSH_AFTER: Duration = Duration::from_secs(60);
@@ -21,7 +21,7 @@ pub const FLUSH_AFTER: Duration = Duration::from_secs(60);
 /// The state, in memory and in its Secret.
 #[derive(Debug)]
 pub struct StateStore {
-    store: Store,
+    store: StateSecret,
     state: State,
     /// A write that failed, reported in heartbeats until one succeeds.
     error: Option<String>,
@@ -32,7 +32,7 @@ pub struct StateStore {
 
 impl StateStore {
     /// The state read from `store`.
-    pub fn new(store: Store, state: State) -> StateStore {
+    pub fn new(store: StateSecret, state: State) -> StateStore {
         StateStore {
             store,
             state,

@@ -40,7 +40,7 @@ pub enum Auth {
     /// No credentials (anonymous).
     None,
     /// A bearer token, possibly re-read from a file.
-    Bearer(TokenSource),
+    Bearer(BearerToken),
     /// A client certificate and key, PEM.
     ClientCert {
         /// Certificate chain, PEM.
@@ -53,15 +53,15 @@ pub enum Auth {
 /// A bearer token, from a fixed value or a file that is re-read every
 /// [`TOKEN_REREAD`] and after a 401. A failed re-read keeps the last good token.
 #[derive(Debug)]
-pub struct TokenSource {
+pub struct BearerToken {
     file: Option<PathBuf>,
     current: RefCell<(Secret, Instant)>,
 }
 
-impl TokenSource {
+impl BearerToken {
     /// A token that never changes.
     pub fn fixed(token: Secret) -> Self {
-        TokenSource {
+        BearerToken {
             file: None,
             current: RefCell::new((token, Instant::now())),
         }
@@ -70,7 +70,7 @@ impl TokenSource {
     /// A token read from `path` now and re-read later.
     pub fn file(path: &Path) -> Result<Self, Error> {
         let token = read_token(path)?;
-        Ok(TokenSource {
+        Ok(BearerToken {
             file: Some(path.to_owned()),
             current: RefCell::new((token, Instant::now())),
         })
@@ -144,7 +144,7 @@ impl KubeConfig {
         let ca_path = dir.join("ca.crt");
         let ca_pem = std::fs::read(&ca_path)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", ca_path.display())))?;
-        let auth = Auth::Bearer(TokenSource::file(&dir.join("token"))?);
+        let auth = Auth::Bearer(BearerToken::file(&dir.join("token"))?);
         let namespace = std::fs::read_to_string(dir.join("namespace"))
             .ok()
             .map(|s| s.trim().to_owned())
@@ -283,10 +283,10 @@ impl KubeconfigFile {
 /// or a client certificate and key.
 fn auth_of(base: &Path, u: &UserEntry) -> Result<Auth, String> {
     if let Some(token) = &u.token {
-        return Ok(Auth::Bearer(TokenSource::fixed(Secret::new(token.clone()))));
+        return Ok(Auth::Bearer(BearerToken::fixed(Secret::new(token.clone()))));
     }
     if let Some(file) = &u.token_file {
-        let source = TokenSource::file(&base.join(file)).map_err(|e| e.to_string())?;
+        let source = BearerToken::file(&base.join(file)).map_err(|e| e.to_string())?;
         return Ok(Auth::Bearer(source));
     }
     let cert = pem_from(base, &u.client_certificate, &u.client_certificate_data)?;
@@ -378,7 +378,7 @@ mod tests {
     fn token_file_reload_keeps_last_good_token() {
         let path = std::env::temp_dir().join(format!("nexo-token-{}", std::process::id()));
         std::fs::write(&path, "first").unwrap();
-        let source = TokenSource::file(&path).unwrap();
+        let source = BearerToken::file(&path).unwrap();
         assert_eq!(source.token().expose(), "first");
         std::fs::write(&path, "second").unwrap();
         assert!(source.reload());

@@ -170,7 +170,7 @@ impl Policy {
         let repositories: Vec<&str> = std::iter::once(proxy_image.repository.as_str())
             .chain(self.image_repositories.iter().map(String::as_str))
             .collect();
-        let rules = pod::Rules {
+        let rules = pod::PodRules {
             profile: self.pod_security,
             repositories: &repositories,
         };

@@ -301,7 +301,7 @@ fn string_map<'v>(v: &'v Value, at: &At<'_>) -> Result<Vec<(&'v str, &'v str)>, 
 }
 
 /// What a legacy Deployment is judged against.
-pub(super) struct Rules<'a> {
+pub(super) struct PodRules<'a> {
     pub profile: PodSecurity,
     pub repositories: &'a [&'a str],
 }
@@ -321,7 +321,7 @@ pub(super) struct Found {
 pub(super) fn deployment(
     object: &Value,
     manifest: &str,
-    rules: &Rules<'_>,
+    rules: &PodRules<'_>,
 ) -> Result<Found, Violation> {
     let root = At {
         manifest,
@@ -383,7 +383,7 @@ pub(super) fn deployment(
     Ok(found)
 }
 
-fn pod(v: &Value, at: &At<'_>, rules: &Rules<'_>, found: &mut Found) -> Result<(), Violation> {
+fn pod(v: &Value, at: &At<'_>, rules: &PodRules<'_>, found: &mut Found) -> Result<(), Violation> {
     if fields(v, at, POD_SPEC)?.is_none() {
         return Err(at.violation("missing"));
     }
@@ -589,7 +589,7 @@ fn key_paths(v: &Value, at: &At<'_>) -> Result<(), Violation> {
 fn container(
     c: &Value,
     at: &At<'_>,
-    rules: &Rules<'_>,
+    rules: &PodRules<'_>,
     pod_sc: &Value,
     found: &mut Found,
 ) -> Result<(), Violation> {
