@@ -13,6 +13,8 @@ use std::fmt;
 use serde_json::Value;
 
 mod pod;
+mod pod_security;
+mod walk;
 
 use crate::image::ImageRef;
 use crate::resource::{Kind, Manifest};
