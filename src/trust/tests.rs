@@ -1,5 +1,6 @@
 use super::*;
-use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::json;
 
