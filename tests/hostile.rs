@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nexo_cpsim::{Endpoint, Fault, FaultAction};
-use nexo_manager::apply::execute::{self, Context};
+use nexo_manager::apply::{self as execute, Context};
 use nexo_manager::commands::{self, Command};
 use nexo_manager::cp::wire::{AckResult, ResourceAction};
 use nexo_manager::image::ImageRef;
@@ -195,7 +195,6 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         own_namespace: &f.ns.name,
         self_deployment: "nexo-manager",
         policy: &policy,
-        running_bundle: None,
         own: &own,
     };
     let rules = nexo_manager::apply::Rules {

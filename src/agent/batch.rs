@@ -10,8 +10,7 @@ use serde_json::value::RawValue;
 use super::session::InSession;
 use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
-use crate::apply::execute::{self, Outcome};
-use crate::apply::{self, Permitted};
+use crate::apply::{self, Outcome, Permitted};
 use crate::backoff::Jitter;
 use crate::commands;
 use crate::cp::AckOutcome;
@@ -147,7 +146,7 @@ impl Agent {
                 keep_until,
             }) => {
                 log::info!("command {id}: executing");
-                let outcome = execute::run(&self.execution(), &permitted);
+                let outcome = apply::run(&self.execution(), &permitted);
                 if !self.elector.leading() {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
@@ -212,8 +211,8 @@ impl Agent {
     }
 
     /// What the executor needs, borrowed from the agent.
-    fn execution(&self) -> execute::Context<'_> {
-        execute::Context {
+    fn execution(&self) -> apply::Context<'_> {
+        apply::Context {
             kube: &self.link.kube,
             environment_id: self.me.token.environment_id(),
             allow_legacy_adoption: self.me.cfg.allow_legacy_adoption,
@@ -222,7 +221,6 @@ impl Agent {
             own_namespace: &self.me.instance.namespace,
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
-            running_bundle: self.me.cfg.bundle_version.as_deref(),
             own: &self.me.own,
         }
     }

@@ -3,10 +3,53 @@
 //! ([`plan`]), carried out by a thin executor ([`execute`]) into an
 //! [`Outcome`].
 
+mod deploy;
 pub mod execute;
 pub mod outcome;
 pub mod permit;
 pub mod plan;
+mod rollout;
+mod uninstall;
+mod upgrade;
 
 pub use outcome::Outcome;
 pub use permit::{Permitted, Rules, permit};
+
+use crate::commands::Action;
+use crate::image::ImageRef;
+use crate::kube::Client;
+
+/// What the executor needs to know.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// The Kubernetes client.
+    pub kube: &'a Client,
+    /// This environment.
+    pub environment_id: &'a str,
+    /// The cluster half of the migration gate.
+    pub allow_legacy_adoption: bool,
+    /// The configured Proxy image.
+    pub proxy_image: &'a ImageRef,
+    /// The managed namespaces.
+    pub namespaces: &'a [String],
+    /// The Manager's own namespace.
+    pub own_namespace: &'a str,
+    /// The Manager's own Deployment.
+    pub self_deployment: &'a str,
+    /// The content policy (an upgrade's image is checked against it).
+    pub policy: &'a crate::policy::Policy,
+    /// The Manager's own objects: never a target.
+    pub own: &'a crate::ownership::OwnObjects,
+}
+
+/// Runs a permitted command.
+pub fn run(ctx: &Context<'_>, permitted: &Permitted) -> Outcome {
+    match &permitted.command().action {
+        Action::Deploy(d) => execute::with_fresh_reads("deploy", || deploy::deploy(ctx, d)),
+        Action::Rollout(r) => rollout::rollout(ctx, r),
+        Action::Upgrade(u) => upgrade::upgrade(ctx, u, permitted.note()),
+        Action::Uninstall(t) => {
+            execute::with_fresh_reads("uninstall", || uninstall::uninstall(ctx, t))
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! A rollout: the image of owned NexoProxies, each set with the
+//! resourceVersion it was read at.
+
+use serde_json::{Value, json};
+
+use super::Context;
+use super::execute::{CONFLICT_RETRIES, own_object};
+use super::outcome::{Outcome, StepError, summary};
+use super::plan;
+use crate::commands::{Rollout, Target};
+use crate::cp::wire::ResourceAction;
+use crate::kube::client::MERGE_PATCH;
+use crate::ownership;
+use crate::resource::{Kind, ObjectRef};
+
+fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
+    let selector = ownership::owned_selector(ctx.environment_id);
+    let mut targets = Vec::new();
+    for ns in ctx.namespaces {
+        let collection = ObjectRef::new(Kind::NexoProxy, ns, "").collection();
+        ctx.kube
+            .list_each(&collection, Some(&selector), 500, |o| {
+                if let Some(name) = o["metadata"]["name"].as_str() {
+                    targets.push(Target {
+                        name: name.to_owned(),
+                        namespace: ns.clone(),
+                    });
+                }
+            })
+            .map_err(|e| format!("cannot list NexoProxies in {ns}: {e}"))?;
+    }
+    Ok(targets)
+}
+
+pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
+    let targets = match &r.targets {
+        Some(t) => t.clone(),
+        None => match owned_proxies(ctx) {
+            Ok(t) => t,
+            Err(e) => return Outcome::failed(e, vec![]),
+        },
+    };
+    let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
+    let mut observed = Vec::with_capacity(targets.len());
+    // Named targets were permitted by name; listed ones are checked here.
+    for t in targets.iter().filter(|_| r.targets.is_none()) {
+        let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+        if let Some(refused) = own_object(ctx, &reference, None) {
+            return refused;
+        }
+    }
+    for t in targets {
+        let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+        match ctx.kube.get_opt::<Value>(&reference.path()) {
+            Ok(o) if o.is_some() => {
+                if let Some(refused) = own_object(ctx, &reference, o.as_ref()) {
+                    return refused;
+                }
+                observed.push((t, o));
+            }
+            Ok(o) => observed.push((t, o)),
+            Err(e) => {
+                let e = StepError::api("cannot read", &reference, e);
+                return Outcome::failed(e.to_string(), vec![]);
+            }
+        }
+    }
+    let changes = match plan::rollout(&observed, &image, ctx.environment_id) {
+        Ok(c) => c,
+        Err(refused) => return refused.into(),
+    };
+    let mut resources = Vec::new();
+    for c in changes {
+        if !c.changed {
+            resources.push(c.reference.ack(ResourceAction::Unchanged));
+            continue;
+        }
+        match set_image(ctx, &c.reference, &c.version, &image) {
+            Ok(()) => resources.push(c.reference.ack(ResourceAction::Configured)),
+            Err(e) => {
+                resources.push(c.reference.ack(ResourceAction::Refused));
+                return Outcome::failed(e.to_string(), resources);
+            }
+        }
+    }
+    let message = format!(
+        "rolled out {image} to {} NexoProxies ({})",
+        resources.len(),
+        summary(&resources)
+    );
+    Outcome::applied(message, resources)
+}
+
+/// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
+/// re-checks ownership and tries again, a bounded number of times.
+fn set_image(
+    ctx: &Context<'_>,
+    r: &ObjectRef,
+    version: &str,
+    image: &str,
+) -> Result<(), StepError> {
+    let mut version = version.to_owned();
+    for _ in 0..CONFLICT_RETRIES {
+        let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
+        match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.status() == Some(409) => {
+                let fresh: Value = ctx
+                    .kube
+                    .get(&r.path())
+                    .map_err(|e| StepError::api("cannot re-read", r, e))?;
+                let own = ctx
+                    .own
+                    .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh))
+                    .map(|refusal| refusal.to_string());
+                if let Some(why) =
+                    own.or_else(|| plan::refusal_for(&fresh, ctx.environment_id, &r.name, false))
+                {
+                    return Err(StepError::Refused {
+                        reference: r.clone(),
+                        why,
+                    });
+                }
+                version = fresh["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            Err(e) => return Err(StepError::api("cannot set the image of", r, e)),
+        }
+    }
+    Err(StepError::KeptChanging {
+        reference: r.clone(),
+        attempts: CONFLICT_RETRIES,
+    })
+}

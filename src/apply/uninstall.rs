@@ -1,0 +1,114 @@
+//! An uninstall: the owned NexoProxy, or the legacy Deployment and its
+//! labelled objects, each deleted with the uid and resourceVersion it was
+//! read at.
+
+use serde_json::Value;
+
+use super::Context;
+use super::execute::{Raced, own_object};
+use super::outcome::{Outcome, StepError, summary};
+use super::plan::{self, Delete, Removal};
+use crate::commands::Target;
+use crate::cp::wire::ResourceAction;
+use crate::ownership;
+use crate::resource::{Kind, ObjectRef};
+
+/// Reads what an uninstall of `t` may delete: its NexoProxy, else its
+/// legacy Deployment and the objects labelled with its name.
+fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
+    let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+    let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
+    let read = |r: &ObjectRef| {
+        let o = ctx.kube.get_opt::<Value>(&r.path()).map_err(|e| {
+            Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![])
+        })?;
+        if let Some(object) = &o
+            && let Some(refused) = own_object(ctx, r, Some(object))
+        {
+            return Err(refused);
+        }
+        Ok(o)
+    };
+    let proxy = read(&proxy_ref)?;
+    let deployment = match proxy {
+        Some(_) => None,
+        None => read(&deployment_ref)?,
+    };
+    let mut labelled = Vec::new();
+    if deployment.is_some() {
+        let selector = format!(
+            "{},{}={}",
+            ownership::owned_selector(ctx.environment_id),
+            ownership::DEPLOYMENT,
+            t.name
+        );
+        for kind in [Kind::Service, Kind::ConfigMap, Kind::Secret] {
+            let collection = ObjectRef::new(kind, &t.namespace, "").collection();
+            let listed = ctx.kube.list_each(&collection, Some(&selector), 500, |o| {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                labelled.push((ObjectRef::new(kind, &t.namespace, name), o));
+            });
+            for (r, o) in &labelled {
+                if let Some(refused) = own_object(ctx, r, Some(o)) {
+                    return Err(refused);
+                }
+            }
+            if let Err(e) = listed {
+                let message = format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name);
+                return Err(Outcome::failed(message, vec![]));
+            }
+        }
+    }
+    let plan = plan::uninstall(
+        t,
+        proxy.as_ref(),
+        deployment.as_ref(),
+        &labelled,
+        ctx.environment_id,
+    );
+    plan.map_err(Outcome::from)
+}
+
+pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
+    let deletes = match uninstall_reads(ctx, t) {
+        Err(outcome) => return Ok(outcome),
+        Ok(Removal::Absent) => {
+            let r = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+            return Ok(Outcome::applied(
+                format!("{}/{} is not installed", t.namespace, t.name),
+                vec![r.ack(ResourceAction::Absent)],
+            ));
+        }
+        Ok(Removal::Proxy(delete)) => vec![delete],
+        Ok(Removal::Legacy(deletes)) => deletes,
+    };
+    let mut resources = Vec::new();
+    for Delete { reference, read_at } in deletes {
+        // Deleted only if it is still the object read and checked.
+        let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
+        match ctx.kube.delete_if(&reference.path(), "Background", guard) {
+            Ok(_) => resources.push(reference.ack(ResourceAction::Deleted)),
+            Err(e) if e.is_not_found() => resources.push(reference.ack(ResourceAction::Absent)),
+            Err(e) => {
+                let raced = e.is_precondition_failure();
+                if !raced {
+                    resources.push(reference.ack(ResourceAction::Refused));
+                }
+                let message = StepError::api("cannot delete", &reference, e).to_string();
+                let outcome = Outcome::failed(message, resources);
+                return if raced {
+                    Err(Raced(outcome))
+                } else {
+                    Ok(outcome)
+                };
+            }
+        }
+    }
+    let message = format!(
+        "uninstalled {}/{} ({})",
+        t.namespace,
+        t.name,
+        summary(&resources)
+    );
+    Ok(Outcome::applied(message, resources))
+}
