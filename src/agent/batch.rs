@@ -14,10 +14,11 @@ use crate::apply::{self, Outcome, Permitted};
 use crate::backoff::Jitter;
 use crate::commands;
 use crate::cp::AckOutcome;
-use crate::cp::wire::{AckResult, Commands};
+use crate::cp::wire::{AckResult, CommandFields, Commands};
 use crate::kube::pause::{Pause as _, Wake};
 use crate::refusal::Refusal;
 use crate::state::LedgerEntry;
+use crate::trust::Trust;
 
 /// Whether the batch goes on to its next command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +112,10 @@ impl Agent {
     /// command.
     fn handle_command(&mut self, raw: &RawValue) {
         let started = Instant::now();
-        let id = match commands::command_id(raw.get()) {
+        // The command's fields are read once, here: its id, then its trust
+        // and its payload from the same reading.
+        let outer = CommandFields::read(raw.get());
+        let id = match commands::id_of(raw.get(), outer.as_ref()) {
             Ok(id) => id,
             Err(no_id) => {
                 // Not its text: a command may carry Secret data.
@@ -121,7 +125,7 @@ impl Agent {
                 return;
             }
         };
-        let checked = self.checked(raw.get(), &id);
+        let checked = self.checked(raw.get(), outer, &id);
         let deployment = checked
             .as_ref()
             .ok()
@@ -183,18 +187,20 @@ impl Agent {
     /// Every check made before anything is read from the cluster: the
     /// signature first (protocol.md, "Command trust"), then validation,
     /// then the content policy.
-    fn checked(&self, raw: &str, id: &str) -> Result<Checked, Refusal> {
-        let required = self.signatures_required();
-        let verified = self
-            .me
-            .keys
-            .keys()
-            .and_then(|keys| {
-                let env = self.me.token.environment_id();
-                crate::trust::verify(raw, id, keys, required, env, SystemTime::now())
-            })
-            .map_err(Refusal::Untrusted)?;
-        let command = commands::parse(verified.text(), CAPABILITIES, &self.me.namespaces)?;
+    fn checked(
+        &self,
+        raw: &str,
+        outer: Result<CommandFields<'_>, serde_json::Error>,
+        id: &str,
+    ) -> Result<Checked, Refusal> {
+        let trust = Trust {
+            keys: self.me.keys.keys().map_err(Refusal::Untrusted)?,
+            required: self.signatures_required(),
+            environment_id: self.me.token.environment_id(),
+            now: SystemTime::now(),
+        };
+        let received =
+            commands::receive(raw, outer, id, &trust, CAPABILITIES, &self.me.namespaces)?;
         let cfg = &self.me.cfg;
         let rules = apply::Rules {
             policy: &cfg.policy,
@@ -203,10 +209,10 @@ impl Agent {
             running_bundle: cfg.bundle_version.as_deref(),
         };
         Ok(Checked {
-            keep_until: verified
-                .keep_until()
+            keep_until: received
+                .keep_until
                 .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-            permitted: apply::permit(command, &rules)?,
+            permitted: apply::permit(received.command, &rules)?,
         })
     }
 

@@ -13,12 +13,15 @@ mod payload;
 pub use crate::resource::{Kind, Manifest, ObjectRef};
 pub use format::Format;
 
-use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use std::time::SystemTime;
+
+use crate::cp::wire::CommandFields;
 use crate::refusal::Refusal;
 use crate::text::clip;
+use crate::trust::{self, Trust, Untrusted, Unwrapped};
 
 use crate::image::ImageRef;
 
@@ -154,21 +157,6 @@ pub struct Command {
     pub action: Action,
 }
 
-/// The command's fields as slices of its raw text: nothing is built from
-/// them before the size budget is checked.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
-    #[serde(default, borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    class: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    requires: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    payload: Option<&'a RawValue>,
-}
-
 /// Refuses a command over [`MAX_COMMAND_BYTES`] or [`MAX_COMMAND_VALUES`].
 fn budget(raw: &str) -> Result<(), Refusal> {
     if raw.len() > MAX_COMMAND_BYTES {
@@ -217,8 +205,17 @@ fn invalid(why: impl std::fmt::Display) -> Refusal {
 /// A command's id, checked: without a usable one a command cannot be
 /// acknowledged, and is logged and skipped ([`Refusal::NoId`]).
 pub fn command_id(raw: &str) -> Result<String, Refusal> {
-    match envelope(raw) {
-        Ok((_, id)) | Err((Some(id), _)) => Ok(id),
+    id_of(raw, CommandFields::read(raw).as_ref())
+}
+
+/// The id of `raw`, as its fields were read (an error: not a command
+/// object, whose id may still be found).
+pub fn id_of(
+    raw: &str,
+    fields: Result<&CommandFields<'_>, &serde_json::Error>,
+) -> Result<String, Refusal> {
+    match checked_id(raw, fields) {
+        Ok(id) | Err((Some(id), _)) => Ok(id),
         Err((None, no_id)) => Err(no_id),
     }
 }
@@ -263,24 +260,13 @@ fn lone_id(raw: &str) -> Option<String> {
     }
 }
 
-/// The command's fields as raw slices, and its checked id; refused with
-/// the id when one could be read anyway.
-fn envelope(raw: &str) -> Result<(Envelope<'_>, String), (Option<String>, Refusal)> {
-    // serde's message would quote the offending value: a whole command's
-    // text, which may hold Secret data. Only where and what kind of error.
-    let env: Envelope = serde_json::from_str(raw).map_err(|e| {
-        let why = format!(
-            "not a command object ({:?} error at column {})",
-            e.classify(),
-            e.column()
-        );
-        // An object with one usable id (a field given twice, say) can be
-        // acknowledged: refused, not skipped.
-        match lone_id(raw) {
-            Some(id) => (Some(id), invalid(why)),
-            None => (None, Refusal::NoId(why)),
-        }
-    })?;
+/// The command's checked id, from its fields; refused with the id when one
+/// could be read anyway.
+fn checked_id(
+    raw: &str,
+    fields: Result<&CommandFields<'_>, &serde_json::Error>,
+) -> Result<String, (Option<String>, Refusal)> {
+    let env = fields.map_err(|e| not_a_command(raw, e))?;
     let no_id = |why: String| (None, Refusal::NoId(why));
     let id = match crate::strict_json::raw_string(env.id) {
         Ok(Some(id)) if crate::cp::wire::valid_command_id(&id) => id,
@@ -288,16 +274,89 @@ fn envelope(raw: &str) -> Result<(Envelope<'_>, String), (Option<String>, Refusa
         Err(text) => return Err(no_id(format!("invalid id {text}"))),
         Ok(None) => return Err(no_id("no id".into())),
     };
-    Ok((env, id))
+    Ok(id)
 }
 
-/// Parses and validates one raw command (its JSON text) against the
-/// advertised `capabilities` and the `managed` namespaces. The id of a
-/// refused command is [`command_id`]'s.
+/// The refusal of a text that is not a command object, with its id when it
+/// has exactly one.
+fn not_a_command(raw: &str, e: &serde_json::Error) -> (Option<String>, Refusal) {
+    // serde's message would quote the offending value: a whole command's
+    // text, which may hold Secret data. Only where and what kind of error.
+    let why = format!(
+        "not a command object ({:?} error at column {})",
+        e.classify(),
+        e.column()
+    );
+    // An object with one usable id (a field given twice, say) can be
+    // acknowledged: refused, not skipped.
+    match lone_id(raw) {
+        Some(id) => (Some(id), invalid(why)),
+        None => (None, Refusal::NoId(why)),
+    }
+}
+
+/// A command received: verified, then parsed, each text read once.
+#[derive(Debug)]
+pub struct Received {
+    /// The command.
+    pub command: Command,
+    /// How long its ledger entry must stay (a verified signed command:
+    /// until its `notAfter` plus [`trust::NOT_AFTER_GRACE`]).
+    pub keep_until: Option<SystemTime>,
+}
+
+/// Receives the raw command `raw`, of id `id` and fields `outer` (as read
+/// once for its id): command trust first ([`trust::unwrap`], then the
+/// signed command's own fields, [`trust::check_signed`]), then the
+/// command itself against the advertised `capabilities` and the `managed`
+/// namespaces. A `Command` is made nowhere else.
+pub fn receive(
+    raw: &str,
+    outer: Result<CommandFields<'_>, serde_json::Error>,
+    id: &str,
+    trust: &Trust<'_>,
+    capabilities: &[&str],
+    managed: &[String],
+) -> Result<Received, Refusal> {
+    let outer = outer.map_err(|_| Refusal::Untrusted(Untrusted::Envelope("not an object")))?;
+    match trust::unwrap(&outer, trust).map_err(Refusal::Untrusted)? {
+        Unwrapped::Plain => Ok(Received {
+            command: from_fields(raw, &outer, id.to_owned(), capabilities, managed)?,
+            keep_until: None,
+        }),
+        Unwrapped::Signed { text, verified } => {
+            let inner = trust::signed_fields(&text).map_err(Refusal::Untrusted)?;
+            let not_after = trust::check_signed(&inner, id, trust).map_err(Refusal::Untrusted)?;
+            Ok(Received {
+                command: from_fields(&text, &inner, id.to_owned(), capabilities, managed)?,
+                keep_until: verified.then(|| not_after + trust::NOT_AFTER_GRACE),
+            })
+        }
+    }
+}
+
+/// Parses and validates one unsigned command (its JSON text), as
+/// [`receive`] does when signatures are not required. The id of a refused
+/// command is [`command_id`]'s.
 pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
-    let (env, id) = envelope(raw).map_err(|(_, refusal)| refusal)?;
+    let fields = CommandFields::read(raw);
+    let id = checked_id(raw, fields.as_ref()).map_err(|(_, refusal)| refusal)?;
+    match fields {
+        Ok(fields) => from_fields(raw, &fields, id, capabilities, managed),
+        Err(e) => Err(not_a_command(raw, &e).1),
+    }
+}
+
+/// The command of `text`, whose fields are `env` and checked id `id`.
+fn from_fields(
+    text: &str,
+    env: &CommandFields<'_>,
+    id: String,
+    capabilities: &[&str],
+    managed: &[String],
+) -> Result<Command, Refusal> {
     // The budget first: nothing below builds more than it allows.
-    budget(raw)?;
+    budget(text)?;
     let class = match crate::strict_json::raw_string(env.class) {
         Ok(Some(c)) => c,
         Err(text) => return Err(Refusal::UnsupportedClass(text)),

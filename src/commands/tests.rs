@@ -297,3 +297,53 @@ fn a_field_given_twice_is_refused_with_an_ack() {
         Err(Refusal::NoId(_))
     ));
 }
+
+#[test]
+fn a_command_is_received_through_trust_from_one_reading_of_its_fields() {
+    let raw = good_deploy().to_string();
+    let trust = |required| Trust {
+        keys: None,
+        required,
+        environment_id: "env-a",
+        now: SystemTime::now(),
+    };
+    let received = receive(
+        &raw,
+        CommandFields::read(&raw),
+        "cmd-1",
+        &trust(false),
+        CAPABILITIES,
+        &managed(),
+    )
+    .unwrap();
+    assert_eq!(Ok(received.command), parse(&raw, CAPABILITIES, &managed()));
+    assert_eq!(
+        received.keep_until, None,
+        "an unsigned command is not kept past its turn"
+    );
+    // Signatures required and no keys: refused before the payload is read.
+    let refused = receive(
+        &raw,
+        CommandFields::read(&raw),
+        "cmd-1",
+        &trust(true),
+        CAPABILITIES,
+        &managed(),
+    );
+    assert!(
+        matches!(refused, Err(Refusal::Untrusted(Untrusted::NoKeys))),
+        "{refused:?}"
+    );
+    // Not a command object: refused as trust refuses it, before verification.
+    let garbled = r#"{"id": "cmd-1", "id": "cmd-1"}"#;
+    let refused = receive(
+        garbled,
+        CommandFields::read(garbled),
+        "cmd-1",
+        &trust(false),
+        CAPABILITIES,
+        &managed(),
+    )
+    .unwrap_err();
+    assert!(!refused.recorded(), "{refused:?}");
+}

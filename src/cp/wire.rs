@@ -194,6 +194,45 @@ pub struct TrustReport {
     pub key_ids: Vec<String>,
 }
 
+/// A command's fields as slices of its text, read once: every field the
+/// Manager reads, of an unsigned command, of a signed envelope and of the
+/// command it signs; `None` when absent. Nothing is built from them before
+/// the command's size budget is checked.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandFields<'a> {
+    #[serde(default, borrow)]
+    pub id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub class: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub requires: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub payload: Option<&'a RawValue>,
+    /// A signed envelope's key id.
+    #[serde(default, borrow)]
+    pub key_id: Option<&'a RawValue>,
+    /// A signed envelope's signed bytes, base64url.
+    #[serde(default, borrow)]
+    pub signed: Option<&'a RawValue>,
+    /// A signed envelope's signature, base64url.
+    #[serde(default, borrow)]
+    pub signature: Option<&'a RawValue>,
+    /// A signed command's environment.
+    #[serde(default, borrow)]
+    pub environment_id: Option<&'a RawValue>,
+    /// A signed command's end of validity.
+    #[serde(default, borrow)]
+    pub not_after: Option<&'a RawValue>,
+}
+
+impl<'a> CommandFields<'a> {
+    /// The fields of `text`, a JSON object (a duplicate field is an error).
+    pub fn read(text: &'a str) -> Result<CommandFields<'a>, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
 /// Most commands taken from one heartbeat answer; the rest are skipped
 /// unacknowledged (the CP sends them again).
 pub const MAX_COMMANDS: usize = 1000;

@@ -17,8 +17,9 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::cp::wire::CommandFields;
 
 /// How far in the past a signed command's `notAfter` may be.
 pub const NOT_AFTER_GRACE: Duration = Duration::from_secs(5 * 60);
@@ -131,30 +132,6 @@ impl fmt::Display for Untrusted {
 
 impl std::error::Error for Untrusted {}
 
-/// The envelope's fields, raw.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SignedEnvelope<'a> {
-    #[serde(default, borrow)]
-    key_id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    signed: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    signature: Option<&'a RawValue>,
-}
-
-/// The fields of the signed command checked here.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Inner {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    environment_id: Option<String>,
-    #[serde(default)]
-    not_after: Option<String>,
-}
-
 /// The command to parse: the raw command itself, or the verified bytes
 /// of a signed one.
 #[derive(Debug, PartialEq, Eq)]
@@ -201,29 +178,48 @@ fn string_field(raw: Option<&RawValue>) -> Option<String> {
     crate::strict_json::raw_string(raw).ok().flatten()
 }
 
-/// Checks a raw command whose outer id is `id`, against `keys`, for
-/// environment `environment_id` at `now`. When signatures are `required`
-/// an unsigned command is refused, and so is every command without keys;
-/// when not, an unsigned command is taken as it comes, and a signed one is
-/// verified when there are keys (unwrapped, not verified, when there are
-/// none). The signature is checked before the signed bytes are read.
-pub fn verify<'a>(
-    raw: &'a str,
-    id: &str,
-    keys: Option<&Keys>,
-    required: bool,
-    environment_id: &str,
-    now: SystemTime,
-) -> Result<Verified<'a>, Untrusted> {
-    let envelope: SignedEnvelope =
-        serde_json::from_str(raw).map_err(|_| Untrusted::Envelope("not an object"))?;
-    if required && keys.is_none() {
+/// What command trust is judged against.
+#[derive(Debug, Clone, Copy)]
+pub struct Trust<'a> {
+    /// The keys; `None` when none are configured.
+    pub keys: Option<&'a Keys>,
+    /// Whether signatures are required ([`signatures_required`]).
+    pub required: bool,
+    /// This environment.
+    pub environment_id: &'a str,
+    /// The time the validity window is judged at.
+    pub now: SystemTime,
+}
+
+/// What the signature check lets through: the command as it came, or the
+/// bytes of a signed one (their fields not read yet).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unwrapped {
+    /// Not signed, and signatures not required.
+    Plain,
+    /// Signed.
+    Signed {
+        /// The signed bytes, UTF-8.
+        text: String,
+        /// Whether its signature was verified (keys were there).
+        verified: bool,
+    },
+}
+
+/// Checks the signature of a command whose fields are `outer`. When
+/// signatures are `required` an unsigned command is refused, and so is
+/// every command without keys; when not, an unsigned command is taken as
+/// it comes, and a signed one is verified when there are keys (unwrapped,
+/// not verified, when there are none). The signature is checked before the
+/// signed bytes are read; [`check_signed`] then reads their fields.
+pub fn unwrap(outer: &CommandFields<'_>, trust: &Trust<'_>) -> Result<Unwrapped, Untrusted> {
+    if trust.required && trust.keys.is_none() {
         return Err(Untrusted::NoKeys);
     }
-    let Some(signed) = envelope.signed else {
-        return match required {
+    let Some(signed) = outer.signed else {
+        return match trust.required {
             true => Err(Untrusted::Unsigned),
-            false => Ok(Verified::Plain(raw)),
+            false => Ok(Unwrapped::Plain),
         };
     };
     // The command inside is held to the same budget as an unsigned one:
@@ -235,13 +231,12 @@ pub fn verify<'a>(
     }
     let signed = string_field(Some(signed)).ok_or(Untrusted::Envelope("signed is not a string"))?;
     let bytes = decode(&signed).ok_or(Untrusted::Envelope("signed is not base64url"))?;
-    if let Some(keys) = keys {
-        let key_id =
-            string_field(envelope.key_id).ok_or(Untrusted::Envelope("keyId is missing"))?;
+    if let Some(keys) = trust.keys {
+        let key_id = string_field(outer.key_id).ok_or(Untrusted::Envelope("keyId is missing"))?;
         let public = keys
             .get(&key_id)
             .ok_or_else(|| Untrusted::UnknownKey(key_id.clone()))?;
-        let signature = string_field(envelope.signature)
+        let signature = string_field(outer.signature)
             .and_then(|s| decode(&s))
             .ok_or(Untrusted::Envelope("signature is missing or not base64url"))?;
         let Ok(signature) = <[u8; 64]>::try_from(signature) else {
@@ -256,23 +251,72 @@ pub fn verify<'a>(
     }
     let text =
         String::from_utf8(bytes).map_err(|_| Untrusted::Inner("the signed bytes are not UTF-8"))?;
-    let inner: Inner = serde_json::from_str(&text)
-        .map_err(|_| Untrusted::Inner("the signed bytes are not a JSON object"))?;
-    match inner.id {
+    Ok(Unwrapped::Signed {
+        text,
+        verified: trust.keys.is_some(),
+    })
+}
+
+/// Reads the fields of signed bytes; the refusal when they are not a
+/// command object.
+pub fn signed_fields(text: &str) -> Result<CommandFields<'_>, Untrusted> {
+    CommandFields::read(text)
+        .map_err(|_| Untrusted::Inner("the signed bytes are not a JSON object"))
+}
+
+/// Checks the fields of a signed command (`inner`) against the outer id
+/// `id`: the same id, this environment, a `notAfter` inside the window.
+/// Returns the `notAfter`.
+pub fn check_signed(
+    inner: &CommandFields<'_>,
+    id: &str,
+    trust: &Trust<'_>,
+) -> Result<SystemTime, Untrusted> {
+    let string = |raw| {
+        crate::strict_json::raw_string(raw)
+            .map_err(|_| Untrusted::Inner("the signed bytes are not a JSON object"))
+    };
+    match string(inner.id)? {
         Some(inner_id) if inner_id == id => {}
         Some(inner_id) => return Err(Untrusted::IdMismatch(inner_id)),
         None => return Err(Untrusted::Inner("the signed command has no id")),
     }
-    match inner.environment_id {
-        Some(env) if env == environment_id => {}
+    match string(inner.environment_id)? {
+        Some(env) if env == trust.environment_id => {}
         other => return Err(Untrusted::Environment(other)),
     }
-    let not_after = check_not_after(inner.not_after.as_deref(), now)?;
-    Ok(Verified::Signed {
-        text,
-        not_after,
-        verified: keys.is_some(),
-    })
+    check_not_after(string(inner.not_after)?.as_deref(), trust.now)
+}
+
+/// Checks a raw command whose outer id is `id`, against `keys`, for
+/// environment `environment_id` at `now`: [`unwrap`], then
+/// [`check_signed`], each text read once.
+pub fn verify<'a>(
+    raw: &'a str,
+    id: &str,
+    keys: Option<&Keys>,
+    required: bool,
+    environment_id: &str,
+    now: SystemTime,
+) -> Result<Verified<'a>, Untrusted> {
+    let outer = CommandFields::read(raw).map_err(|_| Untrusted::Envelope("not an object"))?;
+    let trust = Trust {
+        keys,
+        required,
+        environment_id,
+        now,
+    };
+    match unwrap(&outer, &trust)? {
+        Unwrapped::Plain => Ok(Verified::Plain(raw)),
+        Unwrapped::Signed { text, verified } => {
+            let not_after = check_signed(&signed_fields(&text)?, id, &trust)?;
+            Ok(Verified::Signed {
+                text,
+                not_after,
+                verified,
+            })
+        }
+    }
 }
 
 /// `notAfter` must be RFC 3339, at most [`NOT_AFTER_GRACE`] past and at
