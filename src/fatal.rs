@@ -194,7 +194,7 @@ impl Fatal {
             Fatal::Wait(e) => write!(f, "wait failed: {e}"),
             Fatal::Startup { what, source } => {
                 write!(f, "cannot {what}: {source}")?;
-                if source.status() == Some(403) {
+                if source.is_forbidden() {
                     f.write_str(
                         "; the Manager's ServiceAccount lacks a permission that manifests/ grants (check its ClusterRole and RoleBindings)",
                     )?;

@@ -240,7 +240,7 @@ impl Elector {
                 self.renewed(written, duration, sent);
                 Ok(true)
             }
-            Err(e) if e.status() == Some(409) => {
+            Err(e) if e.is_conflict() => {
                 log::debug!(
                     "the lease {} changed since it was renewed; reading it",
                     self.name
@@ -301,7 +301,7 @@ impl Elector {
                 Ok(true)
             }
             // Another candidate wrote first.
-            Err(e) if e.status() == Some(409) => {
+            Err(e) if e.is_conflict() => {
                 self.fence.renewed_at.set(None);
                 Ok(false)
             }

@@ -437,7 +437,7 @@ impl StateSecret {
         for _ in 0..CONFLICT_RETRIES {
             match self.write(client, &state) {
                 Ok(()) => return Ok(state),
-                Err(e) if e.status() == Some(409) => {
+                Err(e) if e.is_conflict() => {
                     log::info!("state secret changed concurrently ({}); re-reading", e);
                     state = self.load(client)?;
                     change(&mut state);

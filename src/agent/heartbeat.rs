@@ -348,7 +348,7 @@ impl Agent {
                 watch.unreadable(now);
                 None
             }
-            Err(e) if e.status() == Some(403) => {
+            Err(e) if e.is_forbidden() => {
                 // RBAC without the shipped `get` on it: the watch is left
                 // out, as region and zone are when nodes may not be listed.
                 log::debug!("own deployment {ns}/{name} may not be read: {e}");

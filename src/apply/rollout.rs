@@ -104,7 +104,7 @@ fn set_image(
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
         match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
             Ok(_) => return Ok(()),
-            Err(e) if e.status() == Some(409) => {
+            Err(e) if e.is_conflict() => {
                 let fresh: Value = ctx
                     .kube
                     .get(&r.path())

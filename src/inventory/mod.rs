@@ -90,7 +90,7 @@ fn proxies_by_table(
         },
     );
     match result {
-        Err(e) if e.status() == Some(406) => {
+        Err(e) if e.is_not_acceptable() => {
             log::warn!(
                 "inventory: {collection} cannot be listed as a table ({e}); listing the objects"
             );
@@ -169,7 +169,7 @@ pub fn collect(
                 inv.topology_read = true;
             }
             // Listing nodes is optional RBAC: without it, region and zone are omitted.
-            Err(e) if e.status() == Some(403) => {
+            Err(e) if e.is_forbidden() => {
                 log::debug!("inventory: nodes not readable: {e}");
                 inv.topology_read = true;
             }

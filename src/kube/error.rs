@@ -107,6 +107,26 @@ impl Error {
         self.status() == Some(404)
     }
 
+    /// True for a 409: the object changed since it was read (or exists).
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(409)
+    }
+
+    /// True for a 403: RBAC does not allow it.
+    pub fn is_forbidden(&self) -> bool {
+        self.status() == Some(403)
+    }
+
+    /// True for a 410: a list's continue token or resourceVersion expired.
+    pub fn is_gone(&self) -> bool {
+        self.status() == Some(410)
+    }
+
+    /// True for a 406: the representation asked for (a Table) is refused.
+    pub fn is_not_acceptable(&self) -> bool {
+        self.status() == Some(406)
+    }
+
     /// Whether the same request may succeed later: 429, 5xx, transport errors.
     pub fn is_transient(&self) -> bool {
         match self {

@@ -296,7 +296,7 @@ impl Client {
 
 /// The warning of a list given up on because its pages expired twice.
 fn warn_if_gone(collection: &str, e: &Error) {
-    if e.status() == Some(410) {
+    if e.is_gone() {
         log::warn!("list of {collection} expired twice; giving up on this pass");
     }
 }
@@ -333,7 +333,7 @@ pub fn page_through<T>(
                     None => return Ok(()),
                 }
             }
-            Err(e) if e.status() == Some(410) && token.is_some() && !restarted => {
+            Err(e) if e.is_gone() && token.is_some() && !restarted => {
                 log::warn!("a list's continue token expired mid-way; restarting it once");
                 restarted = true;
                 token = None;
