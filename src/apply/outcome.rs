@@ -86,8 +86,9 @@ pub enum StepError {
         /// The API error, status and `Status.reason` kept.
         source: Box<kube::Error>,
     },
-    /// The object changed owner since it was read.
-    Refused {
+    /// The object changed owner since it was read: it may no longer be
+    /// written.
+    OwnerChanged {
         /// The object.
         reference: ObjectRef,
         /// Why it may not be written.
@@ -137,7 +138,7 @@ impl fmt::Display for StepError {
                 ),
                 other => write!(f, "{verb} {reference}: {other}"),
             },
-            StepError::Refused { reference, why } => write!(f, "{reference} {why}"),
+            StepError::OwnerChanged { reference, why } => write!(f, "{reference} {why}"),
             StepError::KeptChanging {
                 reference,
                 attempts,

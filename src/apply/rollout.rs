@@ -116,7 +116,7 @@ fn set_image(
                 if let Some(why) =
                     own.or_else(|| plan::refusal_for(&fresh, ctx.environment_id, &r.name, false))
                 {
-                    return Err(StepError::Refused {
+                    return Err(StepError::OwnerChanged {
                         reference: r.clone(),
                         why,
                     });
