@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::value::RawValue;
 
-use super::session::InSession;
+use super::session::Renewal;
 use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
 use crate::apply::{self, Outcome, Permitted};
@@ -273,9 +273,10 @@ impl Agent {
     fn deliver(&mut self, entry: LedgerEntry, recorded: bool) {
         let id = entry.command_id.clone();
         let mut jitter = Jitter::from_entropy();
+        let mut renewed = false;
         let mut attempt = entry.attempts;
         for n in 1..=acks::ATTEMPTS {
-            attempt += 1;
+            attempt = entry.attempts + n;
             // The fence: no ack from a process that may have lost the lease.
             if !self.keep_lease() {
                 log::warn!(
@@ -283,23 +284,22 @@ impl Agent {
                 );
                 return;
             }
-            let mut sent = 0;
-            let answered = self.in_session(&format!("the ack of {id}"), |cp, session| {
-                // A resend after a new session is an attempt of its own.
-                let ack = acks::ack(&entry, &session.manager_id, attempt + sent);
-                sent += 1;
-                cp.ack(&session.token, &ack)
-            });
-            self.link.status().ack_attempts += u64::from(sent);
-            attempt += sent.saturating_sub(1);
-            let result = match answered {
-                Ok(InSession::Answered(result)) => result,
-                Ok(InSession::NotConnected(_)) => break,
+            let Some(session) = self.session.as_ref() else {
+                break;
+            };
+            let ack = acks::ack(&entry, &session.manager_id, attempt);
+            self.link.status().ack_attempts += 1;
+            let result = self.link.cp.ack(&session.token, &ack);
+            // A resend after a new session is the next attempt.
+            match self.renew_if_expired(&result, &mut renewed, format_args!("the ack of {id}")) {
+                Ok(Renewal::NotExpired) => {}
+                Ok(Renewal::Renewed) => continue,
+                Ok(Renewal::NotConnected(_)) => break,
                 Err(fatal) => {
                     log::warn!("command {id}: cannot connect again ({fatal}); the ack waits");
                     break;
                 }
-            };
+            }
             let e = match result {
                 Ok(AckOutcome::Forgotten) => {
                     log::warn!(

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::session::InSession;
+use super::session::Renewal;
 use super::{Agent, CAPABILITIES, Pace, round_ms};
 use crate::acks;
 use crate::config::Config;
@@ -180,13 +180,21 @@ impl Agent {
             );
             return Ok(Sent::RetryIn(Duration::ZERO));
         }
-        let what = format!("heartbeat {}", body.sequence);
-        let result = match self.in_session(&what, |cp, session| {
-            session.manager_id.clone_into(&mut body.manager_id);
-            cp.heartbeat(&session.token, &body)
-        })? {
-            InSession::Answered(result) => result,
-            InSession::NotConnected(delay) => return Ok(Sent::RetryIn(delay)),
+        let mut renewed = false;
+        let result = loop {
+            let result = match &self.session {
+                Some(session) => {
+                    session.manager_id.clone_into(&mut body.manager_id);
+                    self.link.cp.heartbeat(&session.token, &body)
+                }
+                None => Err(CpError::BadRequest),
+            };
+            let what = format_args!("heartbeat {}", body.sequence);
+            match self.renew_if_expired(&result, &mut renewed, what)? {
+                Renewal::NotExpired => break result,
+                Renewal::Renewed => {}
+                Renewal::NotConnected(delay) => return Ok(Sent::RetryIn(delay)),
+            }
         };
         Ok(match result {
             Ok(bytes) => Sent::Answered(Answer {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use super::{Agent, CAPABILITIES, round_ms};
 use crate::backoff::Backoff;
 use crate::cp::wire::{self, ConnectRequest, ConnectResponse, ManagerInfo};
-use crate::cp::{CpClient, CpError, Retry};
+use crate::cp::{CpError, Retry};
 use crate::fatal::Fatal;
 use crate::secret::Secret;
 use crate::state::Binding;
@@ -160,13 +160,16 @@ fn refused(e: CpError, expected: Expected<'_>, backoff: &mut Backoff, interval: 
     }
 }
 
-/// A CP call made in the session ([`Agent::in_session`]).
-#[derive(Debug)]
-pub(super) enum InSession<T> {
-    /// The call's result.
-    Answered(Result<T, CpError>),
-    /// No session: none was open, or it expired and connecting again did
-    /// not open one yet. Wait this long.
+/// What a CP call's answer did to the session ([`Agent::renew_if_expired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Renewal {
+    /// Not a 401, or the call renewed the session once already: the
+    /// answer stands.
+    NotExpired,
+    /// The session expired and a new one is open: send again.
+    Renewed,
+    /// The session expired and connecting again did not open one yet:
+    /// wait this long.
     NotConnected(Duration),
 }
 
@@ -180,30 +183,27 @@ pub(super) enum Connected {
 }
 
 impl Agent {
-    /// Makes `call` in the open session; when the CP says the session
-    /// expired (401), connects again and makes it once more. The one place
-    /// a session is renewed on a 401.
-    pub(super) fn in_session<T>(
+    /// When the CP answered `what` with a 401 (the session expired) and
+    /// the caller has not renewed the session for it yet (`renewed`),
+    /// connects again: the one place a 401 renews the session. The caller
+    /// sends again on [`Renewal::Renewed`].
+    pub(super) fn renew_if_expired<T>(
         &mut self,
-        what: &str,
-        mut call: impl FnMut(&CpClient, &Session) -> Result<T, CpError>,
-    ) -> Result<InSession<T>, Fatal> {
-        let mut reconnected = false;
-        loop {
-            let Some(session) = &self.session else {
-                return Ok(InSession::NotConnected(Duration::ZERO));
-            };
-            match call(&self.link.cp, session) {
-                Err(e) if e.session_expired() && !reconnected => {
-                    reconnected = true;
-                    log::info!("session expired; connecting again and resending {what}");
-                    self.session = None;
-                    if let Connected::RetryIn(delay) = self.connect()? {
-                        return Ok(InSession::NotConnected(delay));
-                    }
-                }
-                result => return Ok(InSession::Answered(result)),
+        answer: &Result<T, CpError>,
+        renewed: &mut bool,
+        what: impl std::fmt::Display,
+    ) -> Result<Renewal, Fatal> {
+        match answer {
+            Err(e) if e.session_expired() && !*renewed => {
+                *renewed = true;
+                log::info!("session expired; connecting again and resending {what}");
+                self.session = None;
+                Ok(match self.connect()? {
+                    Connected::Ready => Renewal::Renewed,
+                    Connected::RetryIn(delay) => Renewal::NotConnected(delay),
+                })
             }
+            _ => Ok(Renewal::NotExpired),
         }
     }
 
