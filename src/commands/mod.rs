@@ -300,8 +300,7 @@ fn not_a_command(raw: &str, e: &serde_json::Error) -> (Option<String>, Refusal) 
 pub struct Received {
     /// The command.
     pub command: Command,
-    /// How long its ledger entry must stay (a verified signed command:
-    /// until its `notAfter` plus [`trust::NOT_AFTER_GRACE`]).
+    /// How long its ledger entry must stay ([`trust::keep_until`]).
     pub keep_until: Option<SystemTime>,
 }
 
@@ -309,7 +308,8 @@ pub struct Received {
 /// once for its id): command trust first ([`trust::unwrap`], then the
 /// signed command's own fields, [`trust::check_signed`]), then the
 /// command itself against the advertised `capabilities` and the `managed`
-/// namespaces. A `Command` is made nowhere else.
+/// namespaces. The batch makes its commands here only; [`parse`] is the
+/// same path for an unsigned command.
 pub fn receive(
     raw: &str,
     outer: Result<CommandFields<'_>, serde_json::Error>,
@@ -329,7 +329,7 @@ pub fn receive(
             let not_after = trust::check_signed(&inner, id, trust).map_err(Refusal::Untrusted)?;
             Ok(Received {
                 command: from_fields(&text, &inner, id.to_owned(), capabilities, managed)?,
-                keep_until: verified.then(|| not_after + trust::NOT_AFTER_GRACE),
+                keep_until: trust::keep_until(not_after, verified),
             })
         }
     }
@@ -339,12 +339,9 @@ pub fn receive(
 /// [`receive`] does when signatures are not required. The id of a refused
 /// command is [`command_id`]'s.
 pub fn parse(raw: &str, capabilities: &[&str], managed: &[String]) -> Result<Command, Refusal> {
-    let fields = CommandFields::read(raw);
-    let id = checked_id(raw, fields.as_ref()).map_err(|(_, refusal)| refusal)?;
-    match fields {
-        Ok(fields) => from_fields(raw, &fields, id, capabilities, managed),
-        Err(e) => Err(not_a_command(raw, &e).1),
-    }
+    let fields = CommandFields::read(raw).map_err(|e| not_a_command(raw, &e).1)?;
+    let id = checked_id(raw, Ok(&fields)).map_err(|(_, refusal)| refusal)?;
+    from_fields(raw, &fields, id, capabilities, managed)
 }
 
 /// The command of `text`, whose fields are `env` and checked id `id`.

@@ -11,8 +11,10 @@
 //! they come (a signed envelope is unwrapped, not verified).
 //!
 //! What this module does not do: it does not parse the command (that is
-//! [`crate::commands::parse`], on the verified bytes), and it does not
-//! decide what a refusal does to the ledger (the batch does).
+//! [`crate::commands::receive`], which calls [`unwrap`] and
+//! [`check_signed`] on its one reading of each text), and it does not
+//! decide what a refusal does to the ledger (`Refusal::recorded` does).
+//! [`verify`] is the two in one call, on a raw text.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -158,19 +160,24 @@ impl Verified<'_> {
         }
     }
 
-    /// How long its ledger entry must stay, so that the signature never
-    /// counts twice: until `notAfter` plus [`NOT_AFTER_GRACE`], for a
-    /// verified signature.
+    /// How long its ledger entry must stay ([`keep_until`]).
     pub fn keep_until(&self) -> Option<SystemTime> {
         match self {
             Verified::Signed {
                 not_after,
-                verified: true,
+                verified,
                 ..
-            } => Some(*not_after + NOT_AFTER_GRACE),
-            _ => None,
+            } => keep_until(*not_after, *verified),
+            Verified::Plain(_) => None,
         }
     }
+}
+
+/// How long the ledger entry of a signed command must stay, so that the
+/// signature never counts twice: until `notAfter` plus
+/// [`NOT_AFTER_GRACE`], when its signature was `verified`.
+pub fn keep_until(not_after: SystemTime, verified: bool) -> Option<SystemTime> {
+    verified.then(|| not_after + NOT_AFTER_GRACE)
 }
 
 /// A field that must be a string; `None` when absent or anything else.
