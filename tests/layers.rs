@@ -12,16 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+mod source;
 
 /// `text` without comments, string and character literals (their bytes
 /// become spaces, newlines kept), and without its test module (by the
@@ -259,62 +250,61 @@ fn describe(graph: &Graph, scc: &[String]) -> String {
 /// The two graphs of the crate in `src`: between top-level modules, and
 /// between the files of each folder (keyed `folder/file`).
 fn graphs(src: &Path) -> (Graph, Graph) {
-    let mut files = Vec::new();
-    sources(src, &mut files);
-    files.sort();
+    // Each production file as its path's parts, `.rs` cut: `["apply", "plan"]`.
+    let files: Vec<(PathBuf, Vec<String>)> = source::rust_files(src)
+        .into_iter()
+        .filter(|f| !source::is_test_module(f))
+        .map(|f| {
+            let parts = f
+                .strip_prefix(src)
+                .unwrap()
+                .components()
+                .map(|c| {
+                    c.as_os_str()
+                        .to_string_lossy()
+                        .trim_end_matches(".rs")
+                        .to_owned()
+                })
+                .collect();
+            (f, parts)
+        })
+        .collect();
+    let modules: BTreeSet<&str> = files.iter().map(|(_, p)| p[0].as_str()).collect();
+    // The files of each folder that count as its parts (`mod.rs` aside).
+    let mut folders: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (_, parts) in &files {
+        if let [folder, file] = &parts[..]
+            && file != "mod"
+        {
+            folders.entry(folder).or_default().insert(file);
+        }
+    }
     let mut top = Graph::new();
     let mut inner = Graph::new();
-    let mut modules = BTreeSet::new();
-    for f in &files {
+    for (f, parts) in &files {
         let rel = f.strip_prefix(src).unwrap();
-        let first = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy();
-        modules.insert(first.trim_end_matches(".rs").to_owned());
-    }
-    for f in &files {
-        let rel = f.strip_prefix(src).unwrap();
-        let name = rel.file_stem().unwrap().to_string_lossy().into_owned();
-        if name == "tests" || name.ends_with("_tests") || name == "lib" || name == "main" {
+        let name = parts[parts.len() - 1].as_str();
+        if name == "lib" || name == "main" {
             continue;
         }
-        let parts: Vec<String> = rel
-            .components()
-            .map(|c| {
-                c.as_os_str()
-                    .to_string_lossy()
-                    .trim_end_matches(".rs")
-                    .to_owned()
-            })
-            .collect();
         let module = parts[0].clone();
         let code = code_of(&std::fs::read_to_string(f).unwrap());
         let place = |line: usize| format!("src/{}:{line}", rel.display());
         for (to, line) in references(&code, "crate::") {
-            if modules.contains(&to) {
+            if modules.contains(to.as_str()) {
                 add(&mut top, &module, &to, place(line));
             }
         }
         // Files of one folder: `super::sibling` and `crate::folder::sibling`.
         if parts.len() == 2 && name != "mod" {
             let folder = &parts[0];
-            let siblings: BTreeSet<String> = std::fs::read_dir(src.join(folder))
-                .unwrap()
-                .filter_map(|e| {
-                    let p = e.ok()?.path();
-                    let stem = p.file_stem()?.to_string_lossy().into_owned();
-                    (stem != "mod" && !stem.ends_with("tests")).then_some(stem)
-                })
-                .collect();
+            let siblings = &folders[folder.as_str()];
             let key = |s: &str| format!("{folder}/{s}");
             let mut refs = references(&code, "super::");
             refs.extend(references(&code, &format!("crate::{folder}::")));
             for (to, line) in refs {
-                if siblings.contains(&to) {
-                    add(&mut inner, &key(&name), &key(&to), place(line));
+                if siblings.contains(to.as_str()) {
+                    add(&mut inner, &key(name), &key(&to), place(line));
                 }
             }
         }

@@ -6,27 +6,14 @@
 //! `todo!` or `unimplemented!` at all. `src/lib.rs` denies the same through
 //! clippy; this test holds without clippy.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+mod source;
 
 /// The lines of `text` before its test module (by convention at the end of
 /// a file, after `#[cfg(test)]`); none for a file that is a test module.
 fn production_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    if name == "tests.rs" || name.ends_with("_tests.rs") {
+    if source::is_test_module(path) {
         return Vec::new();
     }
     text.lines()
@@ -40,8 +27,7 @@ fn production_lines(path: &Path, text: &str) -> Vec<(usize, String)> {
 #[test]
 fn no_panic_is_reachable_outside_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&root, &mut files);
+    let files = source::rust_files(&root);
     assert!(
         files.len() > 20,
         "found only {} files under {root:?}",
