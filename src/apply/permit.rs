@@ -135,7 +135,8 @@ fn uninstall(t: &Target, rules: &Rules<'_>) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::{Format, Manifest, Rollout, Upgrade};
+    use crate::commands::{Format, Rollout, Upgrade};
+    use crate::resource::Manifest;
     use serde_json::json;
 
     fn own() -> OwnObjects {

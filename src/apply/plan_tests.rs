@@ -1,5 +1,6 @@
 use super::*;
-use crate::commands::{Deploy, Format, Manifest};
+use crate::commands::{Deploy, Format};
+use crate::resource::Manifest;
 
 const ENV: &str = "env-a";
 

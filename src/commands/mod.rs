@@ -10,7 +10,7 @@
 pub mod format;
 mod payload;
 
-pub use crate::resource::{Kind, Manifest, ObjectRef};
+use crate::resource::{Kind, Manifest, ObjectRef};
 pub use format::Format;
 
 use serde_json::Value;
@@ -29,7 +29,7 @@ use crate::image::ImageRef;
 pub const MAX_MANIFESTS: usize = 64;
 /// Largest manifest, serialized.
 pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
-pub use crate::cp::wire::MAX_COMMAND_BYTES;
+use crate::cp::wire::MAX_COMMAND_BYTES;
 /// Most JSON values (objects, arrays, strings, numbers, literals) in one
 /// command's payload: its parsed form's budget. A payload of tiny values
 /// (`[{},{},…]`: two bytes of raw JSON, tens of bytes parsed, more again

@@ -1,6 +1,6 @@
 use super::*;
-use crate::commands::{Deploy, Format, Manifest, Target};
-use crate::resource::ObjectRef;
+use crate::commands::{Deploy, Format, Target};
+use crate::resource::{Manifest, ObjectRef};
 use serde_json::json;
 
 const PROXY: &str = "registry.example.com/nexo/proxy";
