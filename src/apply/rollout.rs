@@ -42,11 +42,14 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     };
     let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());
     let mut observed = Vec::with_capacity(targets.len());
-    // Named targets were permitted by name; listed ones are checked here.
-    for t in targets.iter().filter(|_| r.targets.is_none()) {
-        let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
-        if let Some(refused) = own_object(ctx, &reference, None) {
-            return refused;
+    // Named targets were permitted by name; the ones listed from the
+    // cluster are checked by name here.
+    if r.targets.is_none() {
+        for t in &targets {
+            let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+            if let Some(refused) = own_object(ctx, &reference, None) {
+                return refused;
+            }
         }
     }
     for t in targets {
