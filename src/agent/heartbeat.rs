@@ -189,8 +189,12 @@ impl Agent {
                 }
                 None => Err(CpError::BadRequest),
             };
-            let what = format_args!("heartbeat {}", body.sequence);
-            match self.renew_if_expired(&result, &mut renewed, what)? {
+            let sequence = body.sequence;
+            match self.renew_if_expired(
+                &result,
+                &mut renewed,
+                format_args!("heartbeat {sequence}"),
+            )? {
                 Renewal::NotExpired => break result,
                 Renewal::Renewed => {}
                 Renewal::NotConnected(delay) => return Ok(Sent::RetryIn(delay)),
