@@ -2,16 +2,22 @@
 //! namespace, so that two pods (a rolling update, a mistake in replicas)
 //! never heartbeat or execute at the same time.
 //!
-//! Timing follows the heartbeat, so that leading costs no extra wake-up:
-//! - lease duration: 3 × the heartbeat interval, at least 5 s;
-//! - renewal: at every heartbeat, before anything is sent, and between two
-//!   commands of a long batch once a third of the duration has passed; a
+//! Timing:
+//! - lease duration: 3 × the heartbeat interval, at least 5 s (45 s at the
+//!   default 15 s), never shortened below 30 s by the CP's interval;
+//! - renewal: on its own schedule, once half the duration has passed since
+//!   the last renewal (22.5 s at the default), whatever the loop is doing:
+//!   in the wait between heartbeats, while a held heartbeat waits for its
+//!   answer (`wait.rs` runs it as the loop's duty); and before the first
+//!   command of a batch, then before each next one once a third has passed
+//!   (a command's own calls do not wait in the loop). So half the duration is to spare at each renewal, more
+//!   than the third protocol.md asks for while a heartbeat is held. A
 //!   leader renews with one PUT on the `resourceVersion` it wrote last (a
-//!   409 sends it back to reading the lease), so leading costs one request
-//!   per heartbeat;
-//! - renew deadline: 2/3 of the duration; past it, a leader re-reads the
-//!   lease before acting (a process resumed after a long stop does not act
-//!   on stale leadership);
+//!   409 sends it back to reading the lease): leading costs 2.7 requests a
+//!   minute at the default interval, however often heartbeats go;
+//! - renew deadline: 2/3 of the duration (30 s); past it, a leader writes
+//!   nothing and re-reads the lease before acting (a process resumed after
+//!   a long stop does not act on stale leadership);
 //! - retry period: a follower checks once per heartbeat interval.
 //!
 //! Expiry is judged as client-go judges it: by this process's monotonic
@@ -325,12 +331,44 @@ impl Elector {
         self.term
     }
 
-    /// Whether a leader in the middle of a batch should renew before the
-    /// next command: a third of the lease has passed since the last renewal.
+    /// Whether a leader should renew now: half the lease has passed since
+    /// the last renewal (or there is none).
     pub fn renewal_due(&self) -> bool {
         self.fence
             .age()
+            .is_none_or(|age| age >= self.fence.duration.get() / 2)
+    }
+
+    /// Whether a leader about to run a command should renew first: a
+    /// third of the lease has passed, so the command may not have the
+    /// rest of its renew deadline to finish in.
+    pub fn renewal_due_for_command(&self) -> bool {
+        self.fence
+            .age()
             .is_none_or(|age| age >= self.fence.duration.get() / 3)
+    }
+
+    /// When the next renewal is due, for a leader that can renew with one
+    /// PUT; `None` otherwise (a follower, or a lease to read again first:
+    /// the loop's next cycle does that).
+    pub fn next_renewal(&self, now: Instant) -> Option<Instant> {
+        self.written.as_ref()?;
+        let age = self.fence.age()?;
+        Some(now + (self.fence.duration.get() / 2).saturating_sub(age))
+    }
+
+    /// The scheduled renewal, with the duration of the last one. `Ok(false)`:
+    /// someone wrote the lease since (409); the loop reads it next cycle.
+    pub fn renew_scheduled(&mut self, client: &Client) -> Result<bool, kube::Error> {
+        let duration = self.fence.duration.get();
+        let written = self.written.clone();
+        let result = self.renew(client, duration);
+        if result.is_err() {
+            // Not known to have changed: the next attempt PUTs the same
+            // version (a 409 then if the failed one was written after all).
+            self.written = written;
+        }
+        result
     }
 
     /// Whether the last renewal is recent enough to act on (within the

@@ -41,6 +41,7 @@ pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod names;
+pub(crate) mod net;
 pub mod ownership;
 pub mod policy;
 pub(crate) mod probe;

@@ -87,6 +87,9 @@ pub struct Health {
     pub last_heartbeat_ok: Option<SystemTime>,
     /// Connected to the CP with a session.
     pub bound: bool,
+    /// A heartbeat is out, which the CP may hold for an interval: a leader
+    /// bound and waiting on its first answer is ready.
+    pub heartbeat_out: bool,
 }
 
 impl Health {
@@ -118,7 +121,7 @@ impl Health {
             },
             Role::Leader if !self.bound => Err("leader: not bound to the control plane"),
             Role::Leader => match self.heartbeat_failing_since {
-                None if self.heartbeats_ok > 0 => Ok(()),
+                None if self.heartbeats_ok > 0 || self.heartbeat_out => Ok(()),
                 None => Err("leader: no heartbeat has succeeded yet"),
                 Some(since)
                     if now.saturating_duration_since(since) < self.interval * FAILING_GRACE =>

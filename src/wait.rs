@@ -10,17 +10,17 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::kube::pause::{CHECKPOINT_EVERY, Pause, Wake};
+use crate::net::{Readiness, Ready};
 use crate::probe::{Health, Probe};
 
 /// The signal self-pipe, the optional probe listener and the status it
 /// answers from. Single-threaded: shared with `Rc`, methods take `&self`.
-#[derive(Debug)]
 pub struct Waiter {
     signals: UnixStream,
     stop: Cell<bool>,
@@ -28,6 +28,19 @@ pub struct Waiter {
     status: Rc<RefCell<Health>>,
     /// When the last `poll(2)` returned.
     polled_at: Cell<Instant>,
+    /// What the loop does on its own schedule.
+    duty: RefCell<Option<Rc<dyn Duty>>>,
+    /// Whether the duty is running (its own waits do not run it again).
+    in_duty: Cell<bool>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("stop", &self.stop.get())
+            .field("probe", &self.probe)
+            .finish()
+    }
 }
 
 impl Waiter {
@@ -46,6 +59,8 @@ impl Waiter {
             probe,
             status,
             polled_at: Cell::new(Instant::now()),
+            duty: RefCell::new(None),
+            in_duty: Cell::new(false),
         })
     }
 
@@ -69,27 +84,79 @@ impl Waiter {
 
     /// Sleeps until `timeout` passes or a stop signal arrives, answering
     /// probe requests as they come. It polls at least once, so a zero
-    /// timeout answers the probe requests waiting now.
+    /// timeout answers the probe requests waiting now. The loop's
+    /// [`Duty`] does not run here: this is also the Kubernetes client's
+    /// pause between two attempts, which a duty's own requests must not
+    /// interleave with.
     pub fn wait(&self, timeout: Duration) -> io::Result<Wake> {
-        // No timeout can overflow the clock: at worst, wait a day and loop.
-        let now = Instant::now();
-        let deadline = now
-            .checked_add(timeout)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400));
+        match self.wait_for(deadline_after(timeout), None, true, false)? {
+            Event::Stop => Ok(Wake::Stop),
+            Event::Timeout | Event::Readable => Ok(Wake::Timeout),
+        }
+    }
+
+    /// The loop's wait between two heartbeats: [`Waiter::wait`], and the
+    /// [`Duty`] runs when it is due.
+    pub fn idle(&self, timeout: Duration) -> io::Result<Wake> {
+        match self.wait_for(deadline_after(timeout), None, true, true)? {
+            Event::Stop => Ok(Wake::Stop),
+            Event::Timeout | Event::Readable => Ok(Wake::Timeout),
+        }
+    }
+
+    /// Sets the work done on its own schedule in the loop's waits.
+    pub fn set_duty(&self, duty: Rc<dyn Duty>) {
+        *self.duty.borrow_mut() = Some(duty);
+    }
+
+    /// Runs the duty if it is due, unless one is running already (its
+    /// own requests wait here too).
+    fn run_duty(&self, now: Instant) -> Option<Instant> {
+        if self.in_duty.get() {
+            return None;
+        }
+        let duty = self.duty.borrow().clone()?;
+        if duty.due(now).is_some_and(|at| at <= now) {
+            self.in_duty.set(true);
+            duty.run();
+            self.in_duty.set(false);
+        }
+        duty.due(Instant::now())
+    }
+
+    /// The one `poll(2)`: the signal pipe, the probe listener and its
+    /// pending connections, and `socket` when given. Ends at `deadline`,
+    /// when `socket` is readable, or (when `stoppable`) on a stop
+    /// request; runs the duty when `duties` and it is due.
+    fn wait_for(
+        &self,
+        deadline: Instant,
+        socket: Option<RawFd>,
+        stoppable: bool,
+        duties: bool,
+    ) -> io::Result<Event> {
         loop {
-            if self.stop_requested() {
-                return Ok(Wake::Stop);
+            // A stop seen while a call that must finish (an ack) waited
+            // is kept, and ends the next stoppable wait.
+            if self.stop_requested() && stoppable {
+                return Ok(Event::Stop);
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            let mut wake_at = deadline;
+            if duties && let Some(due) = self.run_duty(Instant::now()) {
+                wake_at = wake_at.min(due);
+            }
+            let remaining = wake_at.saturating_duration_since(Instant::now());
             let pollfd = |fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
-            // The signal pipe, the probe listener, and the probe connections
-            // waiting for their request head.
+            // The signal pipe, the socket (or nothing), the probe
+            // listener, and the probe connections waiting for their
+            // request head.
             let mut fds = vec![
                 pollfd(self.signals.as_raw_fd()),
+                pollfd(socket.unwrap_or(-1)),
                 pollfd(self.probe.as_ref().map_or(-1, |p| p.listener().as_raw_fd())),
             ];
             if let Some(probe) = &self.probe {
@@ -99,7 +166,7 @@ impl Waiter {
             let ms = remaining.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
             // SAFETY: `fds` is a valid, initialised buffer of pollfd that
             // lives across the call, and its length is passed as nfds. A
-            // negative fd (no listener) is ignored by poll(2).
+            // negative fd (no socket, no listener) is ignored by poll(2).
             #[allow(unsafe_code)]
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             self.polled_at.set(Instant::now());
@@ -110,17 +177,58 @@ impl Waiter {
                 }
                 return Err(err);
             }
-            let probe_ready = fds[1..].iter().any(|f| f.revents != 0);
+            let probe_ready = fds[2..].iter().any(|f| f.revents != 0);
             if probe_ready && let Some(probe) = &self.probe {
                 probe.serve(&self.status.borrow(), Instant::now());
             }
-            if fds[0].revents == 0 && !probe_ready {
-                return Ok(Wake::Timeout); // poll timed out
+            if fds[1].revents != 0 {
+                return Ok(Event::Readable);
             }
-            if fds[0].revents == 0 && remaining.is_zero() {
-                return Ok(Wake::Timeout); // probes answered; nothing left to wait
+            let signalled = fds[0].revents != 0;
+            if signalled && !stoppable {
+                self.drain(); // kept in `stop`; the wait goes on
+            }
+            if !signalled && Instant::now() >= deadline {
+                return Ok(Event::Timeout);
             }
         }
+    }
+}
+
+/// Why [`Waiter::wait_for`] returned.
+enum Event {
+    Stop,
+    Timeout,
+    Readable,
+}
+
+/// `timeout` from now; no timeout can overflow the clock: at worst, a day.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400))
+}
+
+/// Work the loop does on its own schedule, in whichever wait it is in
+/// (between heartbeats, or while a held heartbeat waits for its answer):
+/// the lease renewal.
+pub trait Duty {
+    /// When it is next due, seen at `now` (at most `now` when it is due
+    /// already); `None`: nothing scheduled.
+    fn due(&self, now: Instant) -> Option<Instant>;
+    /// Does what is due.
+    fn run(&self);
+}
+
+impl Readiness for Waiter {
+    fn readable(&self, fd: RawFd, timeout: Duration, stoppable: bool) -> io::Result<Ready> {
+        Ok(
+            match self.wait_for(deadline_after(timeout), Some(fd), stoppable, true)? {
+                Event::Readable => Ready::Readable,
+                Event::Timeout => Ready::TimedOut,
+                Event::Stop => Ready::Stop,
+            },
+        )
     }
 }
 
@@ -180,6 +288,55 @@ mod tests {
         assert!(
             answered(&client),
             "a checkpoint after 0.5 s of work answers the probe"
+        );
+    }
+
+    /// Due once, at `at`; counts its runs.
+    struct Once {
+        at: Instant,
+        runs: Cell<u32>,
+        polls: Cell<u32>,
+    }
+
+    impl Duty for Once {
+        fn due(&self, _now: Instant) -> Option<Instant> {
+            self.polls.set(self.polls.get() + 1);
+            (self.runs.get() == 0).then_some(self.at)
+        }
+        fn run(&self) {
+            self.runs.set(self.runs.get() + 1);
+        }
+    }
+
+    #[test]
+    fn the_duty_runs_once_when_due_in_the_loops_wait_and_never_in_a_pause() {
+        let waiter = Waiter::new(None, Rc::new(RefCell::new(Health::default()))).unwrap();
+        let duty = Rc::new(Once {
+            at: Instant::now() + Duration::from_millis(50),
+            runs: Cell::new(0),
+            polls: Cell::new(0),
+        });
+        waiter.set_duty(duty.clone());
+        waiter.wait(Duration::from_millis(100)).unwrap();
+        assert_eq!(duty.runs.get(), 0, "a pause does not run the duty");
+        let started = Instant::now();
+        let at = Instant::now() + Duration::from_millis(50);
+        let duty = Rc::new(Once {
+            at,
+            runs: Cell::new(0),
+            polls: Cell::new(0),
+        });
+        waiter.set_duty(duty.clone());
+        assert_eq!(
+            waiter.idle(Duration::from_millis(200)).unwrap(),
+            Wake::Timeout
+        );
+        assert_eq!(duty.runs.get(), 1);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(
+            duty.polls.get() < 10,
+            "woke for the duty, not in a spin ({} looks)",
+            duty.polls.get()
         );
     }
 

@@ -1,6 +1,6 @@
-//! The wait costs nothing: one thread, and between heartbeats a single
-//! `poll(2)` that ends by its timeout, seen with `strace`, with the probe
-//! listener open and not called.
+//! The wait costs nothing: one thread, and the loop's `poll(2)` wakes only
+//! for a heartbeat's interval, the lease's renewal or the CP's answer,
+//! seen with `strace`, with the probe listener open and not called.
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::fixture::Fixture;
 
 #[test]
-fn one_thread_and_one_poll_per_heartbeat_interval() {
+fn one_thread_and_wake_ups_only_for_heartbeats_and_the_lease() {
     let f = Fixture::new("idle");
     let strace = Command::new("strace")
         .arg("-V")
@@ -23,7 +23,11 @@ fn one_thread_and_one_poll_per_heartbeat_interval() {
     let trace = f.dir.join("strace.txt");
     let mut env = f.env();
     env.insert("NEXO_HEARTBEAT_INTERVAL".into(), "2s".into());
-    env.insert("RUST_LOG".into(), "info".into());
+    // The scheduled lease renewals are logged at debug, to be counted.
+    env.insert(
+        "RUST_LOG".into(),
+        "info,nexo_manager::agent::lead=debug".into(),
+    );
     // Probes on (on a port of the Manager's choosing), and never called:
     // they must not wake the Manager.
     env.insert(
@@ -90,22 +94,42 @@ fn one_thread_and_one_poll_per_heartbeat_interval() {
             .any(|l| l.contains("sleep") || l.contains("epoll") || l.contains("select(")),
         "only poll waits\n{report}"
     );
-    // The wait's poll watches two descriptors (the signal pipe and the probe
-    // listener slot); a poll on one descriptor is a connect's timeout.
+    // The loop's poll watches three descriptors: the signal pipe, the
+    // socket slot (the CP connection while a call waits for its answer,
+    // -1 between heartbeats) and the probe listener. A poll on one
+    // descriptor is a Kubernetes call's or a connect's own wait.
     let waits: Vec<&&str> = lines
         .iter()
-        .filter(|l| l.contains("poll(") && l.contains("], 2, "))
+        .filter(|l| l.contains("poll(") && l.contains("], 3, "))
         .collect();
     let timeouts = waits.iter().filter(|l| l.contains("= 0 (Timeout)")).count();
+    // Woken by the socket slot: the CP's answer arrived.
+    let answers = waits
+        .iter()
+        .filter(|l| {
+            let slot = l.split("{fd=").nth(2).and_then(|r| r.split(',').next());
+            let woke = l
+                .rsplit("= 1 ([{fd=")
+                .next()
+                .and_then(|r| r.split(',').next());
+            slot.is_some_and(|s| s != "-1") && slot == woke
+        })
+        .count();
+    let other = waits.len() - timeouts - answers;
     let beats = f.sim.heartbeats().len();
-    // One poll ends by timeout per interval: one before each heartbeat after the first.
-    assert!(
-        timeouts + 1 >= beats && timeouts <= beats,
-        "{timeouts} polls timed out for {beats} heartbeats\n{report}"
+    let renewals = log.matches("lease renewed on schedule").count();
+    eprintln!(
+        "wake-ups by cause: {timeouts} timers (heartbeat interval: {} , lease renewal: {renewals}), {answers} control plane answers, {other} other (SIGTERM)",
+        beats.saturating_sub(1)
     );
-    let other_polls = waits.len() - timeouts;
+    // Every timer that ended a poll was a heartbeat's interval or the
+    // lease's renewal: nothing else wakes the Manager.
     assert!(
-        other_polls <= 1,
-        "{other_polls} polls woke early (only SIGTERM may wake one)\n{report}"
+        timeouts <= beats + renewals && timeouts + 1 >= beats,
+        "{timeouts} polls timed out for {beats} heartbeats and {renewals} lease renewals\n{report}"
+    );
+    assert!(
+        other <= 1,
+        "{other} polls woke for something else (only SIGTERM may wake one)\n{report}"
     );
 }

@@ -39,8 +39,8 @@ impl Agent {
             self.me.keys.refresh();
             self.ratchet_signatures();
         }
-        for command in commands.taken {
-            match self.go_on() {
+        for (i, command) in commands.taken.into_iter().enumerate() {
+            match self.go_on(i == 0) {
                 Go::On => self.handle_command(command),
                 Go::Leave => break,
                 Go::Stop => return Next::Stop,
@@ -49,30 +49,33 @@ impl Agent {
         Next::Wait(self.pace.interval)
     }
 
-    /// Between two commands: probes are answered (once the last wait is
-    /// 0.5 s old), a stop is honoured, and a long batch keeps the lease,
-    /// renewed once a third of it has passed.
-    fn go_on(&mut self) -> Go {
+    /// Before each command: probes are answered (once the last wait is
+    /// 0.5 s old), a stop is honoured, and the lease is renewed (before the
+    /// first, and then once a third of it has passed), so a command starts
+    /// with most of its renew deadline ahead: its own calls do not wait in
+    /// the loop, where the scheduled renewal runs.
+    fn go_on(&mut self, first: bool) -> Go {
         self.link.waiter.checkpoint();
         if self.link.waiter.stop_requested() {
             log::info!("stop requested; leaving the rest of the batch to the next Manager");
             return Go::Stop;
         }
-        if !self.keep_lease() {
+        if !self.keep_lease(first) {
             log::warn!("not leading (or past the renew deadline); leaving the rest of the batch");
             return Go::Leave;
         }
         Go::On
     }
 
-    /// Renews the lease when a third of it has passed (a long batch, an
-    /// ack retried with backoff); whether this process may act now. When
-    /// leadership began anew (the lease lost while this process was
-    /// stopped, say), the state is read again first.
-    fn keep_lease(&mut self) -> bool {
-        if self.elector.renewal_due() {
+    /// Renews the lease when `now`, or when a third of it has passed (a
+    /// long batch, an ack retried with backoff); whether this process may
+    /// act now. When leadership began anew (the lease lost while this
+    /// process was stopped, say), the state is read again first.
+    fn keep_lease(&mut self, now: bool) -> bool {
+        if now || self.elector().renewal_due_for_command() {
             let duration = self.lease_duration();
-            match self.elector.try_lead(&self.link.kube, duration) {
+            let renewed = self.elector_mut().try_lead(&self.link.kube, duration);
+            match renewed {
                 Ok(true) if self.state_current() => {}
                 Ok(true) => {
                     if let Err(e) = self.read_state_again() {
@@ -87,7 +90,7 @@ impl Agent {
                 Err(e) => log::warn!("cannot renew the lease: {e}"),
             }
         }
-        self.elector.leading()
+        self.elector().leading()
     }
 
     /// Whether commands must be signed now (protocol.md, "Fail closed").
@@ -151,7 +154,7 @@ impl Agent {
             }) => {
                 log::info!("command {id}: executing");
                 let outcome = apply::run(&self.execution(), &permitted);
-                if !self.elector.leading() {
+                if !self.elector().leading() {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
                     // the fence; its outcome is not this process's to
@@ -278,7 +281,7 @@ impl Agent {
         for n in 1..=acks::ATTEMPTS {
             attempt = entry.attempts + n;
             // The fence: no ack from a process that may have lost the lease.
-            if !self.keep_lease() {
+            if !self.keep_lease(false) {
                 log::warn!(
                     "command {id}: the lease is past its renew deadline; no ack sent (the next leader sends it)"
                 );

@@ -133,12 +133,32 @@ pub fn body(
         inventory_errors: inv.errors,
         release_contract: None,
         trust: None,
+        wait_seconds: None,
+    }
+}
+
+/// The shortest a held answer with no command must have taken for the
+/// next heartbeat to go at once: a CP that says `held` without holding
+/// gets at most one heartbeat a second, not a busy loop.
+pub const HOLD_FLOOR: Duration = Duration::from_secs(1);
+
+/// The wait after a heartbeat and its commands (protocol.md, "Held
+/// heartbeat"): none after a held answer (the hold was the wait), the
+/// interval after any other. A held answer that came back sooner than
+/// [`HOLD_FLOOR`] without a command waits out the floor.
+pub fn wait_after(held: bool, took: Duration, commands: usize, interval: Duration) -> Duration {
+    match held {
+        false => interval,
+        true if commands > 0 => Duration::ZERO,
+        true => HOLD_FLOOR.saturating_sub(took).min(interval),
     }
 }
 
 /// A heartbeat's answer, with what it carried.
 pub(super) struct Answer {
     bytes: HeartbeatAnswer,
+    /// How long the request took (a held one: about its hold).
+    pub(super) took: Duration,
     sequence: u64,
     managed: usize,
     /// The ids of the pending acks it carried.
@@ -173,7 +193,7 @@ impl Agent {
         // stopped in between (SIGSTOP, a frozen node) may have lost it
         // since. Past the renew deadline nothing is sent: the lease is
         // read again first.
-        if !self.elector.leading() {
+        if !self.elector().leading() {
             log::warn!(
                 "the lease is past its renew deadline; heartbeat {} not sent, reading the lease again",
                 body.sequence
@@ -181,6 +201,8 @@ impl Agent {
             return Ok(Sent::RetryIn(Duration::ZERO));
         }
         let mut renewed = false;
+        let sent = Instant::now();
+        self.link.status().heartbeat_out = true;
         let result = loop {
             let result = match &self.session {
                 Some(session) => {
@@ -200,9 +222,17 @@ impl Agent {
                 Renewal::NotConnected(delay) => return Ok(Sent::RetryIn(delay)),
             }
         };
+        self.link.status().heartbeat_out = false;
         Ok(match result {
+            // A stop ended the request (a held one, say): its commands,
+            // never acknowledged, are sent again to the next Manager.
+            Err(_) if self.link.waiter.stop_requested() => {
+                log::info!("heartbeat {} abandoned: stop requested", body.sequence);
+                Sent::RetryIn(Duration::ZERO)
+            }
             Ok(bytes) => Sent::Answered(Answer {
                 bytes,
+                took: sent.elapsed(),
                 sequence: body.sequence,
                 managed: body.managed_proxy_count,
                 carried: body
@@ -216,9 +246,13 @@ impl Agent {
     }
 
     /// Takes an answer apart: the carried acks are delivered, the interval
-    /// override taken, and the commands returned. A 200 whose body does
-    /// not decode is a failed heartbeat: `Err` is the wait.
-    pub(super) fn accepted<'a>(&mut self, answer: &'a Answer) -> Result<Commands<'a>, Duration> {
+    /// override taken, and the commands returned with whether the CP held
+    /// the request. A 200 whose body does not decode is a failed
+    /// heartbeat: `Err` is the wait.
+    pub(super) fn accepted<'a>(
+        &mut self,
+        answer: &'a Answer,
+    ) -> Result<(Commands<'a>, bool), Duration> {
         let resp = answer
             .bytes
             .parse()
@@ -241,6 +275,7 @@ impl Agent {
         if let Some(secs) = resp.heartbeat_interval_seconds {
             self.set_interval(secs);
         }
+        let held = resp.held;
         let commands = resp.commands.unwrap_or_default();
         if commands.skipped > 0 {
             log::warn!(
@@ -251,7 +286,7 @@ impl Agent {
             );
             crate::metrics::skipped_commands(commands.skipped);
         }
-        Ok(commands)
+        Ok((commands, held))
     }
 
     /// A failed heartbeat: counted, logged; the wait before the next one.
@@ -329,6 +364,8 @@ impl Agent {
             acks,
         );
         body.release_contract = Some(release.contract);
+        // `heartbeat.wait.v1`: the CP may hold it for an interval.
+        body.wait_seconds = Some(self.pace.interval.as_secs());
         body.trust = Some(wire::TrustReport {
             signatures: if self.signatures_required() {
                 "required"
@@ -379,6 +416,22 @@ impl Agent {
 mod tests {
     use super::*;
     use crate::backoff::Backoff;
+
+    #[test]
+    fn a_held_answer_is_the_wait_unless_it_came_back_at_once_with_nothing() {
+        let interval = Duration::from_secs(15);
+        let ms = Duration::from_millis;
+        assert_eq!(wait_after(false, ms(10), 3, interval), interval);
+        assert_eq!(wait_after(false, ms(14_000), 0, interval), interval);
+        assert_eq!(wait_after(true, ms(14_000), 0, interval), Duration::ZERO);
+        assert_eq!(wait_after(true, ms(20), 1, interval), Duration::ZERO);
+        assert_eq!(
+            wait_after(true, ms(200), 0, interval),
+            ms(800),
+            "a CP saying held without holding gets one heartbeat a second"
+        );
+        assert_eq!(wait_after(true, ms(200), 0, ms(500)), ms(500));
+    }
 
     #[test]
     fn nodes_are_listed_first_then_every_five_minutes() {

@@ -16,6 +16,7 @@
 
 mod batch;
 pub mod heartbeat;
+mod lead;
 pub mod session;
 mod startup;
 mod state_store;
@@ -24,14 +25,14 @@ use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::backoff::{Backoff, retry_after_delay};
+use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::cp::CpClient;
 use crate::cp::wire::{ClusterRef, InstanceInfo};
 use crate::kube::Client;
 use crate::kube::pause::Wake;
-use crate::lease::{self, Elector};
-use crate::probe::{Health, Role};
+use crate::lease::Elector;
+use crate::probe::Health;
 use crate::token::ConnectToken;
 use crate::wait::Waiter;
 
@@ -55,11 +56,13 @@ pub const CAPABILITIES: &[&str] = &[
     "command.signature.ed25519.v1",
     "command.policy.v1",
     "release-contract.v1",
+    "heartbeat.wait.v1",
 ];
 
 /// The process's connections, and what its probes answer from.
 struct Link {
-    kube: Client,
+    /// Shared with the loop's duty ([`lead::LeaseKeeper`]).
+    kube: Rc<Client>,
     cp: CpClient,
     /// Every wait of the process; also the Kubernetes client's retry pause.
     waiter: Rc<Waiter>,
@@ -119,7 +122,8 @@ pub struct Agent {
     store: StateStore,
     session: Option<Session>,
     pace: Pace,
-    elector: Elector,
+    /// Shared with the loop's duty, which renews the lease in its waits.
+    elector: Rc<RefCell<Elector>>,
     /// The lease term the state was last read in: a new term (leadership
     /// begun anew, between heartbeats or mid-batch) reads it again first.
     state_term: u64,
@@ -141,7 +145,7 @@ impl Agent {
             let Next::Wait(delay) = self.cycle()? else {
                 return self.stopped();
             };
-            match self.link.waiter.wait(delay) {
+            match self.link.waiter.idle(delay) {
                 Ok(Wake::Stop) => return self.stopped(),
                 Ok(Wake::Timeout) => {}
                 Err(e) => return Err(Fatal::Wait(e)),
@@ -151,11 +155,11 @@ impl Agent {
 
     fn stopped(&mut self) -> Result<(), Fatal> {
         log::info!("stop requested; exiting");
-        if self.elector.leading() && self.state_current() {
+        if self.elector().leading() && self.state_current() {
             // The delivery flags that wait, in one write.
             self.store.flush_delivered(&self.link, true);
         }
-        self.elector.release(&self.link.kube);
+        self.elector_mut().release(&self.link.kube);
         Ok(())
     }
 
@@ -174,87 +178,20 @@ impl Agent {
             heartbeat::Sent::Answered(answer) => answer,
             heartbeat::Sent::RetryIn(delay) => return Ok(Next::Wait(delay)),
         };
-        let commands = match self.accepted(&answer) {
-            Ok(commands) => commands,
+        let (commands, held) = match self.accepted(&answer) {
+            Ok(accepted) => accepted,
             Err(delay) => return Ok(Next::Wait(delay)),
         };
+        let count = commands.taken.len();
         let next = self.batch(commands);
         self.store.flush_delivered(&self.link, false);
         self.link.status().pending_acks = self.store.undelivered().count();
-        Ok(next)
-    }
-
-    /// Only the lease holder talks to the CP and touches the cluster. A pod
-    /// that just took the lease reads the state again before acting:
-    /// another pod may have finished commands since this one read it, and
-    /// a finished command must not run twice.
-    fn lead(&mut self) -> Lead {
-        let renewed = self
-            .elector
-            .try_lead(&self.link.kube, self.lease_duration());
-        match renewed {
-            Ok(true) if self.state_current() => Lead::Acting,
-            Ok(true) => match self.read_state_again() {
-                Ok(()) => Lead::Acting,
-                Err(e) => {
-                    log::warn!(
-                        "cannot read the state secret after taking the lease: {e}; not acting"
-                    );
-                    Lead::Standby(self.pace.backoff.next_delay().min(self.pace.interval))
-                }
-            },
-            Ok(false) => {
-                self.standby_check(true);
-                Lead::Standby(self.pace.interval)
+        Ok(match next {
+            Next::Wait(interval) => {
+                Next::Wait(heartbeat::wait_after(held, answer.took, count, interval))
             }
-            Err(e) => {
-                let delay = retry_after_delay(e.retry_after(), &mut self.pace.backoff);
-                log::warn!("cannot read or renew the lease: {e}; not acting");
-                self.standby_check(false);
-                Lead::Standby(delay.min(self.pace.interval))
-            }
-        }
-    }
-
-    /// The lease duration for the interval in force (never shortened below
-    /// 30 s by the CP's interval).
-    fn lease_duration(&self) -> Duration {
-        lease::duration_for(self.pace.interval, self.me.cfg.heartbeat_interval)
-    }
-
-    /// Whether the state was read in the current lease term.
-    fn state_current(&self) -> bool {
-        self.state_term == self.elector.term() && self.link.status.borrow().role == Role::Leader
-    }
-
-    /// Reads the state again in a new lease term: another leader may have
-    /// finished commands since this process read it, and a finished
-    /// command must not run twice.
-    fn read_state_again(&mut self) -> Result<(), crate::state::StateError> {
-        let entries = self.store.reload(&self.link.kube)?;
-        self.state_term = self.elector.term();
-        log::info!(
-            "leading (term {}): state read again ({entries} ledger entries)",
-            self.state_term
-        );
-        self.ratchet_signatures();
-        self.link.status().role = Role::Leader;
-        Ok(())
-    }
-
-    /// A standby's readiness check: the lease was just read with this
-    /// pod's credentials; a TLS handshake with the Control Plane (no
-    /// connect, no token) shows it could reach it.
-    fn standby_check(&mut self, lease_read: bool) {
-        self.link.status().role = Role::Standby;
-        self.link.status().bound = false;
-        if !lease_read {
-            return;
-        }
-        match self.link.cp.handshake() {
-            Ok(()) => self.link.status().standby_ok_at = Some(std::time::Instant::now()),
-            Err(e) => log::warn!("standby check: {e}"),
-        }
+            Next::Stop => Next::Stop,
+        })
     }
 }
 

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::version::Info;
 
 use super::heartbeat::Beats;
+use super::lead::LeaseKeeper;
 use super::{Agent, Identity, Link, Pace, StateStore, round_ms};
 use crate::backoff::{Backoff, retry_after_delay};
 use crate::config::Config;
@@ -66,7 +67,15 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     );
     // Every request that may change the cluster asks the lease first.
     let elector = Elector::new(&instance.namespace, &cfg.lease_name, &instance.id);
-    let kube = kube.with_fence(elector.fence());
+    let kube = Rc::new(kube.with_fence(elector.fence()));
+    let elector = Rc::new(RefCell::new(elector));
+    // The lease is renewed on its own schedule in the loop's waits, and
+    // the CP client's sockets wait in the loop (net.rs).
+    waiter.set_duty(Rc::new(LeaseKeeper::new(
+        Rc::clone(&elector),
+        Rc::clone(&kube),
+    )));
+    crate::net::install(Rc::clone(&waiter) as Rc<dyn crate::net::Readiness>);
     Ok(Agent {
         elector,
         state_term: 0,

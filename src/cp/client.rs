@@ -14,7 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use ureq::http::Request;
 use ureq::tls::{RootCerts, TlsConfig};
-use ureq::unversioned::transport::{ConnectionDetails, Connector, DefaultConnector, Transport};
+use ureq::unversioned::transport::{
+    ConnectProxyConnector, ConnectionDetails, Connector, DefaultConnector, RustlsConnector,
+    Transport,
+};
 
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
@@ -243,6 +246,8 @@ pub struct CpClient {
     /// The agent's configuration, for the handshake check's own agent.
     config: ureq::config::Config,
     base: String,
+    /// The whole-request timeout; a held heartbeat has its hold on top.
+    request_timeout: Duration,
     /// Size of the last heartbeat body: the next one is written into a
     /// buffer of about that size instead of growing (and copying) one.
     last_heartbeat: Cell<usize>,
@@ -286,11 +291,17 @@ impl CpClient {
                     .build(),
             )
             .build();
-        let agent = crate::resolve::agent(agent_config.clone());
+        // Proxy, then TCP whose reads wait in the loop (net.rs), then TLS.
+        let chain =
+            ().chain(ConnectProxyConnector::default())
+                .chain(crate::net::PollTcpConnector)
+                .chain(RustlsConnector::default());
+        let agent = crate::resolve::agent_with(agent_config.clone(), chain);
         Ok(CpClient {
             agent,
             config: agent_config,
             base: base.to_owned(),
+            request_timeout: timeouts.1,
             last_heartbeat: Cell::new(0),
         })
     }
@@ -325,19 +336,27 @@ impl CpClient {
         }
     }
 
-    /// `POST /api/v2/manager/heartbeat` with the session token.
+    /// `POST /api/v2/manager/heartbeat` with the session token. With
+    /// `waitSeconds` (`heartbeat.wait.v1`) the CP may hold it that long:
+    /// its timeout is then the hold plus the request timeout. Either way a
+    /// stop request ends it (its commands, never acknowledged, are sent
+    /// again), and its waits serve the loop (`net.rs`).
     pub fn heartbeat(
         &self,
         session: &Secret,
         body: &HeartbeatRequest,
     ) -> Result<HeartbeatAnswer, CpError> {
+        let hold = Duration::from_secs(body.wait_seconds.unwrap_or(0));
         // Written into a buffer of about the last body's size, not grown
         // (and copied) step by step.
         let last = self.last_heartbeat.get();
         let mut json = Vec::with_capacity(last + last / 8);
         serde_json::to_writer(&mut json, body).map_err(|_| CpError::BadRequest)?;
         self.last_heartbeat.set(json.len());
-        let bytes = self.send("/api/v2/manager/heartbeat", session, json)?;
+        let timeout = hold.saturating_add(self.request_timeout);
+        let bytes = crate::net::stoppable(|| {
+            self.send_within("/api/v2/manager/heartbeat", session, json, timeout)
+        })?;
         Ok(HeartbeatAnswer(bytes))
     }
 
@@ -355,11 +374,18 @@ impl CpClient {
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
         let json = serde_json::to_vec(body).map_err(|_| CpError::BadRequest)?;
-        self.send(path, bearer, json)
+        self.send_within(path, bearer, json, self.request_timeout)
     }
 
-    /// POSTs a JSON body already written; returns the 2xx body.
-    fn send(&self, path: &str, bearer: &Secret, json: Vec<u8>) -> Result<Vec<u8>, CpError> {
+    /// POSTs a JSON body already written, within `timeout`; returns the
+    /// 2xx body.
+    fn send_within(
+        &self,
+        path: &str,
+        bearer: &Secret,
+        json: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CpError> {
         // The base URL is validated at start-up, ids and session tokens on
         // arrival; should anything still not fit a request, it is an error,
         // never a panic.
@@ -375,6 +401,11 @@ impl CpClient {
             Some("ack") => "ack",
             _ => "other",
         };
+        let req = self
+            .agent
+            .configure_request(req)
+            .timeout_global(Some(timeout))
+            .build();
         let mut resp = match self.agent.run(req) {
             Ok(r) => r,
             Err(e) => {

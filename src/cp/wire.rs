@@ -158,6 +158,10 @@ pub struct HeartbeatRequest {
     /// Where command trust stands (protocol.md, "Fail closed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trust: Option<TrustReport>,
+    /// How long the CP may hold this request (`heartbeat.wait.v1`): the
+    /// interval in force, in whole seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<u64>,
 }
 
 /// `releaseContract` in the heartbeat (`release-contract.v1`); `release.rs`
@@ -255,6 +259,18 @@ pub struct HeartbeatResponse<'a> {
     /// batch and the batch is never copied.
     #[serde(default, borrow)]
     pub commands: Option<Commands<'a>>,
+    /// `held: true`: the CP held the request (`heartbeat.wait.v1`), so it
+    /// was the wait and the next heartbeat goes at once. Anything but
+    /// `true` is not held.
+    #[serde(default, deserialize_with = "lenient_true")]
+    pub held: bool,
+}
+
+/// `true` only for the JSON `true`; any other value (absent, `false`,
+/// `"true"`, `1`) is false.
+fn lenient_true<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let raw = <&RawValue>::deserialize(d)?;
+    Ok(raw.get().trim() == "true")
 }
 
 /// The first [`MAX_COMMANDS`] commands of an answer, and how many followed.
@@ -492,6 +508,22 @@ mod tests {
             long.as_str(),
         ] {
             assert!(!valid_session_token(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn held_is_true_only_for_the_json_true() {
+        for (body, held) in [
+            (r#"{"held": true}"#, true),
+            (r#"{"held": false}"#, false),
+            (r#"{"held": "true"}"#, false),
+            (r#"{"held": 1}"#, false),
+            (r#"{"held": null}"#, false),
+            (r#"{"held": {"a": true}}"#, false),
+            ("{}", false),
+        ] {
+            let r: HeartbeatResponse = serde_json::from_str(body).unwrap();
+            assert_eq!(r.held, held, "{body}");
         }
     }
 

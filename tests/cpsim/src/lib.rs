@@ -26,7 +26,7 @@ use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -45,6 +45,10 @@ pub struct SimConfig {
     pub session_ttl: Duration,
     /// Serve the `/_sim/...` admin endpoints (default false; the binary turns them on).
     pub admin: bool,
+    /// Hold heartbeats that carry `waitSeconds` (`heartbeat.wait.v1`)
+    /// until a command is queued or the wait has passed, and answer
+    /// `held: true` (default false: a CP that never holds).
+    pub hold: bool,
 }
 
 impl Default for SimConfig {
@@ -54,6 +58,7 @@ impl Default for SimConfig {
             heartbeat_interval_seconds: None,
             session_ttl: Duration::from_secs(3600),
             admin: false,
+            hold: false,
         }
     }
 }
@@ -194,6 +199,10 @@ impl LoggedRequest {
 
 struct Shared {
     state: Mutex<State>,
+    /// Wakes held heartbeats: a command queued, sessions expired, a stop.
+    wake: Condvar,
+    /// Whether heartbeats are held.
+    hold: AtomicBool,
     faults: Mutex<VecDeque<Fault>>,
     log: Mutex<Vec<LoggedRequest>>,
     connections: AtomicU64,
@@ -238,6 +247,8 @@ impl Simulator {
                 config.heartbeat_interval_seconds,
                 config.session_ttl,
             )),
+            wake: Condvar::new(),
+            hold: AtomicBool::new(config.hold),
             faults: Mutex::new(VecDeque::new()),
             log: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
@@ -344,6 +355,7 @@ impl Simulator {
             .get_mut(env)
             .expect("known environment")
             .enqueue(env, command);
+        self.shared.wake.notify_all();
     }
 
     /// Queues a command exactly as given: never signed (for the cases a
@@ -355,6 +367,13 @@ impl Simulator {
             .expect("known environment")
             .queue
             .push_back(command);
+        self.shared.wake.notify_all();
+    }
+
+    /// Starts or stops holding heartbeats ([`SimConfig::hold`]).
+    pub fn set_hold(&self, hold: bool) {
+        self.shared.hold.store(hold, Ordering::SeqCst);
+        self.shared.wake.notify_all();
     }
 
     /// Signs every command queued for `env` from now on with a new key pair
@@ -383,6 +402,7 @@ impl Simulator {
     /// Invalidates every session: the next heartbeat or ack gets 401.
     pub fn expire_sessions(&self) {
         lock(&self.shared.state).sessions.clear();
+        self.shared.wake.notify_all();
     }
 
     /// Queues a fault.
@@ -462,6 +482,7 @@ impl Simulator {
     /// Stops accepting connections.
     pub fn shutdown(&self) {
         if !self.shared.stop.swap(true, Ordering::SeqCst) {
+            self.shared.wake.notify_all();
             // Wake the accept loop.
             let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         }
@@ -703,9 +724,33 @@ fn answer(shared: &Shared, req: &http::Request, index: usize) -> Reply {
             Err(e) => return not_json(&e),
         };
         let mut state = lock(&shared.state);
+        let held = endpoint == Endpoint::Heartbeat && shared.hold.load(Ordering::SeqCst);
+        let hold = body["waitSeconds"]
+            .as_u64()
+            .filter(|w| held && (1..=600).contains(w));
+        if let Some(w) = hold {
+            // Held until a command is queued for this session's
+            // environment, the session ends, or the wait has passed.
+            let until = Instant::now() + Duration::from_secs(w);
+            loop {
+                let now = Instant::now();
+                if now >= until
+                    || shared.stop.load(Ordering::SeqCst)
+                    || !shared.hold.load(Ordering::SeqCst)
+                    || state.has_commands(&req.headers) != Some(false)
+                {
+                    break;
+                }
+                state = shared
+                    .wake
+                    .wait_timeout(state, until - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
         let resp = match endpoint {
             Endpoint::Connect => state.connect(&req.headers, &body),
-            Endpoint::Heartbeat => state.heartbeat(&req.headers, &body),
+            Endpoint::Heartbeat => state.heartbeat(&req.headers, &body, hold.is_some()),
             Endpoint::Ack | Endpoint::Any => {
                 state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
             }
@@ -742,6 +787,7 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
         ("GET", "/_sim/heartbeats") => Response::json(200, &json!(lock(&shared.state).heartbeats)),
         ("POST", "/_sim/expire-sessions") => {
             lock(&shared.state).sessions.clear();
+            shared.wake.notify_all();
             Response::text(204, "")
         }
         ("POST", "/_sim/commands") => {
@@ -761,6 +807,13 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
             for command in commands {
                 e.enqueue(env, command);
             }
+            shared.wake.notify_all();
+            Response::text(204, "")
+        }
+        ("POST", "/_sim/hold") => {
+            let on = query.split('&').any(|kv| kv == "on=true");
+            shared.hold.store(on, Ordering::SeqCst);
+            shared.wake.notify_all();
             Response::text(204, "")
         }
         _ => protocol::error(404, "not_found", "no such admin endpoint"),

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! nexo-cpsim [--addr 127.0.0.1:PORT] [--env ID[=TOKEN]]... [--ca-out PATH]
-//!            [--plain-http] [--heartbeat-interval SECS] [--keys-out PATH]
+//!            [--plain-http] [--hold] [--heartbeat-interval SECS] [--keys-out PATH]
 //! ```
 //! With `--keys-out`, every environment signs its commands with a key pair
 //! made for this run, whose key line is written to PATH (the Manager's
@@ -10,7 +10,7 @@
 //! Prints `url=...`, `token.<ID>=...`, `ca=...`, `keys=...` and `ready`, one per line,
 //! then serves until killed. Admin endpoints: `GET /_sim/log`,
 //! `GET /_sim/acks`, `GET /_sim/heartbeats`, `POST /_sim/commands?env=ID`,
-//! `POST /_sim/expire-sessions`.
+//! `POST /_sim/expire-sessions`, `POST /_sim/hold?on=true|false`.
 
 #![forbid(unsafe_code)]
 
@@ -58,6 +58,7 @@ fn run() -> Result<(), String> {
             }
             "--ca-out" => ca_out = Some(PathBuf::from(value()?)),
             "--plain-http" => config.tls = false,
+            "--hold" => config.hold = true,
             "--keys-out" => keys_out = Some(PathBuf::from(value()?)),
             "--heartbeat-interval" => {
                 config.heartbeat_interval_seconds = Some(
@@ -68,7 +69,7 @@ fn run() -> Result<(), String> {
             }
             "--help" | "-h" => {
                 println!(
-                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--heartbeat-interval SECS] [--keys-out PATH]"
+                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--hold] [--heartbeat-interval SECS] [--keys-out PATH]"
                 );
                 return Ok(());
             }

@@ -270,8 +270,21 @@ impl State {
         Response::json(200, &resp)
     }
 
-    /// `POST /api/v2/manager/heartbeat`.
-    pub fn heartbeat(&mut self, headers: &[(String, String)], body: &Value) -> Response {
+    /// Whether commands wait for the environment of the session `headers`
+    /// carry; `None` when the session is not valid.
+    pub fn has_commands(&self, headers: &[(String, String)]) -> Option<bool> {
+        let env = self.session_env(headers).ok()?;
+        Some(self.envs.get(&env).is_some_and(|e| !e.queue.is_empty()))
+    }
+
+    /// `POST /api/v2/manager/heartbeat`; `held` when the request was held
+    /// (`heartbeat.wait.v1`), which the answer says.
+    pub fn heartbeat(
+        &mut self,
+        headers: &[(String, String)],
+        body: &Value,
+        held: bool,
+    ) -> Response {
         let env_id = match self.session_env(headers) {
             Ok(e) => e,
             Err(resp) => return resp,
@@ -313,6 +326,9 @@ impl State {
         }
         self.heartbeats.push(body.clone());
         let mut resp = json!({"commands": commands});
+        if held {
+            resp["held"] = json!(true);
+        }
         if let Some(i) = self.interval {
             resp["heartbeatIntervalSeconds"] = json!(i);
         }
@@ -444,13 +460,13 @@ mod tests {
             .queue
             .push_back(json!({"id": "c1", "class": "deploy"}));
         let first: Value = serde_json::from_slice(
-            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])))
+            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])), false)
                 .body,
         )
         .unwrap();
         assert_eq!(first["commands"].as_array().unwrap().len(), 1);
         let second: Value = serde_json::from_slice(
-            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])))
+            &s.heartbeat(&auth(&session), &heartbeat_body(json!([])), false)
                 .body,
         )
         .unwrap();
@@ -476,7 +492,7 @@ mod tests {
         let (mut s, session) = connected();
         let pending = json!([{"commandId": "c2", "result": "failed"}, {"commandId": "c2", "result": "failed"}]);
         assert_eq!(
-            s.heartbeat(&auth(&session), &heartbeat_body(pending))
+            s.heartbeat(&auth(&session), &heartbeat_body(pending), false)
                 .status,
             200
         );
@@ -484,12 +500,12 @@ mod tests {
         let mut bad = heartbeat_body(json!([]));
         bad["sequence"] = json!(0);
         assert_eq!(
-            code(&s.heartbeat(&auth(&session), &bad)),
+            code(&s.heartbeat(&auth(&session), &bad, false)),
             (400, "invalid_request".into())
         );
         s.sessions.clear();
         assert_eq!(
-            code(&s.heartbeat(&auth(&session), &heartbeat_body(json!([])))),
+            code(&s.heartbeat(&auth(&session), &heartbeat_body(json!([])), false)),
             (401, "session_expired".into())
         );
     }

@@ -1,0 +1,157 @@
+//! May this pod act? The Lease, read and renewed at the start of a cycle
+//! when needed ([`Agent::lead`]), and on its own schedule in the loop's
+//! waits ([`LeaseKeeper`], the loop's duty).
+
+use std::cell::{Ref, RefCell, RefMut};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::{Agent, Lead};
+use crate::backoff::retry_after_delay;
+use crate::kube::Client;
+use crate::lease::{self, Elector};
+use crate::probe::Role;
+use crate::wait::Duty;
+
+/// How long a failed scheduled renewal waits before the next attempt.
+const RENEW_RETRY: Duration = Duration::from_secs(2);
+
+/// The lease renewed on its schedule (`lease.rs`: once half of it has
+/// passed), in whatever wait the loop is in: between heartbeats, or while
+/// a held heartbeat waits for its answer.
+pub(super) struct LeaseKeeper {
+    pub(super) elector: Rc<RefCell<Elector>>,
+    pub(super) kube: Rc<Client>,
+    /// After a failed attempt, not before this.
+    retry_at: std::cell::Cell<Option<Instant>>,
+}
+
+impl LeaseKeeper {
+    pub(super) fn new(elector: Rc<RefCell<Elector>>, kube: Rc<Client>) -> LeaseKeeper {
+        LeaseKeeper {
+            elector,
+            kube,
+            retry_at: std::cell::Cell::new(None),
+        }
+    }
+}
+
+impl Duty for LeaseKeeper {
+    fn due(&self, now: Instant) -> Option<Instant> {
+        // Borrowed elsewhere: the loop is using it, and renews itself.
+        let next = self.elector.try_borrow().ok()?.next_renewal(now)?;
+        Some(self.retry_at.get().map_or(next, |r| r.max(next)))
+    }
+
+    fn run(&self) {
+        let Ok(mut elector) = self.elector.try_borrow_mut() else {
+            return;
+        };
+        match elector.renew_scheduled(&self.kube) {
+            Ok(true) => {
+                self.retry_at.set(None);
+                log::debug!("lease renewed on schedule");
+            }
+            Ok(false) => log::warn!(
+                "the lease was not renewed (past its renew deadline, or written by another); reading it next cycle"
+            ),
+            Err(e) => {
+                log::warn!("cannot renew the lease: {e}; trying again in {RENEW_RETRY:?}");
+                self.retry_at.set(Some(Instant::now() + RENEW_RETRY));
+            }
+        }
+    }
+}
+
+impl Agent {
+    /// The elector, to read (never held across a wait: the loop's duty
+    /// renews through it).
+    pub(super) fn elector(&self) -> Ref<'_, Elector> {
+        self.elector.borrow()
+    }
+
+    /// The elector, for one call that writes the lease.
+    pub(super) fn elector_mut(&self) -> RefMut<'_, Elector> {
+        self.elector.borrow_mut()
+    }
+
+    /// Only the lease holder talks to the CP and touches the cluster. A pod
+    /// that just took the lease reads the state again before acting:
+    /// another pod may have finished commands since this one read it, and
+    /// a finished command must not run twice.
+    pub(super) fn lead(&mut self) -> Lead {
+        // A leader renews on the lease's own schedule (the loop's duty,
+        // [`LeaseKeeper`]), not once a heartbeat: a held heartbeat that
+        // comes back with a command starts a cycle at once.
+        let renewed = if self.elector().leading() && !self.elector().renewal_due() {
+            Ok(true)
+        } else {
+            let duration = self.lease_duration();
+            self.elector_mut().try_lead(&self.link.kube, duration)
+        };
+        match renewed {
+            Ok(true) if self.state_current() => Lead::Acting,
+            Ok(true) => match self.read_state_again() {
+                Ok(()) => Lead::Acting,
+                Err(e) => {
+                    log::warn!(
+                        "cannot read the state secret after taking the lease: {e}; not acting"
+                    );
+                    Lead::Standby(self.pace.backoff.next_delay().min(self.pace.interval))
+                }
+            },
+            Ok(false) => {
+                self.standby_check(true);
+                Lead::Standby(self.pace.interval)
+            }
+            Err(e) => {
+                let delay = retry_after_delay(e.retry_after(), &mut self.pace.backoff);
+                log::warn!("cannot read or renew the lease: {e}; not acting");
+                self.standby_check(false);
+                Lead::Standby(delay.min(self.pace.interval))
+            }
+        }
+    }
+
+    /// The lease duration for the interval in force (never shortened below
+    /// 30 s by the CP's interval).
+    pub(super) fn lease_duration(&self) -> Duration {
+        lease::duration_for(self.pace.interval, self.me.cfg.heartbeat_interval)
+    }
+
+    /// Whether the state was read in the current lease term.
+    pub(super) fn state_current(&self) -> bool {
+        self.state_term == self.elector().term() && self.link.status.borrow().role == Role::Leader
+    }
+
+    /// Reads the state again in a new lease term: another leader may have
+    /// finished commands since this process read it, and a finished
+    /// command must not run twice.
+    pub(super) fn read_state_again(&mut self) -> Result<(), crate::state::StateError> {
+        let entries = self.store.reload(&self.link.kube)?;
+        let term = self.elector().term();
+        self.state_term = term;
+        log::info!(
+            "leading (term {}): state read again ({entries} ledger entries)",
+            self.state_term
+        );
+        self.ratchet_signatures();
+        self.link.status().role = Role::Leader;
+        Ok(())
+    }
+
+    /// A standby's readiness check: the lease was just read with this
+    /// pod's credentials; a TLS handshake with the Control Plane (no
+    /// connect, no token) shows it could reach it.
+    pub(super) fn standby_check(&mut self, lease_read: bool) {
+        self.link.status().role = Role::Standby;
+        self.link.status().bound = false;
+        if !lease_read {
+            return;
+        }
+        match self.link.cp.handshake() {
+            Ok(()) => self.link.status().standby_ok_at = Some(std::time::Instant::now()),
+            Err(e) => log::warn!("standby check: {e}"),
+        }
+    }
+}
