@@ -80,13 +80,20 @@ fn await_readable(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
     }
 }
 
-/// `poll(2)` on one descriptor: the wait when no loop is installed.
+/// `poll(2)` on one descriptor until it is readable: the wait when no
+/// loop is installed.
 pub fn poll_one(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
+    poll_for(fd, libc::POLLIN, timeout)
+}
+
+/// `poll(2)` on one descriptor for `events`; [`Ready::Readable`] when
+/// they (or an error or hang-up) came.
+pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<Ready> {
     let deadline = Instant::now() + timeout;
     loop {
         let mut fds = [libc::pollfd {
             fd,
-            events: libc::POLLIN,
+            events,
             revents: 0,
         }];
         let left = deadline.saturating_duration_since(Instant::now());

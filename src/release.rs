@@ -7,15 +7,12 @@
 //! The shaping is pure ([`served_kinds`], [`reference_kinds`],
 //! [`fingerprint`]); [`read`] makes the requests. It is read at start and
 //! then at most every [`REFRESH`]: CRDs change with installs, not heartbeats.
-//! The same reading of the NexoProxy CRD says how the inventory may list
-//! NexoProxies ([`inventory::proxy_listing`]).
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::cp::wire::ReleaseContract;
-use crate::inventory::{self, ProxyListing};
 use crate::kube::{self, Client};
 use crate::resource;
 
@@ -30,9 +27,6 @@ pub const GROUP: &str = resource::NEXO_GROUP;
 pub struct Reading {
     /// The contract the heartbeat carries.
     pub contract: ReleaseContract,
-    /// How the inventory lists NexoProxies, from the same reading of their
-    /// CRD ([`ProxyListing::Objects`] when it could not be read).
-    pub proxies: ProxyListing,
 }
 
 /// The kinds of the resources (not subresources) in discovery answers
@@ -129,10 +123,7 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> Reading {
         Ok(kinds) => kinds,
         Err(e) => {
             contract.errors.push(format!("discovery of {GROUP}: {e}"));
-            return Reading {
-                contract,
-                proxies: ProxyListing::Objects,
-            };
+            return Reading { contract };
         }
     };
     contract.crd_kinds = Some(kinds.iter().map(|(k, _)| k.clone()).collect());
@@ -156,17 +147,11 @@ pub fn read(client: &Client, bundle_version: Option<&str>) -> Reading {
             .errors
             .push(format!("NexoPipeline is not served in {GROUP}")),
     }
-    let proxies = crds
-        .iter()
-        .find(|(k, _)| k == "NexoProxy")
-        .map_or(ProxyListing::Objects, |(_, crd)| {
-            inventory::proxy_listing(crd)
-        });
     if crds.len() == kinds.len() {
         let crds: Vec<Value> = crds.into_iter().map(|(_, c)| c).collect();
         contract.schema_fingerprint = Some(fingerprint(&crds));
     }
-    Reading { contract, proxies }
+    Reading { contract }
 }
 
 /// The (kind, plural) pairs served in `nexo.io`, over its versions.
@@ -206,14 +191,6 @@ impl Cache {
             .as_ref()
             .map(|(_, c)| c.clone())
             .unwrap_or_default()
-    }
-
-    /// Makes the inventory list NexoProxies as objects until the next
-    /// reading: the API server's Table was not usable.
-    pub fn list_objects(&mut self) {
-        if let Some((_, reading)) = &mut self.last {
-            reading.proxies = ProxyListing::Objects;
-        }
     }
 }
 

@@ -116,18 +116,3 @@ fn a_reading_is_reused_for_five_minutes() {
     cache.get(now + REFRESH, || read(&mut reads));
     assert_eq!(reads, 2);
 }
-
-#[test]
-fn a_fallback_to_objects_lasts_until_the_next_reading() {
-    let mut cache = Cache::default();
-    let now = Instant::now();
-    let table = || Reading {
-        proxies: ProxyListing::Table,
-        ..Reading::default()
-    };
-    assert_eq!(cache.get(now, table).proxies, ProxyListing::Table);
-    cache.list_objects();
-    let later = now + Duration::from_secs(15);
-    assert_eq!(cache.get(later, table).proxies, ProxyListing::Objects);
-    assert_eq!(cache.get(now + REFRESH, table).proxies, ProxyListing::Table);
-}

@@ -109,14 +109,15 @@ impl Waiter {
         *self.duty.borrow_mut() = Some(duty);
     }
 
-    /// Runs the duty if it is due, unless one is running already (its
-    /// own requests wait here too).
-    fn run_duty(&self, now: Instant) -> Option<Instant> {
+    /// Runs the duty if it is due or its descriptors are readable
+    /// (`ready`), unless one is running already (its own requests wait
+    /// here too); when it is next due.
+    fn run_duty(&self, now: Instant, ready: bool) -> Option<Instant> {
         if self.in_duty.get() {
             return None;
         }
         let duty = self.duty.borrow().clone()?;
-        if duty.due(now).is_some_and(|at| at <= now) {
+        if ready || duty.due(now).is_some_and(|at| at <= now) {
             self.in_duty.set(true);
             duty.run();
             self.in_duty.set(false);
@@ -135,6 +136,8 @@ impl Waiter {
         stoppable: bool,
         duties: bool,
     ) -> io::Result<Event> {
+        let mut duty_ready = false;
+        let mut duty_fds = Vec::new();
         loop {
             // A stop seen while a call that must finish (an ack) waited
             // is kept, and ends the next stoppable wait.
@@ -142,8 +145,15 @@ impl Waiter {
                 return Ok(Event::Stop);
             }
             let mut wake_at = deadline;
-            if duties && let Some(due) = self.run_duty(Instant::now()) {
+            duty_fds.clear();
+            if duties && let Some(due) = self.run_duty(Instant::now(), duty_ready) {
                 wake_at = wake_at.min(due);
+            }
+            if duties
+                && !self.in_duty.get()
+                && let Some(duty) = self.duty.borrow().as_ref()
+            {
+                duty.fds(&mut duty_fds);
             }
             let remaining = wake_at.saturating_duration_since(Instant::now());
             let pollfd = |fd| libc::pollfd {
@@ -162,6 +172,9 @@ impl Waiter {
             if let Some(probe) = &self.probe {
                 fds.extend(probe.pending_fds().into_iter().map(pollfd));
             }
+            // Last, the duty's (open watches).
+            let duty_from = fds.len();
+            fds.extend(duty_fds.iter().copied().map(pollfd));
             // Round up so a wait never ends a hair early and spins.
             let ms = remaining.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
             // SAFETY: `fds` is a valid, initialised buffer of pollfd that
@@ -177,7 +190,8 @@ impl Waiter {
                 }
                 return Err(err);
             }
-            let probe_ready = fds[2..].iter().any(|f| f.revents != 0);
+            duty_ready = fds[duty_from..].iter().any(|f| f.revents != 0);
+            let probe_ready = fds[2..duty_from].iter().any(|f| f.revents != 0);
             if probe_ready && let Some(probe) = &self.probe {
                 probe.serve(&self.status.borrow(), Instant::now());
             }
@@ -188,7 +202,7 @@ impl Waiter {
             if signalled && !stoppable {
                 self.drain(); // kept in `stop`; the wait goes on
             }
-            if !signalled && Instant::now() >= deadline {
+            if !signalled && !duty_ready && Instant::now() >= deadline {
                 return Ok(Event::Timeout);
             }
         }
@@ -211,12 +225,15 @@ fn deadline_after(timeout: Duration) -> Instant {
 
 /// Work the loop does on its own schedule, in whichever wait it is in
 /// (between heartbeats, or while a held heartbeat waits for its answer):
-/// the lease renewal.
+/// the lease renewal, and the watches' events.
 pub trait Duty {
     /// When it is next due, seen at `now` (at most `now` when it is due
     /// already); `None`: nothing scheduled.
     fn due(&self, now: Instant) -> Option<Instant>;
-    /// Does what is due.
+    /// The descriptors it reads (open watches): when one is readable, it
+    /// runs.
+    fn fds(&self, _out: &mut Vec<RawFd>) {}
+    /// Does what is due, and reads what arrived.
     fn run(&self);
 }
 

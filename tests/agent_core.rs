@@ -661,8 +661,8 @@ fn unreadable_namespaces_are_reported_in_inventory_errors() {
             &json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "mgr"},
         "rules": [
-            {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
+            {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]}),
         )

@@ -94,32 +94,16 @@ fn one_thread_and_wake_ups_only_for_heartbeats_and_the_lease() {
             .any(|l| l.contains("sleep") || l.contains("epoll") || l.contains("select(")),
         "only poll waits\n{report}"
     );
-    // The loop's poll watches three descriptors: the signal pipe, the
-    // socket slot (the CP connection while a call waits for its answer,
-    // -1 between heartbeats) and the probe listener. A poll on one
-    // descriptor is a Kubernetes call's or a connect's own wait.
-    let waits: Vec<&&str> = lines
-        .iter()
-        .filter(|l| l.contains("poll(") && l.contains("], 3, "))
-        .collect();
-    let timeouts = waits.iter().filter(|l| l.contains("= 0 (Timeout)")).count();
-    // Woken by the socket slot: the CP's answer arrived.
-    let answers = waits
-        .iter()
-        .filter(|l| {
-            let slot = l.split("{fd=").nth(2).and_then(|r| r.split(',').next());
-            let woke = l
-                .rsplit("= 1 ([{fd=")
-                .next()
-                .and_then(|r| r.split(',').next());
-            slot.is_some_and(|s| s != "-1") && slot == woke
-        })
-        .count();
-    let other = waits.len() - timeouts - answers;
+    let support::Wakeups {
+        timeouts,
+        answers,
+        watch_events,
+        other,
+    } = support::wakeups(&lines);
     let beats = f.sim.heartbeats().len();
     let renewals = log.matches("lease renewed on schedule").count();
     eprintln!(
-        "wake-ups by cause: {timeouts} timers (heartbeat interval: {} , lease renewal: {renewals}), {answers} control plane answers, {other} other (SIGTERM)",
+        "wake-ups by cause: {timeouts} timers (heartbeat interval: {}, lease renewal: {renewals}), {answers} control plane answers, {watch_events} watch events or bookmarks, {other} other (SIGTERM)",
         beats.saturating_sub(1)
     );
     // Every timer that ended a poll was a heartbeat's interval or the
@@ -131,5 +115,11 @@ fn one_thread_and_wake_ups_only_for_heartbeats_and_the_lease() {
     assert!(
         other <= 1,
         "{other} polls woke for something else (only SIGTERM may wake one)\n{report}"
+    );
+    // Nothing changes in the cluster: the watches are quiet but for a
+    // bookmark now and then.
+    assert!(
+        watch_events <= 2,
+        "{watch_events} polls woke for the watches in a quiet cluster\n{report}"
     );
 }

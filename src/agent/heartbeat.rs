@@ -75,20 +75,6 @@ pub(super) struct Beats {
     pub(super) self_rollout: self_rollout::Watch,
     /// The release-contract inventory, read every few minutes.
     release: crate::release::Cache,
-    /// How NexoProxies were last listed, to log when that changes.
-    listing: Option<inventory::ProxyListing>,
-}
-
-/// The log line for a new way of listing NexoProxies.
-fn listing_message(listing: inventory::ProxyListing) -> &'static str {
-    match listing {
-        inventory::ProxyListing::Table => {
-            "inventory: NexoProxies are listed as a table of their printer columns Image and Replicas"
-        }
-        inventory::ProxyListing::Objects => {
-            "inventory: NexoProxies are listed as objects: the NexoProxy CRD could not be read, its printer columns are not Image (.spec.image) and Replicas (.spec.replicas), or the API server's table was not usable"
-        }
-    }
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -332,22 +318,26 @@ impl Agent {
             .beats
             .release
             .get(now, || crate::release::read(kube, bundle));
-        if self.beats.listing != Some(release.proxies) {
-            log::info!("{}", listing_message(release.proxies));
-            self.beats.listing = Some(release.proxies);
+        // The deployments from the index the watches keep (read now,
+        // without waiting, and watches opened again where due); the nodes
+        // every few minutes.
+        let mut inv = Inventory::default();
+        {
+            let mut index = self.link.index.borrow_mut();
+            index.sync(kube, now);
+            (inv.deployments, inv.errors) = index.report();
         }
-        let mut inv = inventory::collect(
-            kube,
-            &self.me.namespaces,
-            self.me.token.environment_id(),
-            !configured && self.beats.topology.due(now),
-            release.proxies,
-        );
+        if !configured && self.beats.topology.due(now) {
+            inv.topology_read = true;
+            match inventory::topology(kube) {
+                Ok((region, zone)) => (inv.region, inv.zone) = (region, zone),
+                Err(e) => {
+                    inv.topology_read = false;
+                    inv.errors.push(e);
+                }
+            }
+        }
         self.beats.topology.update(&mut inv, now);
-        if inv.table_fell_back {
-            // Not tried again until the CRD is read again.
-            self.beats.release.list_objects();
-        }
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }

@@ -11,14 +11,14 @@ use crate::backoff::retry_after_delay;
 use crate::kube::Client;
 use crate::lease::{self, Elector};
 use crate::probe::Role;
-use crate::wait::Duty;
 
 /// How long a failed scheduled renewal waits before the next attempt.
 const RENEW_RETRY: Duration = Duration::from_secs(2);
 
 /// The lease renewed on its schedule (`lease.rs`: once half of it has
 /// passed), in whatever wait the loop is in: between heartbeats, or while
-/// a held heartbeat waits for its answer.
+/// a held heartbeat waits for its answer (part of the loop's duty,
+/// [`Background`]).
 pub(super) struct LeaseKeeper {
     pub(super) elector: Rc<RefCell<Elector>>,
     pub(super) kube: Rc<Client>,
@@ -36,14 +36,19 @@ impl LeaseKeeper {
     }
 }
 
-impl Duty for LeaseKeeper {
-    fn due(&self, now: Instant) -> Option<Instant> {
+impl LeaseKeeper {
+    /// When the next renewal is due.
+    pub(super) fn due(&self, now: Instant) -> Option<Instant> {
         // Borrowed elsewhere: the loop is using it, and renews itself.
         let next = self.elector.try_borrow().ok()?.next_renewal(now)?;
         Some(self.retry_at.get().map_or(next, |r| r.max(next)))
     }
 
-    fn run(&self) {
+    /// Renews the lease if it is due.
+    pub(super) fn run(&self, now: Instant) {
+        if self.due(now).is_none_or(|at| at > now) {
+            return;
+        }
         let Ok(mut elector) = self.elector.try_borrow_mut() else {
             return;
         };
@@ -152,6 +157,41 @@ impl Agent {
         match self.link.cp.handshake() {
             Ok(()) => self.link.status().standby_ok_at = Some(std::time::Instant::now()),
             Err(e) => log::warn!("standby check: {e}"),
+        }
+    }
+}
+
+/// The loop's duty (`wait.rs`): the lease renewed on its schedule, and the
+/// inventory's watches read as their events arrive and opened again when
+/// due.
+pub(super) struct Background {
+    pub(super) lease: LeaseKeeper,
+    pub(super) index: Rc<RefCell<crate::inventory::Index>>,
+}
+
+impl crate::wait::Duty for Background {
+    fn due(&self, now: Instant) -> Option<Instant> {
+        let index = self.index.try_borrow().ok().and_then(|i| i.due(now));
+        match (self.lease.due(now), index) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        if let Ok(index) = self.index.try_borrow() {
+            index.fds(out);
+        }
+    }
+
+    fn run(&self) {
+        let now = Instant::now();
+        self.lease.run(now);
+        // Borrowed elsewhere: the heartbeat is reading it, and syncs it.
+        if let Ok(mut index) = self.index.try_borrow_mut()
+            && index.started()
+        {
+            index.sync(&self.lease.kube, now);
         }
     }
 }

@@ -61,8 +61,11 @@ pub const CAPABILITIES: &[&str] = &[
 
 /// The process's connections, and what its probes answer from.
 struct Link {
-    /// Shared with the loop's duty ([`lead::LeaseKeeper`]).
+    /// Shared with the loop's duty ([`lead::Background`]).
     kube: Rc<Client>,
+    /// The inventory the watches keep; shared with the loop's duty, which
+    /// reads the watches as their events arrive.
+    index: Rc<RefCell<crate::inventory::Index>>,
     cp: CpClient,
     /// Every wait of the process; also the Kubernetes client's retry pause.
     waiter: Rc<Waiter>,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::version::Info;
 
 use super::heartbeat::Beats;
-use super::lead::LeaseKeeper;
+use super::lead::{Background, LeaseKeeper};
 use super::{Agent, Identity, Link, Pace, StateStore, round_ms};
 use crate::backoff::{Backoff, retry_after_delay};
 use crate::config::Config;
@@ -71,10 +71,14 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let elector = Rc::new(RefCell::new(elector));
     // The lease is renewed on its own schedule in the loop's waits, and
     // the CP client's sockets wait in the loop (net.rs).
-    waiter.set_duty(Rc::new(LeaseKeeper::new(
-        Rc::clone(&elector),
-        Rc::clone(&kube),
+    let index = Rc::new(RefCell::new(crate::inventory::Index::new(
+        &namespaces,
+        token.environment_id(),
     )));
+    waiter.set_duty(Rc::new(Background {
+        lease: LeaseKeeper::new(Rc::clone(&elector), Rc::clone(&kube)),
+        index: Rc::clone(&index),
+    }));
     crate::net::install(Rc::clone(&waiter) as Rc<dyn crate::net::Readiness>);
     Ok(Agent {
         elector,
@@ -85,6 +89,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         },
         link: Link {
             kube,
+            index,
             cp,
             waiter,
             status,

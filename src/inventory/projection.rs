@@ -18,6 +18,9 @@ pub struct MetaItem {
     pub namespace: Option<String>,
     /// The ownership labels; other labels are skipped.
     pub labels: OwnershipLabels,
+    /// `metadata.resourceVersion` (a watch's bookmark carries only it).
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: Option<String>,
 }
 
 /// The labels that decide ownership.

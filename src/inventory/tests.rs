@@ -1,11 +1,11 @@
-//! The inventory's shaping and Table reading, as plain values.
+//! The inventory's shaping, as plain values.
 
 use std::rc::Rc;
 
 use serde_json::{Value, json};
 
 use super::*;
-use crate::kube::Table;
+use crate::ownership::Ownership;
 
 #[test]
 fn entries_from_objects() {
@@ -122,165 +122,6 @@ fn topology_is_never_guessed() {
     t.add_node(&node(None, None));
     assert_eq!((t.region.get(), t.zone.get()), (None, None));
     assert_eq!(Topology::default().region.get(), None);
-}
-
-fn proxy_crd(columns: Value) -> Value {
-    json!({"spec": {"versions": [
-        {"name": "v1alpha1", "served": true, "storage": true, "additionalPrinterColumns": columns}]}})
-}
-
-fn image_and_replicas() -> Value {
-    json!([{"name": "Image", "type": "string", "jsonPath": ".spec.image"},
-           {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-           {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"}])
-}
-
-#[test]
-fn a_table_only_when_the_crd_columns_are_the_fields() {
-    assert_eq!(
-        proxy_listing(&proxy_crd(image_and_replicas())),
-        ProxyListing::Table
-    );
-    let changed = |i: usize, key: &str, value: &str| {
-        let mut c = image_and_replicas();
-        c[i][key] = value.into();
-        proxy_listing(&proxy_crd(c))
-    };
-    assert_eq!(
-        changed(0, "jsonPath", ".status.image"),
-        ProxyListing::Objects
-    );
-    assert_eq!(
-        changed(1, "jsonPath", ".status.replicas"),
-        ProxyListing::Objects
-    );
-    assert_eq!(changed(1, "type", "string"), ProxyListing::Objects);
-    assert_eq!(changed(0, "name", "Picture"), ProxyListing::Objects);
-    // A second column of the same name would make the Table ambiguous.
-    assert_eq!(changed(2, "name", "Replicas"), ProxyListing::Objects);
-    assert_eq!(proxy_listing(&proxy_crd(json!([]))), ProxyListing::Objects);
-    // A column of its own named Name would shadow the object's name.
-    assert_eq!(changed(2, "name", "Name"), ProxyListing::Objects);
-    let mut other_version = proxy_crd(image_and_replicas());
-    other_version["spec"]["versions"][0]["name"] = "v1beta1".into();
-    assert_eq!(proxy_listing(&other_version), ProxyListing::Objects);
-    let mut not_served = proxy_crd(image_and_replicas());
-    not_served["spec"]["versions"][0]["served"] = false.into();
-    assert_eq!(proxy_listing(&not_served), ProxyListing::Objects);
-    assert_eq!(proxy_listing(&json!({})), ProxyListing::Objects);
-}
-
-fn table(columns: Value, rows: Value) -> Table {
-    serde_json::from_value(json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": "7"}, "columnDefinitions": columns, "rows": rows}))
-    .unwrap()
-}
-
-fn table_columns() -> Value {
-    json!([{"name": "Name", "type": "string", "format": "name", "description": "Name must be unique", "priority": 0},
-           {"name": "Image", "type": "string", "format": "", "description": "", "priority": 0},
-           {"name": "Replicas", "type": "integer", "format": "", "description": "", "priority": 0},
-           {"name": "Ready", "type": "integer", "format": "", "description": "", "priority": 0},
-           {"name": "Age", "type": "date", "format": "", "description": "", "priority": 0}])
-}
-
-#[test]
-fn table_rows_become_the_entries_the_objects_would() {
-    let t = table(
-        table_columns(),
-        json!([{"cells": ["orders", "p:1", 3, 2, "5m"], "object": null},
-               {"cells": ["bare", null, null, null, "1s"]}]),
-    );
-    let mut shared = Interner::default();
-    let entries = table_entries(t, "shop", &mut shared).unwrap();
-    let object = |v: Value| {
-        proxy_entry(serde_json::from_value(v).unwrap(), &mut Interner::default()).unwrap()
-    };
-    assert_eq!(
-        entries,
-        vec![
-            object(json!({"metadata": {"name": "orders", "namespace": "shop"},
-                "spec": {"image": "p:1", "replicas": 3}})),
-            object(json!({"metadata": {"name": "bare", "namespace": "shop"}})),
-        ]
-    );
-    assert!(Rc::ptr_eq(&entries[0].namespace, &entries[1].namespace));
-    let empty = table(table_columns(), json!([]));
-    assert_eq!(table_entries(empty, "shop", &mut shared), Ok(vec![]));
-}
-
-#[test]
-fn a_table_of_another_shape_is_refused_with_the_reason() {
-    let with = |columns: Value, rows: Value| {
-        table_entries(table(columns, rows), "shop", &mut Interner::default()).unwrap_err()
-    };
-    let row = json!([{"cells": ["orders", "p:1", 3, 2, "5m"]}]);
-    let mut c = table_columns();
-    c.as_array_mut().unwrap().remove(2);
-    assert_eq!(with(c, row.clone()), TableProblem::Column("Replicas"));
-    let mut c = table_columns();
-    c[1]["type"] = "integer".into();
-    assert_eq!(with(c, row.clone()), TableProblem::Column("Image"));
-    let mut c = table_columns();
-    c[3]["name"] = "Image".into();
-    assert_eq!(with(c, row.clone()), TableProblem::Column("Image"));
-    let mut c = table_columns();
-    c.as_array_mut().unwrap().swap(0, 1);
-    assert_eq!(with(c, row.clone()), TableProblem::Column("Name"));
-    let cells = |cells: Value| with(table_columns(), json!([{"cells": cells}]));
-    assert_eq!(
-        cells(json!(["", "p:1", 3, 0, "1s"])),
-        TableProblem::Cell {
-            row: 0,
-            column: "Name"
-        }
-    );
-    assert_eq!(
-        cells(json!([7, "p:1", 3, 0, "1s"])),
-        TableProblem::Cell {
-            row: 0,
-            column: "Name"
-        }
-    );
-    assert_eq!(
-        cells(json!(["a", 1, 3, 0, "1s"])),
-        TableProblem::Cell {
-            row: 0,
-            column: "Image"
-        }
-    );
-    assert_eq!(
-        cells(json!(["a", "p:1", "3", 0, "1s"])),
-        TableProblem::Cell {
-            row: 0,
-            column: "Replicas"
-        }
-    );
-    assert_eq!(
-        cells(json!(["a", "p:1", 1.5, 0, "1s"])),
-        TableProblem::Cell {
-            row: 0,
-            column: "Replicas"
-        }
-    );
-    // A short row never reads as defaults.
-    assert_eq!(cells(json!(["a", "p:1"])), TableProblem::Cells { row: 0 });
-    assert_eq!(
-        TableProblem::Cells { row: 2 }.to_string(),
-        "row 2 of the table has not one cell per column"
-    );
-    assert_eq!(
-        TableProblem::Cell {
-            row: 4,
-            column: "Image"
-        }
-        .to_string(),
-        "row 4 of the table has a bad Image cell"
-    );
-    assert_eq!(
-        TableProblem::Column("Replicas").to_string(),
-        "the table has no single Replicas column of the expected type"
-    );
 }
 
 #[test]

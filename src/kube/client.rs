@@ -43,12 +43,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Whole-call timeout of every call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The media type of JSON, asked for and sent by every call but Table lists.
+/// The media type of JSON, asked for and sent by every call.
 pub const JSON: &str = "application/json";
-
-/// The media type of a `meta.k8s.io/v1` Table: the printer columns of a
-/// list's items instead of the items (the representation `kubectl get` asks for).
-pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
 /// Content type of a server-side apply patch. JSON is valid YAML.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
@@ -121,6 +117,11 @@ pub struct Client {
     agent: ureq::Agent,
     /// Short timeouts, for best-effort calls on the way out.
     quick: ureq::Agent,
+    /// Watches: no whole-call timeout, a connection each, read without
+    /// blocking once the head is in (`watch.rs`).
+    watch: ureq::Agent,
+    /// The connection the last watch call opened.
+    watch_opened: Arc<std::sync::Mutex<Option<super::watch::Opened>>>,
     server: String,
     auth: Auth,
     /// The buffer response bodies are read into, kept between calls (up to
@@ -176,21 +177,29 @@ impl Client {
             tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
         }
         let tls = tls.build();
-        let agent_with = |call: Duration| {
-            let agent_config = ureq::Agent::config_builder()
+        let config_with = |call: Option<Duration>| {
+            ureq::Agent::config_builder()
                 .http_status_as_error(false)
-                .timeout_connect(Some(CONNECT_TIMEOUT.min(call)))
-                .timeout_global(Some(call))
+                .timeout_connect(Some(CONNECT_TIMEOUT.min(call.unwrap_or(CALL_TIMEOUT))))
+                .timeout_global(call)
+                .timeout_recv_response(Some(CALL_TIMEOUT))
                 .proxy(None)
                 .max_redirects(0)
                 .user_agent(crate::USER_AGENT)
                 .tls_config(tls.clone())
-                .build();
-            crate::resolve::agent(agent_config)
         };
+        let agent_with = |call| crate::resolve::agent(config_with(Some(call)).build());
+        let (watch, watch_opened) = super::watch::agent(
+            config_with(None)
+                .max_idle_connections(0)
+                .max_idle_connections_per_host(0)
+                .build(),
+        );
         Ok(Client {
             agent: agent_with(CALL_TIMEOUT),
             quick: agent_with(QUICK_TIMEOUT),
+            watch,
+            watch_opened,
             server: config.server,
             auth: config.auth,
             scratch: RefCell::new(Vec::new()),
@@ -321,6 +330,23 @@ impl Client {
             .unwrap_or(Value::Null))
     }
 
+    /// Opens a watch: `path` is the collection with its query
+    /// (`watch=1`, `resourceVersion`, ...). One attempt: a watch that
+    /// cannot be opened is opened again by its owner, with its backoff.
+    pub fn watch(&self, path: &str) -> Result<super::watch::WatchStream, Error> {
+        if let Some(pause) = &self.pause {
+            pause.checkpoint();
+        }
+        let resp = self.call(&self.watch, JSON, &Method::GET, path, None)?;
+        let opened = self
+            .watch_opened
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+            .ok_or_else(|| Error::Config("a watch without its connection".into()))?;
+        Ok(super::watch::WatchStream::new(resp.into_body(), opened))
+    }
+
     fn send_with<T: DeserializeOwned>(
         &self,
         agent: &ureq::Agent,
@@ -329,6 +355,20 @@ impl Client {
         path: &str,
         body: Option<&Body<'_>>,
     ) -> Result<Option<T>, Error> {
+        let mut resp = self.call(agent, accept, method, path, body)?;
+        self.decode(&mut resp)
+    }
+
+    /// Sends one request; a 2xx response with its body unread, or the
+    /// error of any other answer.
+    fn call(
+        &self,
+        agent: &ureq::Agent,
+        accept: &str,
+        method: &Method,
+        path: &str,
+        body: Option<&Body<'_>>,
+    ) -> Result<ureq::http::Response<ureq::Body>, Error> {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
@@ -366,7 +406,7 @@ impl Client {
         if !(200..300).contains(&status) {
             return Err(error_answer(status, &mut resp)?);
         }
-        self.decode(&mut resp)
+        Ok(resp)
     }
 
     /// Decodes a 2xx body straight into `T`: a page of a list becomes its

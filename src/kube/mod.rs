@@ -5,8 +5,9 @@ pub mod config;
 pub mod error;
 pub mod pause;
 pub mod verbs;
+pub mod watch;
 
 pub use client::Client;
 pub use config::KubeConfig;
 pub use error::Error;
-pub use verbs::{ApplyParams, Table};
+pub use verbs::ApplyParams;

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::client::{
-    APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, TABLE, to_json,
+    APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, to_json,
 };
 use super::error::Error;
 
@@ -222,45 +222,6 @@ impl Client {
         Ok((page.items, page.metadata.next()))
     }
 
-    /// One page of a collection as a Table of its printer columns, without
-    /// the objects (`includeObject=None`), and the next page's token.
-    pub fn table_page(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<(Table, Option<String>), Error> {
-        let query =
-            list_query(label_selector, limit, continue_token).param("includeObject", "None");
-        let path = format!("{collection}{}", query.finish());
-        let mut table: Table = self
-            .request_accepting(TABLE, Method::GET, &path, None)?
-            .unwrap_or_default();
-        let next = std::mem::take(&mut table.metadata).next();
-        Ok((table, next))
-    }
-
-    /// Visits every page of a collection as a [`Table`], paged and
-    /// restarted on 410 Gone as [`Client::list_each`] is, until `visit`
-    /// breaks: no page is fetched after that.
-    pub fn table_each(
-        &self,
-        collection: &str,
-        label_selector: Option<&str>,
-        limit: u32,
-        visit: impl FnMut(Table) -> ControlFlow<()>,
-    ) -> Result<(), Error> {
-        page_through(
-            |token| {
-                self.table_page(collection, label_selector, limit, token)
-                    .map(|(table, next)| (vec![table], next))
-            },
-            visit,
-        )
-        .inspect_err(|e| warn_if_gone(collection, e))
-    }
-
     /// Visits every item of a collection, a page of `limit` at a time, so
     /// memory stays bounded by one page. A 410 Gone (the continue token
     /// expired) restarts the list from the beginning once; `visit` must then
@@ -273,6 +234,33 @@ impl Client {
         visit: impl FnMut(Value),
     ) -> Result<(), Error> {
         self.list_each_as(collection, label_selector, limit, visit)
+    }
+
+    /// Every item of a collection decoded into `T`, a page at a time, and
+    /// the list's `resourceVersion` (to watch from). A page that expired
+    /// (410) fails the whole list: its caller lists again.
+    pub fn list_versioned<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        label_selector: Option<&str>,
+        limit: u32,
+        mut visit: impl FnMut(T),
+    ) -> Result<String, Error> {
+        let mut token: Option<String> = None;
+        loop {
+            let query = list_query(label_selector, limit, token.as_deref());
+            let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
+            page.items.into_iter().for_each(&mut visit);
+            let version = page.metadata.resource_version.clone();
+            match page.metadata.next() {
+                Some(next) => token = Some(next),
+                None => {
+                    return version.ok_or(Error::Config(format!(
+                        "the list of {collection} has no resourceVersion"
+                    )));
+                }
+            }
+        }
     }
 
     /// [`Client::list_each`] with each item decoded into `T`.
@@ -352,40 +340,12 @@ struct ListPage<T> {
     metadata: ListMeta,
 }
 
-/// A page of a `meta.k8s.io/v1` Table: what [`Client::table_page`] reads.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct Table {
-    /// The columns, in the order of every row's cells.
-    pub column_definitions: Vec<Column>,
-    /// One row per item.
-    pub rows: Vec<Row>,
-    metadata: ListMeta,
-}
-
-/// A Table's column: its name and its OpenAPI type (`string`, `integer`…).
-#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(default)]
-pub struct Column {
-    /// The column's name (`Name` first, then the printer columns).
-    pub name: String,
-    /// Its type.
-    #[serde(rename = "type")]
-    pub type_: String,
-}
-
-/// A Table's row: one cell per column (`null` where the item has no value).
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(default)]
-pub struct Row {
-    /// The cells.
-    pub cells: Vec<Value>,
-}
-
 #[derive(Debug, serde::Deserialize, Default)]
 struct ListMeta {
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
 }
 
 impl ListMeta {

@@ -66,6 +66,12 @@ struct Plan {
     /// holds its bound of entries or this much time has passed, so the
     /// memory measured after it is the steady state's.
     soak_fill: Duration,
+    /// Commands timed from the CP having them to their ack, per CP kind,
+    /// at a heartbeat interval of `latency_interval` seconds.
+    latency_commands: usize,
+    latency_interval: u64,
+    /// How long the API server's bill at rest is read (audit log).
+    rest: Duration,
 }
 
 impl Plan {
@@ -96,6 +102,9 @@ impl Plan {
                 soak_cycle: Duration::from_secs(40),
                 soak_proxies: 100,
                 soak_fill: Duration::from_secs(10 * 60),
+                latency_commands: 50,
+                latency_interval: 15,
+                rest: Duration::from_secs(10 * 60),
             }
         } else {
             Plan {
@@ -114,6 +123,9 @@ impl Plan {
                 soak_cycle: Duration::from_secs(3),
                 soak_proxies: 10,
                 soak_fill: Duration::ZERO,
+                latency_commands: 3,
+                latency_interval: 2,
+                rest: Duration::from_secs(20),
             }
         }
     }
@@ -196,11 +208,22 @@ fn manager_env(f: &Fixture, interval: u64) -> BTreeMap<String, String> {
     env
 }
 
-/// A fixture whose NexoProxy storage answers (a CRD just installed can
-/// answer 429 "storage is (re)initializing" for a moment, which would be
-/// measured as the Manager's start-up time).
-fn ready_fixture(prefix: &str) -> Fixture {
-    let f = Fixture::new(prefix);
+/// Fixtures live to the end of the run: deleting a namespace of hundreds
+/// of objects keeps the API server and the garbage collector busy while
+/// the next part measures.
+fn keep_fixture<'a>(keep: &'a mut Vec<Fixture>, prefix: &str) -> &'a Fixture {
+    keep_fixture_with(keep, prefix, nexo_cpsim::SimConfig::default())
+}
+
+/// A fixture (kept, see above) whose NexoProxy storage answers: a CRD just
+/// installed can answer 429 "storage is (re)initializing" for a moment,
+/// which would be measured as the Manager's start-up time.
+fn keep_fixture_with<'a>(
+    keep: &'a mut Vec<Fixture>,
+    prefix: &str,
+    config: nexo_cpsim::SimConfig,
+) -> &'a Fixture {
+    let f = Fixture::with_config(prefix, config);
     f.tb.install_crds();
     let client = f.tb.admin();
     let path = format!(
@@ -210,15 +233,125 @@ fn ready_fixture(prefix: &str) -> Fixture {
     support::wait_for(Duration::from_secs(60), "NexoProxy storage ready", || {
         client.get::<Value>(&path).ok().map(drop)
     });
-    f
+    keep.push(f);
+    keep.last().expect("just pushed")
 }
 
-/// Fixtures live to the end of the run: deleting a namespace of hundreds
-/// of objects keeps the API server and the garbage collector busy while
-/// the next part measures.
-fn keep_fixture<'a>(keep: &'a mut Vec<Fixture>, prefix: &str) -> &'a Fixture {
-    keep.push(ready_fixture(prefix));
-    keep.last().expect("just pushed")
+// ------------------------------------------------------- command latency --
+
+/// Queue-to-ack times of `n` three-object deploys.
+struct Latency {
+    median_ms: f64,
+    worst_ms: f64,
+    n: usize,
+}
+
+/// Times `n` deploys (a NexoProxy, its ConfigMap and Secret) from the
+/// moment the CP has each (queued in the simulator) to the moment the ack
+/// arrives, one at a time. With a holding CP a command is queued while a
+/// heartbeat is held; with one that never holds, at a spread of moments
+/// across the interval, as commands come in life.
+fn measure_latency(plan: &Plan, f: &Fixture, bin: &Path, tag: &str) -> Latency {
+    let mut env = manager_env(f, plan.latency_interval);
+    env.insert("NEXO_LISTEN_ADDR".into(), "off".into());
+    let mut m = Manager::spawn_binary(bin, &env).with_sim(&f.sim);
+    wait_heartbeats(f, &mut m, 1, Duration::from_secs(60));
+    let holding = f.sim.heartbeats()[0].get("waitSeconds").is_some() && f.sim.holds();
+    let interval = Duration::from_secs(plan.latency_interval);
+    let mut times = Vec::new();
+    for i in 0..plan.latency_commands {
+        if holding {
+            m.wait_until(Duration::from_secs(60), "a held heartbeat", || {
+                f.sim.briefs().iter().any(|b| {
+                    b.path == "/api/v2/manager/heartbeat"
+                        && b.status == 0
+                        && b.at
+                            .elapsed()
+                            .is_ok_and(|a| a >= Duration::from_millis(100))
+                })
+            });
+        } else {
+            // Spread over the interval: i × the golden ratio, modulo 1.
+            let phase = (i as f64 * 0.618_034).fract();
+            std::thread::sleep(interval.mul_f64(phase));
+        }
+        let id = format!("lat-{tag}-{i}");
+        let name = format!("lat{i}");
+        let ns = &f.ns.name;
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-config")}, "data": {"listen": "27017"}});
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-db")}, "stringData": {"uri": "mongodb://db:27017"}});
+        let queued = SystemTime::now();
+        f.sim.enqueue_command(
+            &f.env_id,
+            json!({"id": id, "class": "deploy", "issuedAt": "2026-12-05T00:00:00Z", "requires": [],
+                   "payload": {"deployment": {"name": name, "namespace": ns}, "format": "crd",
+                               "manifests": [proxy_object(&f.env_id, &name), cm, secret]}}),
+        );
+        let path = format!("/api/v2/manager/commands/{id}/ack");
+        let acked = support::wait_for(Duration::from_secs(120), "the ack", || {
+            f.sim
+                .briefs()
+                .into_iter()
+                .find(|b| b.path == path && b.status == 200)
+                .map(|b| b.at)
+        });
+        times.push(since(queued, acked));
+    }
+    stop(&mut m);
+    let worst = times.iter().copied().fold(0.0, f64::max);
+    let n = times.len();
+    Latency {
+        median_ms: median(&mut times),
+        worst_ms: worst,
+        n,
+    }
+}
+
+/// The API server's requests a minute from an idle Manager, from the
+/// audit log of a test bed of its own: what each user agent asked, by
+/// verb and resource.
+fn measure_rest(plan: &Plan, bin: &Path) -> (f64, String) {
+    let bed = support::OwnBed::start("rest-tb", &["--audit"]);
+    let f = Fixture::on(bed.tb, "bench-rest", nexo_cpsim::SimConfig::default());
+    f.tb.install_crds();
+    grow(&f, 0, 100);
+    let mut env = manager_env(&f, 15);
+    env.insert("NEXO_LISTEN_ADDR".into(), "off".into());
+    let mut m = Manager::spawn_binary(bin, &env).with_sim(&f.sim);
+    wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
+    let audit = bed.dir.join("logs/audit.log");
+    let from = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
+    let started = Instant::now();
+    std::thread::sleep(plan.rest);
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let text = std::fs::read(&audit).unwrap_or_default();
+    stop(&mut m);
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total = 0;
+    for line in text[from as usize..].split(|b| *b == b'\n') {
+        let Ok(e) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if !e["userAgent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with("nexo-manager/"))
+        {
+            continue;
+        }
+        total += 1;
+        let key = format!(
+            "{} {}",
+            e["verb"].as_str().unwrap_or("?"),
+            e["objectRef"]["resource"].as_str().unwrap_or("?")
+        );
+        *by.entry(key).or_default() += 1;
+    }
+    let detail = by
+        .iter()
+        .map(|(k, n)| format!("{k} {:.2}", *n as f64 / minutes))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (total as f64 / minutes, detail)
 }
 
 fn spawn_static(f: &Fixture, env: &BTreeMap<String, String>) -> Manager {
@@ -644,16 +777,21 @@ struct IdleFigures {
     involuntary: f64,
     /// Heartbeats during the traced window.
     traced: usize,
-    /// `poll` calls that returned in it, and how many of them timed out.
-    polls: usize,
-    poll_timeouts: usize,
+    /// What woke the loop's `poll` in it, and the scheduled lease
+    /// renewals among its timeouts (from the log).
+    wake: support::Wakeups,
+    renewals: usize,
     /// Any other traced call (`connect`, `clone`) in it.
     others: usize,
     threads: u64,
 }
 
 fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
-    let env = manager_env(f, plan.idle_interval);
+    let mut env = manager_env(f, plan.idle_interval);
+    env.insert(
+        "RUST_LOG".into(),
+        "info,nexo_manager::agent::lead=debug".into(),
+    );
     let mut m = spawn_static(f, &env);
     let pid = m.pid();
     wait_heartbeats(f, &mut m, 2, Duration::from_secs(60));
@@ -694,8 +832,10 @@ fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
         (tracer.trim() != "0").then_some(())
     });
     let h2 = f.sim.heartbeat_count();
+    let r2 = m.stderr().matches("lease renewed on schedule").count();
     std::thread::sleep(window);
     let traced = f.sim.heartbeat_count() - h2;
+    let renewals = m.stderr().matches("lease renewed on schedule").count() - r2;
     let _ = Command::new("kill")
         .args(["-INT", &strace.id().to_string()])
         .status();
@@ -708,13 +848,14 @@ fn measure_idle(plan: &Plan, f: &Fixture) -> IdleFigures {
     // Completed calls only: the one in progress when strace detached is cut.
     let done: Vec<&str> = text.lines().filter(|l| l.contains(") = ")).collect();
     let polls = done.iter().filter(|l| l.contains("poll(")).count();
+    let wake = support::wakeups(&done);
     stop(&mut m);
     IdleFigures {
         voluntary: (p1.voluntary - p0.voluntary) as f64 / intervals,
         involuntary: (p1.involuntary - p0.involuntary) as f64 / intervals,
         traced,
-        polls,
-        poll_timeouts: done.iter().filter(|l| l.contains("= 0 (Timeout)")).count(),
+        wake,
+        renewals,
         others: done.len() - polls,
         threads: p1.threads,
     }
@@ -1223,18 +1364,28 @@ fn main() {
         ));
     }
     if plan.runs("idle") {
-        let idle = measure_idle(&plan, keep_fixture(&mut keep, "bench-idle"));
+        let holding = nexo_cpsim::SimConfig {
+            hold: true,
+            ..nexo_cpsim::SimConfig::default()
+        };
+        let idle = measure_idle(&plan, keep_fixture_with(&mut keep, "bench-idle", holding));
+        let w = idle.wake;
         rows.push(row(
-            "idle: wake-ups of the wait per interval",
+            "idle: wake-ups of the loop, by cause",
             format!(
-                "{} `poll` returns for {} heartbeats, {} of them timeouts",
-                idle.polls, idle.traced, idle.poll_timeouts
+                "{} heartbeats: {} held answers returning, {} timers ({} lease renewals), {} watch events or bookmarks, {} other",
+                idle.traced,
+                w.answers,
+                w.timeouts,
+                idle.renewals,
+                w.watch_events,
+                w.other
             ),
             "—".into(),
             "".into(),
-            "exactly 1",
+            "only these",
             &format!(
-                "`strace -f -e poll,ppoll` over {} intervals of {} s, probes on",
+                "`strace -f -e poll,ppoll` of the loop's poll over {} intervals of {} s, a holding CP, probes on and not called",
                 plan.idle_intervals, plan.idle_interval
             ),
         ));
@@ -1307,6 +1458,69 @@ fn main() {
                 largest as f64 / (1 << 20) as f64
             ),
         ));
+    }
+    if plan.runs("latency") {
+        let holding = nexo_cpsim::SimConfig {
+            hold: true,
+            ..nexo_cpsim::SimConfig::default()
+        };
+        let mut runs = Vec::new();
+        if let Some(before) = std::env::var_os("NEXO_BEFORE_BINARY") {
+            let before = PathBuf::from(before);
+            let f = keep_fixture(&mut keep, "bench-lat-before");
+            runs.push((
+                "before (0.3.0, no held heartbeat), any CP",
+                measure_latency(&plan, f, &before, "before"),
+            ));
+        }
+        let f = keep_fixture(&mut keep, "bench-lat-never");
+        runs.push((
+            "a CP that never holds",
+            measure_latency(&plan, f, &bin, "never"),
+        ));
+        let f = keep_fixture_with(&mut keep, "bench-lat-hold", holding);
+        runs.push(("a holding CP", measure_latency(&plan, f, &bin, "hold")));
+        for (what, l) in runs {
+            eprintln!(
+                "bench: latency, {what}: median {:.0} ms, worst {:.0} ms of {}",
+                l.median_ms, l.worst_ms, l.n
+            );
+            rows.push(row(
+                &format!("command latency, {what}"),
+                format!("median {:.0} ms, worst {:.0} ms of {}", l.median_ms, l.worst_ms, l.n),
+                "—".into(),
+                "".into(),
+                if what.starts_with("a holding") { "median ≤ 250 ms" } else { "" },
+                &format!(
+                    "a three-object deploy queued in the simulator to its ack's arrival, one at a time; interval {} s",
+                    plan.latency_interval
+                ),
+            ));
+        }
+    }
+    if plan.runs("rest") {
+        let mut runs = Vec::new();
+        if let Some(before) = std::env::var_os("NEXO_BEFORE_BINARY") {
+            runs.push((
+                "before (0.3.0)",
+                measure_rest(&plan, &PathBuf::from(before)),
+            ));
+        }
+        runs.push(("now", measure_rest(&plan, &bin)));
+        for (what, (per_minute, detail)) in runs {
+            eprintln!("bench: at rest, {what}: {per_minute:.2} requests a minute ({detail})");
+            rows.push(row(
+                &format!("API server requests a minute at rest, {what}"),
+                format!("{per_minute:.2} ({detail})"),
+                "—".into(),
+                "".into(),
+                "≤ 4",
+                &format!(
+                    "audit log of a test bed of its own over {:.0} min, 100 owned NexoProxies, interval 15 s, requests whose User-Agent is the Manager's",
+                    plan.rest.as_secs_f64() / 60.0
+                ),
+            ));
+        }
     }
     if plan.runs("soak") {
         // A test bed of its own, with the audit log: the state's writes.

@@ -115,6 +115,21 @@ impl OwnBed {
     }
 }
 
+impl OwnBed {
+    /// Stops its API server, waits `down`, and starts it again
+    /// (`testbed.sh restart-apiserver`).
+    pub fn restart_apiserver(&self, down: Duration) {
+        let status = Command::new("bash")
+            .arg(script())
+            .arg("restart-apiserver")
+            .arg(&self.dir)
+            .arg(down.as_secs().to_string())
+            .status()
+            .expect("run testbed.sh restart-apiserver");
+        assert!(status.success(), "testbed.sh restart-apiserver failed");
+    }
+}
+
 impl Drop for OwnBed {
     fn drop(&mut self) {
         let _ = Command::new("bash")
@@ -425,4 +440,60 @@ pub fn run_ok_with_input(cmd: &mut Command, input: Option<&[u8]>) -> String {
 /// [`run_ok_with_input`] with nothing on stdin.
 pub fn run_ok(cmd: &mut Command) -> String {
     run_ok_with_input(cmd, None)
+}
+
+/// What woke the loop's `poll(2)`, from `strace -f` lines
+/// (`tests/idle.rs`, the idle benchmark).
+#[allow(dead_code)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Wakeups {
+    /// Ended by their timeout: a heartbeat's interval, a lease renewal.
+    pub timeouts: usize,
+    /// Woken by the CP socket: an answer arrived.
+    pub answers: usize,
+    /// Woken by a watch: an event or a bookmark.
+    pub watch_events: usize,
+    /// Anything else: a signal, a probe.
+    pub other: usize,
+}
+
+/// Counts [`Wakeups`]. The loop's poll watches at least three
+/// descriptors: the signal pipe, the socket slot (the CP connection while
+/// a call waits for its answer, -1 between heartbeats) and the probe
+/// listener; then the inventory's open watches. A poll on one descriptor
+/// is a call's own, not the loop's. Calls cut by the tracer are left out.
+#[allow(dead_code)]
+pub fn wakeups(lines: &[&str]) -> Wakeups {
+    let fds_of = |l: &str| -> Vec<String> {
+        l.split("{fd=")
+            .skip(1)
+            .map(|r| r.split(',').next().unwrap_or("").to_owned())
+            .collect()
+    };
+    let mut w = Wakeups::default();
+    for l in lines {
+        let Some((call, result)) = l.split_once(") = ") else {
+            continue;
+        };
+        let nfds = call
+            .rsplit("], ")
+            .next()
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.trim().parse::<usize>().ok());
+        if !call.contains("poll(") || nfds.is_none_or(|n| n < 3) {
+            continue;
+        }
+        if result.starts_with("0 (Timeout)") {
+            w.timeouts += 1;
+            continue;
+        }
+        let asked = fds_of(call);
+        let first = result.split("{fd=").nth(1).and_then(|r| r.split(',').next());
+        match first.and_then(|fd| asked.iter().position(|a| a == fd)) {
+            Some(1) => w.answers += 1,
+            Some(i) if i >= 3 => w.watch_events += 1,
+            _ => w.other += 1,
+        }
+    }
+    w
 }

@@ -16,6 +16,9 @@
 #   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR; refuses a
 #                                 DIR that `start` did not create (no DIR/.nexo-testbed)
 #                                 and does nothing when DIR does not exist
+#   testbed.sh restart-apiserver DIR [SECONDS]
+#                                 stop the API server, wait SECONDS (default 0), start it
+#                                 again with the same flags on the same port
 #   testbed.sh token DIR NS SA    print a ServiceAccount token (TokenRequest API)
 #   testbed.sh user DIR NAME      write DIR/NAME.kubeconfig: a client certificate for the
 #                                 user NAME in system:masters (so the audit log tells one
@@ -646,7 +649,9 @@ cmd_start() {
     audit_args=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
       --audit-log-format json --audit-log-mode blocking)
   fi
-  "${IN[@]}" "$BIN_DIR/kube-apiserver" \
+  # The command line is kept, so that `restart-apiserver` can run the same
+  # server again (the tests of watches broken by a restart).
+  local api_cmd=("$BIN_DIR/kube-apiserver" \
     "${api_net[@]}" "${audit_args[@]}" --secure-port "$api_port" \
     --etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt" \
     --etcd-certfile "$DIR/admin.crt" --etcd-keyfile "$DIR/admin.key" \
@@ -660,10 +665,12 @@ cmd_start() {
     --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range "$SERVICE_RANGE" \
     --enable-priority-and-fairness=false \
-    --profiling=false \
-    >"$DIR/logs/kube-apiserver.log" 2>&1 &
+    --profiling=false)
+  printf '%q ' "${api_cmd[@]}" >"$DIR/apiserver.cmd"
+  "${IN[@]}" "${api_cmd[@]}" >"$DIR/logs/kube-apiserver.log" 2>&1 &
   local api_pid=$!
   echo "$api_pid" >>"$DIR/pids"
+  echo "$api_pid" >"$DIR/apiserver.pid"
   local url="https://$host:$api_port"
   write_kubeconfig "$DIR/admin.kubeconfig" "$url"
 
@@ -813,6 +820,32 @@ cmd_stop() {
   rmdir -- "$dir" 2>/dev/null || [ ! -e "$dir" ] || die "cannot remove $dir"
 }
 
+# ---------------------------------------------------------- restart --
+
+# Stops the API server (SIGTERM, as a rolling restart of a control plane
+# does) and starts it again on the same port with the same flags: what a
+# watch sees when its API server restarts. Control-plane test beds only.
+cmd_restart_apiserver() {
+  local dir=${1:?usage: testbed.sh restart-apiserver DIR [DOWN_SECONDS]} down=${2:-0}
+  [ -f "$dir/$MARKER" ] && [ -f "$dir/apiserver.cmd" ] || die "$dir is not a test bed started by this testbed.sh"
+  DIR=$(cd "$dir" && pwd)
+  [ ! -s "$DIR/netns" ] || die "restart-apiserver is for control-plane test beds (no --node)"
+  IN=()
+  local old url pid
+  old=$(cat "$DIR/apiserver.pid")
+  kill -TERM "$old" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$old" 2>/dev/null || true
+  sleep "$down"
+  eval "$(cat "$DIR/apiserver.cmd")" >>"$DIR/logs/kube-apiserver.log" 2>&1 &
+  pid=$!
+  echo "$pid" >>"$DIR/pids"
+  echo "$pid" >"$DIR/apiserver.pid"
+  url=$(sed -n 's/^APISERVER_URL=//p' "$DIR/env")
+  wait_ready "$url/readyz" kube-apiserver "$pid" 90
+  log "kube-apiserver restarted at $url"
+}
+
 # ---------------------------------------------------------------- token --
 
 cmd_user() {
@@ -921,6 +954,7 @@ case "${1:-}" in
   build) shift; cmd_build "$@" ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
+  restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
   token) shift; cmd_token "$@" ;;
   user) shift; cmd_user "$@" ;;
   import) shift; cmd_import "$@" ;;

@@ -370,6 +370,11 @@ impl Simulator {
         self.shared.wake.notify_all();
     }
 
+    /// Whether heartbeats are held now.
+    pub fn holds(&self) -> bool {
+        self.shared.hold.load(Ordering::SeqCst)
+    }
+
     /// Starts or stops holding heartbeats ([`SimConfig::hold`]).
     pub fn set_hold(&self, hold: bool) {
         self.shared.hold.store(hold, Ordering::SeqCst);
