@@ -94,7 +94,7 @@ say "starting nexo-manager as ServiceAccount $ns/nexo-manager"
 env -i PATH="$PATH" \
   NEXO_CONTROL_PLANE_URL="$cp_url" NEXO_CONTROL_PLANE_CA_FILE="$work/cp-ca.pem" \
   NEXO_CONNECT_TOKEN_FILE="$work/connect-token" NEXO_PROXY_IMAGE=registry.example.com/nexo/proxy:1.4.2 \
-  NEXO_HEARTBEAT_INTERVAL=2s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
+  NEXO_HEARTBEAT_INTERVAL=10s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
   POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
   KUBECONFIG="$work/manager.kubeconfig" RUST_LOG=info \
   target/release/nexo-manager 2>"$work/manager.log" &
@@ -106,13 +106,15 @@ tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buf
   | sed -u -E 's/^[^ ]* [A-Z]* *nexo_manager::[a-z_:]+: /  manager: /' &
 
 send() { # id class payload
+  local sent_ns
+  sent_ns=$(date +%s%N)
   curl -fsS --cacert "$work/cp-ca.pem" -X POST "$cp_url/_sim/commands?env=env-sandbox" \
     -d "{\"id\": \"$1\", \"class\": \"$2\", \"issuedAt\": \"$(date -u +%FT%TZ)\", \"payload\": $3}"
   say "control plane: sent $2 $1"
   for _ in $(seq 1 300); do
     if curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/acks" | grep -q "\"commandId\":\"$1\""; then
       result=$(curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/acks" | python3 -c "import json,sys; a=[x for x in json.load(sys.stdin) if x['commandId']=='$1'][0]; print(a['result'] + ': ' + a['message'])")
-      say "control plane: ack $1 -> $result"
+      say "control plane: ack $1 after $((($(date +%s%N) - sent_ns) / 1000000)) ms -> $result"
       return 0
     fi
     kill -0 "$manager" 2>/dev/null || { echo "sandbox: nexo-manager exited" >&2; cat "$work/manager.log" >&2; exit 1; }
@@ -123,7 +125,18 @@ send() { # id class payload
 proxy() { echo "{\"apiVersion\": \"nexo.io/v1alpha1\", \"kind\": \"NexoProxy\", \"metadata\": {\"name\": \"$1\"}, \"spec\": {\"image\": \"registry.example.com/nexo/proxy:1.4.2\", \"replicas\": 2, \"mongodb\": {\"secretRef\": {\"name\": \"$1-db\"}}}}"; }
 config() { echo "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"$1-config\"}, \"data\": {\"listen\": \"27017\"}}"; }
 
+# First a Control Plane that never holds a heartbeat: a command waits for
+# the next one (the interval is 10 s).
+say "control plane: never holding heartbeats (a command waits for the next one)"
 send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)]}"
+# Then one that holds them (heartbeat.wait.v1): a command is answered to the
+# held heartbeat at once.
+curl -fsS --cacert "$work/cp-ca.pem" -X POST "$cp_url/_sim/hold?on=true"
+say "control plane: holding heartbeats now (a command goes out at once, to the held one)"
+for _ in $(seq 1 150); do
+  curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/log" | grep 'manager/heartbeat' | tail -n 1 | grep -q '(pending)' && break
+  sleep 0.1
+done
 send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)]}"
 # $ns enforces the restricted Pod Security profile, and the Manager holds a
 # legacy pod template to it before anything is applied.

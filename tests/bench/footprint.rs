@@ -85,11 +85,24 @@ impl Plan {
         let args: Vec<String> = std::env::args().collect();
         let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--short");
         let only = common::only_parts();
+        // `--sizes 100,10000`: just these sizes (full form).
+        let sizes = args
+            .iter()
+            .position(|a| a == "--sizes")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| {
+                v.split(',')
+                    .map(|n| {
+                        n.parse::<usize>()
+                            .unwrap_or_else(|_| panic!("--sizes {v}: not a list of numbers"))
+                    })
+                    .collect::<Vec<_>>()
+            });
         if full {
             Plan {
                 full,
                 only,
-                sizes: vec![0, 100, 1_000, 10_000],
+                sizes: sizes.unwrap_or_else(|| vec![0, 100, 1_000, 10_000]),
                 cycles: 20,
                 diy_cycles: 5,
                 deploys: 50,
@@ -104,7 +117,7 @@ impl Plan {
                 soak_fill: Duration::from_secs(10 * 60),
                 latency_commands: 50,
                 latency_interval: 15,
-                rest: Duration::from_secs(10 * 60),
+                rest: Duration::from_secs(5 * 60),
             }
         } else {
             Plan {
