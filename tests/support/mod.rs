@@ -488,7 +488,10 @@ pub fn wakeups(lines: &[&str]) -> Wakeups {
             continue;
         }
         let asked = fds_of(call);
-        let first = result.split("{fd=").nth(1).and_then(|r| r.split(',').next());
+        let first = result
+            .split("{fd=")
+            .nth(1)
+            .and_then(|r| r.split(',').next());
         match first.and_then(|fd| asked.iter().position(|a| a == fd)) {
             Some(1) => w.answers += 1,
             Some(i) if i >= 3 => w.watch_events += 1,
