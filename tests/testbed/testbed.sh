@@ -837,7 +837,8 @@ cmd_restart_apiserver() {
   for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$old" 2>/dev/null || true
   sleep "$down"
-  eval "$(cat "$DIR/apiserver.cmd")" >>"$DIR/logs/kube-apiserver.log" 2>&1 &
+  # exec: the recorded pid is the server itself, not a subshell around it.
+  eval "exec $(cat "$DIR/apiserver.cmd")" >>"$DIR/logs/kube-apiserver.log" 2>&1 &
   pid=$!
   echo "$pid" >>"$DIR/pids"
   echo "$pid" >"$DIR/apiserver.pid"
