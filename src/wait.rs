@@ -1,7 +1,9 @@
-//! Every wait of the process: one `poll(2)` on the signal self-pipe and,
-//! when enabled, the probe listener and the probe connections still
-//! sending their request. No periodic wake-ups: an idle Manager
-//! makes one `poll` per heartbeat interval, plus one per probe request.
+//! Every wait of the process: one `poll(2)` on the signal self-pipe,
+//! the probe listener and the probe connections still sending their
+//! request, the CP socket a call waits on, and the duty's descriptors (the
+//! inventory's watches). No periodic wake-ups: an idle Manager wakes for a
+//! heartbeat's answer or interval, the lease's renewal, a watch's event or
+//! bookmark, and a probe request.
 //!
 //! The heartbeat wait, the start-up and ack retry pauses, the Kubernetes
 //! client's retry pauses and the moment between two commands of a batch all

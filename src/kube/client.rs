@@ -259,19 +259,6 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Option<T>, Error> {
-        self.request_accepting(JSON, method, path, body)
-    }
-
-    /// [`Client::request_as`] asking for the representation `accept` (a
-    /// media type with its parameters, such as a Table's): the API server
-    /// answers 406 Not Acceptable when it cannot serve it.
-    pub fn request_accepting<T: DeserializeOwned>(
-        &self,
-        accept: &str,
-        method: Method,
-        path: &str,
-        body: Option<Body<'_>>,
-    ) -> Result<Option<T>, Error> {
         let mut backoff = None;
         let mut attempt = 0;
         let mut reloaded = false;
@@ -282,7 +269,7 @@ impl Client {
             // Asked right before each attempt: a stop may have come in
             // the checkpoint or the pause before it.
             self.fenced(&method, path)?;
-            let err = match self.send_with(&self.agent, accept, &method, path, body.as_ref()) {
+            let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -326,7 +313,7 @@ impl Client {
     ) -> Result<Value, Error> {
         self.fenced(&method, path)?;
         Ok(self
-            .send_with::<Value>(&self.quick, JSON, &method, path, body.as_ref())?
+            .send_with::<Value>(&self.quick, &method, path, body.as_ref())?
             .unwrap_or(Value::Null))
     }
 
@@ -337,7 +324,7 @@ impl Client {
         if let Some(pause) = &self.pause {
             pause.checkpoint();
         }
-        let resp = self.call(&self.watch, JSON, &Method::GET, path, None)?;
+        let resp = self.call(&self.watch, &Method::GET, path, None)?;
         let opened = self
             .watch_opened
             .lock()
@@ -350,12 +337,11 @@ impl Client {
     fn send_with<T: DeserializeOwned>(
         &self,
         agent: &ureq::Agent,
-        accept: &str,
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
     ) -> Result<Option<T>, Error> {
-        let mut resp = self.call(agent, accept, method, path, body)?;
+        let mut resp = self.call(agent, method, path, body)?;
         self.decode(&mut resp)
     }
 
@@ -364,7 +350,6 @@ impl Client {
     fn call(
         &self,
         agent: &ureq::Agent,
-        accept: &str,
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
@@ -372,7 +357,7 @@ impl Client {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
-            .header("Accept", accept);
+            .header("Accept", JSON);
         if let Auth::Bearer(source) = &self.auth {
             req = req.header(
                 "Authorization",

@@ -145,7 +145,7 @@ fn a_long_error_body_keeps_its_status() {
     );
     let client = one_answer(answer.into_bytes());
     let err = client
-        .send_with::<Value>(&client.agent, super::JSON, &Method::GET, "/api", None)
+        .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
         .unwrap_err();
     assert_eq!(err.status(), Some(503), "{err}");
     let message = err.to_string();
@@ -166,13 +166,7 @@ fn a_body_over_the_limit_is_refused_not_retried() {
     answer.extend_from_slice(b"\"]");
     let client = one_answer(answer);
     let err = client
-        .send_with::<Value>(
-            &client.agent,
-            super::JSON,
-            &Method::GET,
-            "/api/v1/configmaps",
-            None,
-        )
+        .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
     assert!(!err.is_transient(), "a retry would read it again");

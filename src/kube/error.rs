@@ -122,11 +122,6 @@ impl Error {
         self.status() == Some(410)
     }
 
-    /// True for a 406: the representation asked for (a Table) is refused.
-    pub fn is_not_acceptable(&self) -> bool {
-        self.status() == Some(406)
-    }
-
     /// Whether the same request may succeed later: 429, 5xx, transport errors.
     pub fn is_transient(&self) -> bool {
         match self {
