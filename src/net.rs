@@ -115,6 +115,39 @@ pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Resu
     }
 }
 
+/// A TCP connection to the first of `details.addrs` that answers, all of
+/// them within the call's connect budget; `TCP_NODELAY` set, and the
+/// buffers its transport reads and writes through. Both of the crate's
+/// own TCP transports (this one, and the watches') connect with it.
+pub fn connect_tcp(details: &ConnectionDetails) -> Result<(TcpStream, LazyBuffers), ureq::Error> {
+    let budget = *details.timeout.after;
+    let started = Instant::now();
+    let mut last = None;
+    for addr in details.addrs.iter() {
+        let left = budget.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(addr, left) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                let config = details.config;
+                let buffers =
+                    LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size());
+                return Ok((stream, buffers));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) if e.kind() == io::ErrorKind::TimedOut => {
+            Err(ureq::Error::Timeout(details.timeout.reason))
+        }
+        Some(e) => Err(ureq::Error::Io(e)),
+        None => Err(ureq::Error::Timeout(details.timeout.reason)),
+    }
+}
+
 /// Opens plain TCP connections whose reads wait in the loop. Chained after
 /// ureq's CONNECT proxy connector and before its TLS connector.
 #[derive(Debug, Default)]
@@ -131,32 +164,8 @@ impl<In: Transport> Connector<In> for PollTcpConnector {
         if let Some(transport) = chained {
             return Ok(Some(Either::A(transport))); // a proxy's tunnel
         }
-        let budget = *details.timeout.after;
-        let started = Instant::now();
-        let mut last = None;
-        for addr in details.addrs.iter() {
-            let left = budget.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            match TcpStream::connect_timeout(addr, left) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    let config = details.config;
-                    let buffers =
-                        LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size());
-                    return Ok(Some(Either::B(PollTcpTransport { stream, buffers })));
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        match last {
-            Some(e) if e.kind() == io::ErrorKind::TimedOut => {
-                Err(ureq::Error::Timeout(details.timeout.reason))
-            }
-            Some(e) => Err(ureq::Error::Io(e)),
-            None => Err(ureq::Error::Timeout(details.timeout.reason)),
-        }
+        let (stream, buffers) = connect_tcp(details)?;
+        Ok(Some(Either::B(PollTcpTransport { stream, buffers })))
     }
 }
 

@@ -58,34 +58,17 @@ impl<In: Transport> Connector<In> for WatchConnector {
         if let Some(transport) = chained {
             return Ok(Some(Either::A(transport)));
         }
-        let budget = *details.timeout.after;
-        let mut last = None;
-        for addr in details.addrs.iter() {
-            match TcpStream::connect_timeout(addr, budget) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    let nonblocking = Arc::new(AtomicBool::new(false));
-                    if let Ok(mut slot) = self.opened.lock() {
-                        *slot = Some((stream.as_raw_fd(), Arc::clone(&nonblocking)));
-                    }
-                    let config = details.config;
-                    return Ok(Some(Either::B(WatchTransport {
-                        stream,
-                        buffers: LazyBuffers::new(
-                            config.input_buffer_size(),
-                            config.output_buffer_size(),
-                        ),
-                        nonblocking,
-                        switched: false,
-                    })));
-                }
-                Err(e) => last = Some(e),
-            }
+        let (stream, buffers) = crate::net::connect_tcp(details)?;
+        let nonblocking = Arc::new(AtomicBool::new(false));
+        if let Ok(mut slot) = self.opened.lock() {
+            *slot = Some((stream.as_raw_fd(), Arc::clone(&nonblocking)));
         }
-        Err(last.map_or(
-            ureq::Error::Timeout(details.timeout.reason),
-            ureq::Error::Io,
-        ))
+        Ok(Some(Either::B(WatchTransport {
+            stream,
+            buffers,
+            nonblocking,
+            switched: false,
+        })))
     }
 }
 
