@@ -98,6 +98,23 @@ pub const FOOTPRINT_PARTS: &[&str] = &[
 ];
 pub const PEER_PARTS: &[&str] = &["peer"];
 
+/// `--sizes 100,10000` from the command line: `None` without it; a value
+/// that is not a list of numbers panics, naming it.
+pub fn sizes_arg() -> Option<Vec<usize>> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--sizes")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.split(',')
+                .map(|n| {
+                    n.parse::<usize>()
+                        .unwrap_or_else(|_| panic!("--sizes {v}: not a list of numbers"))
+                })
+                .collect()
+        })
+}
+
 /// `--only a,b` from the command line: `None` without it. A name that is no
 /// part of either bench ends the program with status 2, naming it, so a
 /// typo does not run nothing quietly (`tests/bench.sh` passes the same

@@ -85,19 +85,7 @@ impl Plan {
         let args: Vec<String> = std::env::args().collect();
         let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--short");
         let only = common::only_parts();
-        // `--sizes 100,10000`: just these sizes (full form).
-        let sizes = args
-            .iter()
-            .position(|a| a == "--sizes")
-            .and_then(|i| args.get(i + 1))
-            .map(|v| {
-                v.split(',')
-                    .map(|n| {
-                        n.parse::<usize>()
-                            .unwrap_or_else(|_| panic!("--sizes {v}: not a list of numbers"))
-                    })
-                    .collect::<Vec<_>>()
-            });
+        let sizes = common::sizes_arg();
         if full {
             Plan {
                 full,

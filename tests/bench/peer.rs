@@ -90,18 +90,7 @@ impl Plan {
                 })
         };
         let idle_s = value("--idle-seconds");
-        let sizes = args
-            .iter()
-            .position(|a| a == "--sizes")
-            .and_then(|i| args.get(i + 1))
-            .map(|v| {
-                v.split(',')
-                    .map(|n| {
-                        n.parse::<usize>()
-                            .unwrap_or_else(|_| panic!("--sizes {v}: not a list of numbers"))
-                    })
-                    .collect::<Vec<_>>()
-            });
+        let sizes = common::sizes_arg();
         if full {
             Plan {
                 full,
