@@ -4,14 +4,15 @@
 //! call has a connect and a whole-request timeout (10 s and 30 s unless
 //! configured); bodies over 8 MiB are refused without being buffered whole.
 
-use std::cell::Cell;
 use std::fmt;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use ureq::SendBody;
 use ureq::http::Request;
 use ureq::tls::{RootCerts, TlsConfig};
 use ureq::unversioned::transport::{
@@ -19,6 +20,7 @@ use ureq::unversioned::transport::{
     Transport,
 };
 
+use super::body::HeartbeatBody;
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
 };
@@ -248,9 +250,6 @@ pub struct CpClient {
     base: String,
     /// The whole-request timeout; a held heartbeat has its hold on top.
     request_timeout: Duration,
-    /// Size of the last heartbeat body: the next one is written into a
-    /// buffer of about that size instead of growing (and copying) one.
-    last_heartbeat: Cell<usize>,
 }
 
 impl fmt::Debug for CpClient {
@@ -302,7 +301,6 @@ impl CpClient {
             config: agent_config,
             base: base.to_owned(),
             request_timeout: timeouts.1,
-            last_heartbeat: Cell::new(0),
         })
     }
 
@@ -347,15 +345,17 @@ impl CpClient {
         body: &HeartbeatRequest,
     ) -> Result<HeartbeatAnswer, CpError> {
         let hold = Duration::from_secs(body.wait_seconds.unwrap_or(0));
-        // Written into a buffer of about the last body's size, not grown
-        // (and copied) step by step.
-        let last = self.last_heartbeat.get();
-        let mut json = Vec::with_capacity(last + last / 8);
-        serde_json::to_writer(&mut json, body).map_err(|_| CpError::BadRequest)?;
-        self.last_heartbeat.set(json.len());
+        // Written as it is sent, never whole in memory (body.rs).
+        let mut json = HeartbeatBody::new(body).map_err(|_| CpError::BadRequest)?;
+        let len = json.len();
         let timeout = hold.saturating_add(self.request_timeout);
         let bytes = crate::net::stoppable(|| {
-            self.send_within("/api/v2/manager/heartbeat", session, json, timeout)
+            self.send_within(
+                "/api/v2/manager/heartbeat",
+                session,
+                Payload::Streamed(&mut json, len),
+                timeout,
+            )
         })?;
         Ok(HeartbeatAnswer(bytes))
     }
@@ -374,16 +374,15 @@ impl CpClient {
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
         let json = serde_json::to_vec(body).map_err(|_| CpError::BadRequest)?;
-        self.send_within(path, bearer, json, self.request_timeout)
+        self.send_within(path, bearer, Payload::Whole(json), self.request_timeout)
     }
 
-    /// POSTs a JSON body already written, within `timeout`; returns the
-    /// 2xx body.
+    /// POSTs a JSON body within `timeout`; returns the 2xx body.
     fn send_within(
         &self,
         path: &str,
         bearer: &Secret,
-        json: Vec<u8>,
+        json: Payload<'_>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CpError> {
         // The base URL is validated at start-up, ids and session tokens on
@@ -392,8 +391,19 @@ impl CpClient {
         let req = Request::post(format!("{}{path}", self.base))
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
-            .header("Authorization", format!("Bearer {}", bearer.expose()))
-            .body(json)
+            .header("Authorization", format!("Bearer {}", bearer.expose()));
+        let mut whole;
+        let (reader, len): (&mut dyn io::Read, u64) = match json {
+            Payload::Whole(bytes) => {
+                let len = bytes.len() as u64;
+                whole = io::Cursor::new(bytes);
+                (&mut whole, len)
+            }
+            Payload::Streamed(reader, len) => (reader, len),
+        };
+        let req = req
+            .header("Content-Length", len)
+            .body(SendBody::from_reader(reader))
             .map_err(|_| CpError::BadRequest)?;
         let endpoint = match path.rsplit('/').next() {
             Some("connect") => "connect",
@@ -441,6 +451,13 @@ impl CpClient {
             retry_after,
         })
     }
+}
+
+/// A request body: written whole, or written while it is sent (the
+/// heartbeat's, with its length counted first).
+enum Payload<'a> {
+    Whole(Vec<u8>),
+    Streamed(&'a mut dyn io::Read, u64),
 }
 
 /// A heartbeat's 2xx answer, as bytes: its commands are decoded from it in

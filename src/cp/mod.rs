@@ -1,5 +1,6 @@
 //! The Control Plane: wire types, the HTTPS client, egress proxy rules.
 
+pub mod body;
 pub mod client;
 pub mod proxy;
 pub mod wire;

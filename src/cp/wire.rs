@@ -97,8 +97,9 @@ pub struct HeartbeatManager {
 pub struct DeploymentEntry {
     /// Namespace (first sort key).
     pub namespace: Rc<str>,
-    /// Name (second sort key).
-    pub name: String,
+    /// Name (second sort key); also the key of the index that keeps the
+    /// entry, which shares it.
+    pub name: Rc<str>,
     /// `NexoProxy` or `Deployment`.
     pub kind: &'static str,
     /// `spec.replicas`.
@@ -143,8 +144,12 @@ pub struct HeartbeatRequest {
     pub proxy_image: String,
     /// `deployments.len()`.
     pub managed_proxy_count: usize,
-    /// Owned deployments, sorted by namespace then name.
-    pub deployments: Vec<DeploymentEntry>,
+    /// Owned deployments, sorted by namespace then name: shared with the
+    /// index the watches keep, not copied (10,000 entries cost 80 KB here).
+    /// Written by [`super::body::HeartbeatBody`] after the other fields,
+    /// as the body is sent: serializing this struct alone leaves them out.
+    #[serde(skip)]
+    pub deployments: Vec<Rc<DeploymentEntry>>,
     /// The cluster.
     pub cluster: ClusterInfo,
     /// Acks whose delivery exhausted their retries.

@@ -54,8 +54,9 @@ pub struct Set {
     kind: Watched,
     namespace: Rc<str>,
     collection: String,
-    /// The owned objects, by name.
-    entries: BTreeMap<String, DeploymentEntry>,
+    /// The owned objects, by name (the key shares the entry's name). An
+    /// entry is shared with the heartbeat that reports it, never copied.
+    entries: BTreeMap<Rc<str>, Rc<DeploymentEntry>>,
     /// The version to watch from; `None`: list first.
     version: Option<String>,
     stream: Option<WatchStream>,
@@ -151,10 +152,10 @@ impl Set {
         let name = meta_name.ok_or("an object without a name")?;
         match entry {
             Some(entry) if owned => {
-                self.entries.insert(name, entry);
+                self.entries.insert(entry.name.clone(), Rc::new(entry));
             }
             _ => {
-                self.entries.remove(&name);
+                self.entries.remove(name.as_str());
             }
         }
         Ok(())
@@ -180,7 +181,7 @@ impl Set {
             "DELETED" => {
                 let named: Named = serde_json::from_str(event.object.get()).unwrap_or_default();
                 if let Some(name) = named.metadata.name {
-                    self.entries.remove(&name);
+                    self.entries.remove(name.as_str());
                 }
             }
             "BOOKMARK" => {}
@@ -365,7 +366,10 @@ impl Index {
             };
             match listed {
                 Ok(version) => {
-                    set.entries = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
+                    set.entries = entries
+                        .into_iter()
+                        .map(|e| (e.name.clone(), Rc::new(e)))
+                        .collect();
                     set.version = Some(version);
                 }
                 Err(e) => return set.failed(format!("cannot list: {e}"), now),
@@ -403,13 +407,15 @@ impl Index {
 
     /// The heartbeat's entries, sorted by namespace then name, and what
     /// may be stale.
-    pub fn report(&self) -> (Vec<DeploymentEntry>, Vec<String>) {
-        let mut entries: Vec<DeploymentEntry> = self
+    /// The entries are shared, not copied, and sorted in place: at 10,000
+    /// proxies this costs 80 KB, where copies cost 1.9 MB (BENCHMARKS.md).
+    pub fn report(&self) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
+        let mut entries: Vec<Rc<DeploymentEntry>> = self
             .sets
             .iter()
             .flat_map(|s| s.entries.values().cloned())
             .collect();
-        entries.sort();
+        entries.sort_unstable();
         let errors = self
             .sets
             .iter()

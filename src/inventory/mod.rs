@@ -9,6 +9,8 @@
 //! the fields it never reads, and the index holds one small entry per
 //! object.
 
+use std::rc::Rc;
+
 use crate::cp::wire::DeploymentEntry;
 use crate::kube::{self, Client};
 use crate::resource;
@@ -26,7 +28,7 @@ pub const PAGE: u32 = 500;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inventory {
     /// Owned deployments, sorted by namespace, then name.
-    pub deployments: Vec<DeploymentEntry>,
+    pub deployments: Vec<Rc<DeploymentEntry>>,
     /// Region shared by every node, if the nodes could be listed.
     pub region: Option<String>,
     /// Zone shared by every node, if the nodes could be listed.

@@ -174,7 +174,7 @@ impl Interner {
 pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<DeploymentEntry> {
     Some(DeploymentEntry {
         namespace: shared.get(&p.metadata.namespace?),
-        name: p.metadata.name?,
+        name: Rc::from(p.metadata.name?),
         kind: "NexoProxy",
         replicas: p.spec.replicas.unwrap_or(1),
         image: p.spec.image.map(|i| shared.get(&i)),
@@ -196,7 +196,7 @@ pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<Depl
     };
     Some(DeploymentEntry {
         namespace: shared.get(&d.metadata.namespace?),
-        name: d.metadata.name?,
+        name: Rc::from(d.metadata.name?),
         kind: "Deployment",
         replicas: d.spec.replicas.map_or(1, i64::from),
         image: image.map(|i| shared.get(&i)),
