@@ -32,6 +32,10 @@ pub struct Config {
     pub namespaces: Vec<String>,
     /// `NEXO_HEARTBEAT_INTERVAL`: default 15 s; the CP may override it (5 s to 600 s).
     pub heartbeat_interval: Duration,
+    /// `NEXO_PROGRESS_DEADLINE`: default 10 min (1 s to 24 h); how long a
+    /// change may stay not available before its phase is `failed`
+    /// (protocol.md, `status.v1`).
+    pub progress_deadline: Duration,
     /// `NEXO_CONTROL_PLANE_CA_FILE`: extra PEM trust anchors. Default: none
     /// (the built-in public roots only).
     pub control_plane_ca_file: Option<PathBuf>,
@@ -218,6 +222,7 @@ impl Config {
                 }
             };
         let heartbeat_interval = duration("NEXO_HEARTBEAT_INTERVAL", 15, 600)?;
+        let progress_deadline = duration("NEXO_PROGRESS_DEADLINE", 600, 86_400)?;
         let cp_connect_timeout = duration("NEXO_CP_CONNECT_TIMEOUT", 10, 300)?;
         let cp_request_timeout = duration("NEXO_CP_REQUEST_TIMEOUT", 30, 300)?;
 
@@ -291,6 +296,7 @@ impl Config {
             proxy_image,
             namespaces,
             heartbeat_interval,
+            progress_deadline,
             control_plane_ca_file,
             cluster_name: get("NEXO_CLUSTER_NAME"),
             cluster_region: get("NEXO_CLUSTER_REGION"),

@@ -24,6 +24,7 @@ fn defaults() {
     assert_eq!(c.control_plane_url, "https://cp.example.com");
     assert_eq!(c.token_source, TokenSource::File(DEFAULT_TOKEN_FILE.into()));
     assert_eq!(c.heartbeat_interval, Duration::from_secs(15));
+    assert_eq!(c.progress_deadline, Duration::from_secs(600));
     assert_eq!(
         (c.cp_connect_timeout, c.cp_request_timeout),
         (Duration::from_secs(10), Duration::from_secs(30))
@@ -77,6 +78,11 @@ fn errors_name_the_variable() {
             vec![("NEXO_HEARTBEAT_INTERVAL", "2h")],
             "NEXO_HEARTBEAT_INTERVAL",
             "outside 1s..10m",
+        ),
+        (
+            vec![("NEXO_PROGRESS_DEADLINE", "2d")],
+            "NEXO_PROGRESS_DEADLINE",
+            "outside 1s..1day",
         ),
         (
             vec![("NEXO_CP_REQUEST_TIMEOUT", "0s")],

@@ -12,6 +12,19 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// `s` cut to at most `max` bytes, at a character boundary (nothing
+/// added: the result is never longer than `max`).
+pub fn clip_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// `s` with every control character (and the Unicode line and paragraph
 /// separators) escaped as Rust does (`\n`, `\u{1b}`), so that a value
 /// cannot start a new line or move the cursor. Borrowed when clean.
@@ -34,6 +47,18 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_clipping_stops_at_a_character_boundary() {
+        assert_eq!(clip_bytes("short", 256), "short");
+        assert_eq!(clip_bytes("abcdef", 4), "abcd");
+        // 'é' is two bytes: a cut inside it steps back before it.
+        assert_eq!(clip_bytes("aé", 2), "a");
+        let long = "é".repeat(200);
+        let cut = clip_bytes(&long, 256);
+        assert!(cut.len() <= 256 && cut.len() == 256, "{}", cut.len());
+        assert_eq!(clip_bytes(&"€".repeat(100), 256).len(), 255);
+    }
 
     #[test]
     fn clipping_is_char_safe() {

@@ -249,6 +249,13 @@ impl Agent {
         if result == AckResult::Applied && class == "upgrade" {
             self.beats.self_rollout.upgrade_applied();
         }
+        if result == AckResult::Applied {
+            let now = Instant::now();
+            let mut index = self.link.index.borrow_mut();
+            for w in &outcome.workloads {
+                index.command_applied(w, id, class, now);
+            }
+        }
         self.link.status().command(class, result);
         match result {
             AckResult::Applied => log::info!("command {id}: {result}: {}", outcome.message),

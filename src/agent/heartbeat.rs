@@ -261,6 +261,8 @@ impl Agent {
         if let Some(secs) = resp.heartbeat_interval_seconds {
             self.set_interval(secs);
         }
+        // The ends of commands it showed are not shown again.
+        self.link.index.borrow_mut().heartbeat_accepted();
         let held = resp.held;
         let commands = resp.commands.unwrap_or_default();
         if commands.skipped > 0 {
@@ -273,6 +275,20 @@ impl Agent {
             crate::metrics::skipped_commands(commands.skipped);
         }
         Ok((commands, held))
+    }
+
+    /// Deployments whose phase turned `failed` or `degraded`: logged.
+    fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>) {
+        for t in turned {
+            log::warn!(
+                "{} {}/{} is {}: {}",
+                t.kind,
+                t.namespace,
+                t.name,
+                t.turned.phase,
+                t.turned.message
+            );
+        }
     }
 
     /// A failed heartbeat: counted, logged; the wait before the next one.
@@ -322,10 +338,13 @@ impl Agent {
         // without waiting, and watches opened again where due); the nodes
         // every few minutes.
         let mut inv = Inventory::default();
+        let mut turned = Vec::new();
         {
             let mut index = self.link.index.borrow_mut();
             index.sync(kube, now);
-            (inv.deployments, inv.errors) = index.report();
+            let wall = super::now_rfc3339();
+            (inv.deployments, inv.errors) =
+                index.report(now, &wall, cfg.progress_deadline, &mut turned);
         }
         if !configured && self.beats.topology.due(now) {
             inv.topology_read = true;
@@ -338,6 +357,7 @@ impl Agent {
             }
         }
         self.beats.topology.update(&mut inv, now);
+        self.phases_turned(turned);
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }

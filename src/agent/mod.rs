@@ -57,6 +57,7 @@ pub const CAPABILITIES: &[&str] = &[
     "command.policy.v1",
     "release-contract.v1",
     "heartbeat.wait.v1",
+    "status.v1",
 ];
 
 /// The process's connections, and what its probes answer from.

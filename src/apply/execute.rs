@@ -3,6 +3,7 @@
 //! fresh read and plan when a guard fails, the refusal of the Manager's own
 //! objects as read. Every decision is the planners' ([`super::plan`]).
 
+use crate::inventory::Workload;
 use serde_json::Value;
 
 use super::Context;
@@ -134,6 +135,7 @@ pub(super) fn write_all(
     let proxy_existed = proxy_uid.is_some();
     let count = writes.len();
     let mut resources = Vec::with_capacity(writes.len());
+    let mut workloads = Vec::new();
     for (w, fields) in writes.iter_mut().zip(fields.iter_mut()) {
         if w.owned_by_proxy {
             let Some(uid) = &proxy_uid else {
@@ -152,6 +154,7 @@ pub(super) fn write_all(
                 }
                 let version = written["metadata"]["resourceVersion"].as_str();
                 resources.push(w.reference.ack(w.action(version)));
+                workloads.extend(workload(&w.reference, &written));
             }
             Err(e) => {
                 let done = resources.len();
@@ -167,7 +170,25 @@ pub(super) fn write_all(
         resources.len(),
         summary(&resources)
     );
-    Ok(Outcome::applied(message, resources))
+    let mut outcome = Outcome::applied(message, resources);
+    outcome.workloads = workloads;
+    Ok(outcome)
+}
+
+/// A NexoProxy or Deployment as written: the generation its status is
+/// judged at.
+pub(super) fn workload(r: &ObjectRef, written: &Value) -> Option<Workload> {
+    let kind = match r.kind {
+        Kind::NexoProxy => "NexoProxy",
+        Kind::Deployment => "Deployment",
+        _ => return None,
+    };
+    Some(Workload {
+        kind,
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        generation: written["metadata"]["generation"].as_i64()?,
+    })
 }
 
 /// One write: an absent object is created (failing if it appeared since

@@ -1,6 +1,7 @@
 //! How a command ended: its result, message and resources, and the typed
 //! error of one Kubernetes call on one object, written into the message.
 
+use crate::inventory::Workload;
 use std::fmt;
 
 use super::plan::Refused;
@@ -20,6 +21,9 @@ pub struct Outcome {
     pub resources: Vec<AckResource>,
     /// Why it was refused, when it was: nothing was changed.
     pub refusal: Option<Box<Refusal>>,
+    /// The owned NexoProxies and Deployments it wrote, with the generation
+    /// written: their progress is reported (`status.v1`).
+    pub workloads: Vec<Workload>,
 }
 
 impl Outcome {
@@ -30,6 +34,7 @@ impl Outcome {
             message: message.into(),
             resources,
             refusal: None,
+            workloads: Vec::new(),
         }
     }
 
@@ -40,6 +45,7 @@ impl Outcome {
             message: refusal.to_string(),
             resources,
             refusal: Some(Box::new(refusal)),
+            workloads: Vec::new(),
         }
     }
 
@@ -50,6 +56,7 @@ impl Outcome {
             message: message.into(),
             resources,
             refusal: None,
+            workloads: Vec::new(),
         }
     }
 }

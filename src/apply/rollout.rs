@@ -73,13 +73,17 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
         Err(refused) => return refused.into(),
     };
     let mut resources = Vec::new();
+    let mut workloads = Vec::new();
     for c in changes {
         if !c.changed {
             resources.push(c.reference.ack(ResourceAction::Unchanged));
             continue;
         }
         match set_image(ctx, &c.reference, &c.version, &image) {
-            Ok(()) => resources.push(c.reference.ack(ResourceAction::Configured)),
+            Ok(written) => {
+                resources.push(c.reference.ack(ResourceAction::Configured));
+                workloads.extend(super::execute::workload(&c.reference, &written));
+            }
             Err(e) => {
                 resources.push(c.reference.ack(ResourceAction::Refused));
                 return Outcome::failed(e.to_string(), resources);
@@ -91,7 +95,9 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
         resources.len(),
         summary(&resources)
     );
-    Outcome::applied(message, resources)
+    let mut outcome = Outcome::applied(message, resources);
+    outcome.workloads = workloads;
+    outcome
 }
 
 /// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
@@ -101,12 +107,12 @@ fn set_image(
     r: &ObjectRef,
     version: &str,
     image: &str,
-) -> Result<(), StepError> {
+) -> Result<Value, StepError> {
     let mut version = version.to_owned();
     for _ in 0..CONFLICT_RETRIES {
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
         match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
-            Ok(_) => return Ok(()),
+            Ok(written) => return Ok(written),
             Err(e) if e.is_conflict() => {
                 let fresh: Value = ctx
                     .kube

@@ -151,6 +151,7 @@ mod tests {
                         kind: "NexoProxy",
                         replicas: 2,
                         image: (i % 3 != 0).then(|| image.clone()),
+                        status: None,
                     })
                 })
                 .collect(),

@@ -3,6 +3,7 @@
 //! Unknown response fields are ignored; missing required fields fail to
 //! decode. Optional request fields are omitted when absent, never sent as null.
 
+use std::fmt;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -92,8 +93,8 @@ pub struct HeartbeatManager {
 /// One Manager-owned deployment in the heartbeat. The namespace and the
 /// image are shared (`Rc<str>`) between the entries that have the same: a
 /// cluster of 10,000 proxies of one image in one namespace holds two such
-/// strings, not 20,000.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+/// strings, not 20,000. Ordered by namespace, then name, then kind.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct DeploymentEntry {
     /// Namespace (first sort key).
     pub namespace: Rc<str>,
@@ -107,6 +108,98 @@ pub struct DeploymentEntry {
     /// The proxy image, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<Rc<str>>,
+    /// Its rollout status (`status.v1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<EntryStatus>,
+}
+
+impl Ord for DeploymentEntry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.namespace, &self.name, self.kind).cmp(&(&other.namespace, &other.name, other.kind))
+    }
+}
+
+impl PartialOrd for DeploymentEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A deployment's phase (protocol.md, "Deployment status").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Anything not yet decided.
+    Progressing,
+    /// Every replica ready at the observed generation.
+    Available,
+    /// Was available at this generation, fewer ready now.
+    Degraded,
+    /// A change did not become available in time.
+    Failed,
+}
+
+impl Phase {
+    /// `available` and `failed` end a command's progress.
+    pub fn is_final(self) -> bool {
+        matches!(self, Phase::Available | Phase::Failed)
+    }
+
+    /// The lowercase name, as on the wire and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Progressing => "progressing",
+            Phase::Available => "available",
+            Phase::Degraded => "degraded",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `status` of a heartbeat entry (`status.v1`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryStatus {
+    /// The first phase that holds.
+    pub phase: Phase,
+    /// Ready replicas.
+    pub ready_replicas: i64,
+    /// Updated replicas, when the object says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i64>,
+    /// `status.observedGeneration`, when the object says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// The deciding condition's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its message (at most 256 bytes), or what the replicas say.
+    pub message: String,
+    /// When the phase last changed, as this Manager saw it (RFC 3339).
+    pub since: String,
+    /// The last deploy or rollout, while it is in progress and in the first
+    /// heartbeat that shows its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandProgress>,
+}
+
+/// `status.command`: the progress of the last deploy or rollout.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CommandProgress {
+    /// The command's id.
+    pub id: String,
+    /// `deploy` or `rollout`.
+    pub class: &'static str,
+    /// Where it stands.
+    pub phase: Phase,
 }
 
 /// `cluster` in the heartbeat body. Unknown metadata is omitted, never guessed.

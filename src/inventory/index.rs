@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::status::{self, CommandTrack, Observed, Track, Turned};
 use super::{DeploymentItem, Interner, MetaItem, PAGE, ProxyItem, deployment_entry, proxy_entry};
 use crate::backoff::{Backoff, Jitter};
-use crate::cp::wire::DeploymentEntry;
+use crate::cp::wire::{CommandProgress, DeploymentEntry, EntryStatus};
 use crate::kube::Client;
 use crate::kube::client::Query;
 use crate::kube::watch::{Flow, WatchStream};
@@ -54,9 +55,8 @@ pub struct Set {
     kind: Watched,
     namespace: Rc<str>,
     collection: String,
-    /// The owned objects, by name (the key shares the entry's name). An
-    /// entry is shared with the heartbeat that reports it, never copied.
-    entries: BTreeMap<Rc<str>, Rc<DeploymentEntry>>,
+    /// The owned objects, by name (the key shares the entry's name).
+    entries: BTreeMap<Rc<str>, Stored>,
     /// The version to watch from; `None`: list first.
     version: Option<String>,
     stream: Option<WatchStream>,
@@ -65,6 +65,17 @@ pub struct Set {
     /// Not opened again before this.
     retry_at: Option<Instant>,
     backoff: Backoff,
+}
+
+/// One owned object: its heartbeat entry (shared with the heartbeat that
+/// reports it, never copied), what its phase is judged from, and what this
+/// Manager remembers of its phase.
+#[derive(Debug)]
+struct Stored {
+    entry: Rc<DeploymentEntry>,
+    observed: Observed,
+    track: Track,
+    uid: Option<Box<str>>,
 }
 
 /// What an event does to a set.
@@ -134,26 +145,25 @@ impl Set {
         object: &str,
         environment_id: &str,
         shared: &mut Interner,
+        now: Instant,
     ) -> Result<(), String> {
-        let (meta_name, owned, entry) = match self.kind {
+        let (meta_name, owned, uid, taken) = match self.kind {
             Watched::Proxies => {
                 let p: ProxyItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
                 let owned = p.metadata.ownership(environment_id) == Ownership::Owned;
-                let name = p.metadata.name.clone();
-                (name, owned, proxy_entry(p, shared))
+                let (name, uid) = (p.metadata.name.clone(), p.metadata.uid.clone());
+                (name, owned, uid, proxy_entry(p, shared))
             }
             Watched::Deployments => {
                 let d: DeploymentItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
                 let owned = d.metadata.ownership(environment_id) == Ownership::Owned;
-                let name = d.metadata.name.clone();
-                (name, owned, deployment_entry(d, shared))
+                let (name, uid) = (d.metadata.name.clone(), d.metadata.uid.clone());
+                (name, owned, uid, deployment_entry(d, shared))
             }
         };
         let name = meta_name.ok_or("an object without a name")?;
-        match entry {
-            Some(entry) if owned => {
-                self.entries.insert(entry.name.clone(), Rc::new(entry));
-            }
+        match taken {
+            Some((entry, observed)) if owned => self.keep(entry, observed, uid, now),
             _ => {
                 self.entries.remove(name.as_str());
             }
@@ -161,8 +171,39 @@ impl Set {
         Ok(())
     }
 
+    /// Keeps an owned object's entry; what was remembered of its phase
+    /// stays (the same object, by uid).
+    fn keep(
+        &mut self,
+        entry: DeploymentEntry,
+        observed: Observed,
+        uid: Option<String>,
+        now: Instant,
+    ) {
+        let uid = uid.map(String::into_boxed_str);
+        let track = match self.entries.remove(&*entry.name) {
+            Some(old) if old.uid == uid => old.track,
+            _ => Track::new(observed.generation, now),
+        };
+        self.entries.insert(
+            entry.name.clone(),
+            Stored {
+                entry: Rc::new(entry),
+                observed,
+                track,
+                uid,
+            },
+        );
+    }
+
     /// Applies one watch event (a line of the stream) to the entries.
-    pub fn apply(&mut self, line: &[u8], environment_id: &str, shared: &mut Interner) -> Applied {
+    pub fn apply(
+        &mut self,
+        line: &[u8],
+        environment_id: &str,
+        shared: &mut Interner,
+        now: Instant,
+    ) -> Applied {
         let event: Event = match serde_json::from_slice(line) {
             Ok(e) => e,
             Err(e) => return Applied::Broken(format!("not a watch event: {e}")),
@@ -174,7 +215,7 @@ impl Set {
         };
         match event.kind {
             "ADDED" | "MODIFIED" => {
-                if let Err(e) = self.take(event.object.get(), environment_id, shared) {
+                if let Err(e) = self.take(event.object.get(), environment_id, shared, now) {
                     return Applied::Broken(format!("an object not understood: {e}"));
                 }
             }
@@ -244,6 +285,9 @@ pub struct Index {
     shared: Interner,
     /// Whether the heartbeat asked for it yet (a standby never does).
     started: bool,
+    /// The last deploy or rollout of each deployment, while its progress
+    /// is reported.
+    commands: BTreeMap<CommandKey, CommandTrack>,
 }
 
 impl Index {
@@ -264,6 +308,7 @@ impl Index {
             sets,
             shared: Interner::default(),
             started: false,
+            commands: BTreeMap::new(),
         }
     }
 
@@ -312,7 +357,7 @@ impl Index {
         let mut outcome = Applied::Taken;
         let flow = stream.pump(|line| {
             if outcome == Applied::Taken {
-                outcome = set.apply(line, environment_id, shared);
+                outcome = set.apply(line, environment_id, shared, now);
             }
         });
         match (flow, outcome) {
@@ -349,7 +394,8 @@ impl Index {
                 Watched::Proxies => {
                     client.list_versioned(&set.collection, Some(&selector), PAGE, |p: ProxyItem| {
                         if p.metadata.ownership(&environment_id) == Ownership::Owned {
-                            entries.extend(proxy_entry(p, shared));
+                            let uid = p.metadata.uid.clone();
+                            entries.extend(proxy_entry(p, shared).map(|e| (e, uid)));
                         }
                     })
                 }
@@ -359,17 +405,22 @@ impl Index {
                     PAGE,
                     |d: DeploymentItem| {
                         if d.metadata.ownership(&environment_id) == Ownership::Owned {
-                            entries.extend(deployment_entry(d, shared));
+                            let uid = d.metadata.uid.clone();
+                            entries.extend(deployment_entry(d, shared).map(|e| (e, uid)));
                         }
                     },
                 ),
             };
             match listed {
                 Ok(version) => {
-                    set.entries = entries
-                        .into_iter()
-                        .map(|e| (e.name.clone(), Rc::new(e)))
-                        .collect();
+                    // What was remembered of the objects still there stays.
+                    let mut old = std::mem::take(&mut set.entries);
+                    for ((entry, observed), uid) in entries {
+                        if let Some(o) = old.remove(&*entry.name) {
+                            set.entries.insert(o.entry.name.clone(), o);
+                        }
+                        set.keep(entry, observed, uid, now);
+                    }
                     set.version = Some(version);
                 }
                 Err(e) => return set.failed(format!("cannot list: {e}"), now),
@@ -405,16 +456,66 @@ impl Index {
         }
     }
 
-    /// The heartbeat's entries, sorted by namespace then name, and what
-    /// may be stale.
-    /// The entries are shared, not copied, and sorted in place: at 10,000
-    /// proxies this costs 80 KB, where copies cost 1.9 MB (BENCHMARKS.md).
-    pub fn report(&self) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
-        let mut entries: Vec<Rc<DeploymentEntry>> = self
-            .sets
-            .iter()
-            .flat_map(|s| s.entries.values().cloned())
-            .collect();
+    /// The heartbeat's entries, sorted by namespace then name, each with
+    /// its status judged at `now` (`wall`: the same instant, RFC 3339), and
+    /// what may be stale; the phases that turned `failed` or `degraded`
+    /// go to `turned`. The entries are shared, not copied, and sorted in
+    /// place: at 10,000 proxies this costs 80 KB, where copies cost 1.9 MB
+    /// (BENCHMARKS.md).
+    pub fn report(
+        &mut self,
+        now: Instant,
+        wall: &str,
+        deadline: Duration,
+        turned: &mut Vec<Turn>,
+    ) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
+        let commands = &mut self.commands;
+        let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
+        for set in &mut self.sets {
+            for stored in set.entries.values_mut() {
+                let key = CommandKey::of(&stored.entry);
+                let command = commands.get_mut(&key).filter(|c| !c.ended);
+                let (verdict, turn) =
+                    stored
+                        .track
+                        .advance(&stored.observed, command.as_deref(), now, wall, deadline);
+                let progress = command.map(|c| {
+                    let phase = status::command_phase(c, &stored.observed, verdict.phase);
+                    c.ending = phase.is_final();
+                    CommandProgress {
+                        id: c.id.clone(),
+                        class: c.class,
+                        phase,
+                    }
+                });
+                let o = &stored.observed;
+                let status = EntryStatus {
+                    phase: verdict.phase,
+                    ready_replicas: o.ready,
+                    updated_replicas: o.updated,
+                    observed_generation: o.observed_generation,
+                    generation: o.generation,
+                    reason: verdict.reason,
+                    message: verdict.message,
+                    since: stored.track.since.clone(),
+                    command: progress,
+                };
+                if stored.entry.status.as_ref() != Some(&status) {
+                    // In place unless a heartbeat still holds it.
+                    Rc::make_mut(&mut stored.entry).status = Some(status);
+                }
+                if let Some(turn) = turn {
+                    turned.push(Turn {
+                        kind: stored.entry.kind,
+                        namespace: stored.entry.namespace.clone(),
+                        name: stored.entry.name.clone(),
+                        uid: stored.uid.clone(),
+                        turned: turn,
+                    });
+                }
+                entries.push(stored.entry.clone());
+            }
+        }
         entries.sort_unstable();
         let errors = self
             .sets
@@ -429,6 +530,99 @@ impl Index {
             .collect();
         (entries, errors)
     }
+
+    /// A deploy or rollout applied at `now` wrote `generation` of an owned
+    /// NexoProxy or Deployment: its progress is reported from the next
+    /// heartbeat until its end was in one the CP accepted.
+    pub fn command_applied(
+        &mut self,
+        workload: &Workload,
+        id: &str,
+        class: &'static str,
+        now: Instant,
+    ) {
+        let key = CommandKey {
+            namespace: workload.namespace.clone(),
+            name: workload.name.clone(),
+            kind: workload.kind,
+        };
+        self.commands.insert(
+            key,
+            CommandTrack {
+                id: id.to_owned(),
+                class,
+                generation: workload.generation,
+                applied_at: now,
+                ended: false,
+                ending: false,
+            },
+        );
+        // Bounded: the oldest ended ones go first, then the oldest.
+        while self.commands.len() > MAX_COMMANDS {
+            let oldest = self
+                .commands
+                .iter()
+                .min_by_key(|(_, c)| (!c.ended, c.applied_at))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.commands.remove(&k),
+                None => break,
+            };
+        }
+    }
+
+    /// The heartbeat that showed the ends of commands was accepted: they
+    /// are not shown again.
+    pub fn heartbeat_accepted(&mut self) {
+        self.commands.retain(|_, c| {
+            if c.ending {
+                c.ended = true;
+            }
+            !c.ended
+        });
+    }
+}
+
+/// A command's deployment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct CommandKey {
+    namespace: String,
+    name: String,
+    kind: &'static str,
+}
+
+impl CommandKey {
+    fn of(e: &DeploymentEntry) -> CommandKey {
+        CommandKey {
+            namespace: e.namespace.to_string(),
+            name: e.name.to_string(),
+            kind: e.kind,
+        }
+    }
+}
+
+/// At most this many commands' progress is remembered.
+const MAX_COMMANDS: usize = 1024;
+
+/// An owned NexoProxy or legacy Deployment a command wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// `NexoProxy` or `Deployment`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.generation` after the write.
+    pub generation: i64,
+}
+
+/// A deployment whose phase turned `failed` or `degraded`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    pub kind: &'static str,
+    pub namespace: Rc<str>,
+    pub name: Rc<str>,
+    pub uid: Option<Box<str>>,
+    pub turned: Turned,
 }
 
 #[cfg(test)]
@@ -453,17 +647,17 @@ mod tests {
             proxy("a", "env-1", "10")
         );
         assert_eq!(
-            s.apply(added.as_bytes(), "env-1", &mut shared),
+            s.apply(added.as_bytes(), "env-1", &mut shared, Instant::now()),
             Applied::Taken
         );
-        assert_eq!(s.entries["a"].replicas, 2);
+        assert_eq!(s.entries["a"].entry.replicas, 2);
         assert_eq!(s.version.as_deref(), Some("10"));
         let foreign = format!(
             r#"{{"type": "MODIFIED", "object": {}}}"#,
             proxy("a", "env-2", "11")
         );
         assert_eq!(
-            s.apply(foreign.as_bytes(), "env-1", &mut shared),
+            s.apply(foreign.as_bytes(), "env-1", &mut shared, Instant::now()),
             Applied::Taken
         );
         assert!(
@@ -474,16 +668,16 @@ mod tests {
             r#"{{"type": "ADDED", "object": {}}}"#,
             proxy("b", "env-1", "12")
         );
-        s.apply(again.as_bytes(), "env-1", &mut shared);
+        s.apply(again.as_bytes(), "env-1", &mut shared, Instant::now());
         let deleted = format!(
             r#"{{"type": "DELETED", "object": {}}}"#,
             proxy("b", "env-1", "13")
         );
-        s.apply(deleted.as_bytes(), "env-1", &mut shared);
+        s.apply(deleted.as_bytes(), "env-1", &mut shared, Instant::now());
         assert!(s.entries.is_empty());
         let bookmark = r#"{"type": "BOOKMARK", "object": {"kind": "NexoProxy", "metadata": {"resourceVersion": "99"}}}"#;
         assert_eq!(
-            s.apply(bookmark.as_bytes(), "env-1", &mut shared),
+            s.apply(bookmark.as_bytes(), "env-1", &mut shared, Instant::now()),
             Applied::Taken
         );
         assert_eq!(s.version.as_deref(), Some("99"));
@@ -494,23 +688,24 @@ mod tests {
         let (mut s, mut shared) = set();
         let gone = r#"{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}"#;
         assert_eq!(
-            s.apply(gone.as_bytes(), "env-1", &mut shared),
+            s.apply(gone.as_bytes(), "env-1", &mut shared, Instant::now()),
             Applied::Expired
         );
         let other =
             r#"{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}"#;
         assert!(
-            matches!(s.apply(other.as_bytes(), "env-1", &mut shared), Applied::Broken(m) if m.contains("500"))
+            matches!(s.apply(other.as_bytes(), "env-1", &mut shared, Instant::now()), Applied::Broken(m) if m.contains("500"))
         );
         assert!(matches!(
-            s.apply(b"{not json", "env-1", &mut shared),
+            s.apply(b"{not json", "env-1", &mut shared, Instant::now()),
             Applied::Broken(_)
         ));
         assert!(matches!(
             s.apply(
                 br#"{"type": "SURPRISE", "object": {}}"#,
                 "env-1",
-                &mut shared
+                &mut shared,
+                Instant::now()
             ),
             Applied::Broken(_)
         ));
@@ -529,8 +724,10 @@ mod tests {
             sets: vec![s],
             shared: Interner::default(),
             started: true,
+            commands: BTreeMap::new(),
         };
-        let (_, errors) = index.report();
+        let mut index = index;
+        let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());
         assert_eq!(errors.len(), 1);
         assert!(errors[0].contains("nexoproxies in shop") && errors[0].contains("stale"));
     }

@@ -17,8 +17,9 @@ use crate::resource;
 
 mod index;
 mod projection;
+pub mod status;
 
-pub use index::Index;
+pub use index::{Index, Turn, Workload};
 pub use projection::*;
 
 /// Items per page of every list.

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 
+use super::status::{Condition, MESSAGE_BYTES, Observed};
 use crate::cp::wire::DeploymentEntry;
 use crate::ownership::{self, Ownership};
 
@@ -21,6 +22,10 @@ pub struct MetaItem {
     /// `metadata.resourceVersion` (a watch's bookmark carries only it).
     #[serde(rename = "resourceVersion")]
     pub resource_version: Option<String>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `metadata.uid` (what an Event is about).
+    pub uid: Option<String>,
 }
 
 /// The labels that decide ownership.
@@ -61,6 +66,78 @@ pub struct ProxyItem {
     pub metadata: MetaItem,
     /// `spec.replicas` and `spec.image`.
     pub spec: ProxySpecItem,
+    /// Its status, as its operator writes it (`status.v1`).
+    pub status: Option<StatusItem>,
+}
+
+/// The fields of a status the phase is read from (a NexoProxy's or a
+/// Deployment's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct StatusItem {
+    pub observed_generation: Option<i64>,
+    pub ready_replicas: Option<i64>,
+    pub updated_replicas: Option<i64>,
+    pub available_replicas: Option<i64>,
+    pub conditions: Vec<ConditionItem>,
+}
+
+/// One condition of a status.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ConditionItem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl StatusItem {
+    /// The condition of type `kind`, in the few bytes the status keeps.
+    fn take(&mut self, kind: &str) -> Option<Condition> {
+        let i = self.conditions.iter().position(|c| c.kind == kind)?;
+        let c = self.conditions.swap_remove(i);
+        let clip = |s: String| -> Box<str> { crate::text::clip_bytes(&s, MESSAGE_BYTES).into() };
+        Some(Condition {
+            status: c.status.map(clip),
+            reason: c.reason.map(clip),
+            message: c.message.map(clip),
+        })
+    }
+}
+
+/// What the phase is judged from, out of an object's metadata, replicas
+/// and status.
+fn observed(
+    meta: &MetaItem,
+    replicas: i64,
+    status: Option<StatusItem>,
+    deployment: bool,
+) -> Observed {
+    let has_status = status.is_some();
+    let mut s = status.unwrap_or_default();
+    let (ready_condition, progressing) = if deployment {
+        (s.take("Available"), s.take("Progressing"))
+    } else {
+        (s.take("Ready"), None)
+    };
+    Observed {
+        deployment,
+        generation: meta.generation.unwrap_or(0),
+        observed_generation: s.observed_generation,
+        replicas,
+        ready: s.ready_replicas.unwrap_or(0),
+        updated: if deployment {
+            Some(s.updated_replicas.unwrap_or(0))
+        } else {
+            s.updated_replicas
+        },
+        available: deployment.then(|| s.available_replicas.unwrap_or(0)),
+        has_status,
+        ready_condition,
+        progressing,
+    }
 }
 
 /// The fields of a NexoProxy's spec the heartbeat reports.
@@ -81,6 +158,8 @@ pub struct DeploymentItem {
     pub metadata: MetaItem,
     /// `spec.replicas` and the pod template's containers.
     pub spec: DeploymentSpecItem,
+    /// Its status, as the deployment controller writes it.
+    pub status: Option<StatusItem>,
 }
 
 /// The fields of a Deployment's spec the heartbeat reports.
@@ -170,20 +249,28 @@ impl Interner {
     }
 }
 
-/// The heartbeat entry of an owned NexoProxy.
-pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<DeploymentEntry> {
-    Some(DeploymentEntry {
+/// The heartbeat entry of an owned NexoProxy, and what its phase is judged
+/// from.
+pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
+    let replicas = p.spec.replicas.unwrap_or(1);
+    let observed = observed(&p.metadata, replicas, p.status, false);
+    let entry = DeploymentEntry {
         namespace: shared.get(&p.metadata.namespace?),
         name: Rc::from(p.metadata.name?),
         kind: "NexoProxy",
-        replicas: p.spec.replicas.unwrap_or(1),
+        replicas,
         image: p.spec.image.map(|i| shared.get(&i)),
-    })
+        status: None,
+    };
+    Some((entry, observed))
 }
 
 /// The heartbeat entry of an owned legacy `apps/v1` Deployment: its image is
 /// that of the container named `proxy`, else of the first container.
-pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<DeploymentEntry> {
+pub fn deployment_entry(
+    d: DeploymentItem,
+    shared: &mut Interner,
+) -> Option<(DeploymentEntry, Observed)> {
     let mut containers = d.spec.template.spec.containers;
     let i = containers
         .iter()
@@ -194,13 +281,17 @@ pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<Depl
     } else {
         None
     };
-    Some(DeploymentEntry {
+    let replicas = d.spec.replicas.map_or(1, i64::from);
+    let observed = observed(&d.metadata, replicas, d.status, true);
+    let entry = DeploymentEntry {
         namespace: shared.get(&d.metadata.namespace?),
         name: Rc::from(d.metadata.name?),
         kind: "Deployment",
-        replicas: d.spec.replicas.map_or(1, i64::from),
+        replicas,
         image: image.map(|i| shared.get(&i)),
-    })
+        status: None,
+    };
+    Some((entry, observed))
 }
 
 /// A label value that every node shares; unknown when nodes disagree or one

@@ -13,13 +13,14 @@ fn entries_from_objects() {
         "managedFields": [{"manager": "x"}]}, "spec": {"replicas": 3, "image": "p:1", "port": 27017}}))
     .unwrap();
     assert_eq!(
-        proxy_entry(p, &mut Interner::default()).unwrap(),
+        proxy_entry(p, &mut Interner::default()).unwrap().0,
         DeploymentEntry {
             namespace: "shop".into(),
             name: "orders".into(),
             kind: "NexoProxy",
             replicas: 3,
-            image: Some("p:1".into())
+            image: Some("p:1".into()),
+            status: None,
         }
     );
     let d: DeploymentItem = serde_json::from_value(
@@ -28,7 +29,7 @@ fn entries_from_objects() {
         {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}}),
     )
     .unwrap();
-    let e = deployment_entry(d, &mut Interner::default()).unwrap();
+    let (e, _) = deployment_entry(d, &mut Interner::default()).unwrap();
     assert_eq!(
         (e.kind, e.replicas, e.image.as_deref()),
         ("Deployment", 1, Some("p:0.9"))
@@ -36,12 +37,15 @@ fn entries_from_objects() {
     let d: DeploymentItem = serde_json::from_value(json!({"metadata": {"name": "one", "namespace": "shop"},
         "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "main", "image": "m:1"}]}}}}))
     .unwrap();
-    let e = deployment_entry(d, &mut Interner::default()).unwrap();
+    let (e, _) = deployment_entry(d, &mut Interner::default()).unwrap();
     assert_eq!((e.replicas, e.image.as_deref()), (2, Some("m:1")));
     let d: DeploymentItem =
         serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}})).unwrap();
     assert_eq!(
-        deployment_entry(d, &mut Interner::default()).unwrap().image,
+        deployment_entry(d, &mut Interner::default())
+            .unwrap()
+            .0
+            .image,
         None
     );
     let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
@@ -79,9 +83,9 @@ fn equal_namespaces_and_images_are_shared() {
             "spec": {"image": image}}))
         .unwrap()
     };
-    let a = proxy_entry(item("a", "p:1"), &mut shared).unwrap();
-    let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap();
-    let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap();
+    let a = proxy_entry(item("a", "p:1"), &mut shared).unwrap().0;
+    let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap().0;
+    let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap().0;
     assert!(Rc::ptr_eq(&a.namespace, &b.namespace));
     assert!(Rc::ptr_eq(
         a.image.as_ref().unwrap(),
@@ -132,6 +136,7 @@ fn entries_sort_by_namespace_then_name() {
         kind: "NexoProxy",
         replicas: 1,
         image: None,
+        status: None,
     };
     let mut v = vec![e("shop", "b"), e("billing", "z"), e("shop", "a")];
     v.sort();

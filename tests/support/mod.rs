@@ -321,6 +321,21 @@ impl Drop for Namespace {
 }
 
 /// Polls `check` until it returns `Some`, panicking after `timeout`.
+/// A heartbeat's `deployments` without their `status` (`status.v1`), for
+/// tests about the rest of an entry.
+#[allow(dead_code)]
+pub fn without_status(deployments: &Value) -> Value {
+    let mut v = deployments.clone();
+    if let Some(entries) = v.as_array_mut() {
+        for e in entries {
+            if let Some(o) = e.as_object_mut() {
+                o.remove("status");
+            }
+        }
+    }
+    v
+}
+
 pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {

@@ -1,0 +1,431 @@
+//! Deployment status (protocol.md, "Deployment status", `status.v1`): the
+//! phase of an owned NexoProxy or legacy Deployment, from what its list or
+//! watch event says ([`Observed`], no request of its own) and what this
+//! Manager remembers of it ([`Track`]). Pure: [`Track::advance`] takes the
+//! time as a value.
+
+use std::time::{Duration, Instant};
+
+use crate::cp::wire::Phase;
+
+/// Messages are cut to this many bytes.
+pub const MESSAGE_BYTES: usize = 256;
+
+/// The fields of a condition the status reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Condition {
+    /// `True`, `False` or `Unknown`.
+    pub status: Option<Box<str>>,
+    pub reason: Option<Box<str>>,
+    pub message: Option<Box<str>>,
+}
+
+impl Condition {
+    fn is_false(c: &Option<Condition>) -> bool {
+        c.as_ref().and_then(|c| c.status.as_deref()) == Some("False")
+    }
+}
+
+/// What an object's metadata and status say, as listed or watched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// A legacy Deployment (else a NexoProxy).
+    pub deployment: bool,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// `spec.replicas`.
+    pub replicas: i64,
+    /// `status.readyReplicas`.
+    pub ready: i64,
+    /// `status.updatedReplicas`.
+    pub updated: Option<i64>,
+    /// `status.availableReplicas` (a Deployment).
+    pub available: Option<i64>,
+    /// Whether the object has a `status` at all.
+    pub has_status: bool,
+    /// A NexoProxy's `Ready`, a Deployment's `Available`.
+    pub ready_condition: Option<Condition>,
+    /// A Deployment's `Progressing`.
+    pub progressing: Option<Condition>,
+}
+
+impl Observed {
+    /// Every replica ready at the generation the controller observed.
+    pub fn is_available(&self) -> bool {
+        if self.observed_generation != Some(self.generation) || self.ready < self.replicas {
+            return false;
+        }
+        if self.deployment {
+            self.updated.unwrap_or(0) >= self.replicas
+                && self.available.unwrap_or(0) >= self.replicas
+        } else {
+            !Condition::is_false(&self.ready_condition)
+        }
+    }
+
+    /// What the replicas say, when no condition does.
+    fn counts(&self) -> String {
+        match self.updated {
+            Some(u) => format!("{u} of {} updated, {} ready", self.replicas, self.ready),
+            None => format!("{} of {} ready", self.ready, self.replicas),
+        }
+    }
+}
+
+/// A phase and the words that explain it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub phase: Phase,
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+/// The phase of `o`, the first rule that holds (protocol.md):
+/// `failed`, `available`, `degraded`, `progressing`.
+/// `available_at`: the generation at which it was last seen available;
+/// `waited`: how long the current generation has been waiting to become
+/// available (since the Manager applied it, or first saw it).
+pub fn judge(
+    o: &Observed,
+    available_at: Option<i64>,
+    waited: Duration,
+    deadline: Duration,
+) -> Verdict {
+    let available = o.is_available();
+    let was_available = available_at == Some(o.generation);
+    let phase = if o.deployment {
+        let exceeded = o.progressing.as_ref().and_then(|c| c.reason.as_deref())
+            == Some("ProgressDeadlineExceeded");
+        if exceeded {
+            Phase::Failed
+        } else if available {
+            Phase::Available
+        } else if was_available {
+            Phase::Degraded
+        } else {
+            Phase::Progressing
+        }
+    } else if !available && !was_available && waited >= deadline {
+        Phase::Failed
+    } else if available {
+        Phase::Available
+    } else if was_available {
+        Phase::Degraded
+    } else {
+        Phase::Progressing
+    };
+    // The deciding condition: a NexoProxy's `Ready`; a Deployment's
+    // `Progressing` for failed and progressing, `Available` otherwise.
+    let condition = match (o.deployment, phase) {
+        (true, Phase::Failed | Phase::Progressing) => o.progressing.as_ref(),
+        _ => o.ready_condition.as_ref(),
+    };
+    let (reason, said) = if !o.deployment && !o.has_status {
+        (Some("NoStatus".to_owned()), "no status yet".to_owned())
+    } else {
+        let reason = condition
+            .and_then(|c| c.reason.as_deref())
+            .map(str::to_owned);
+        let said = condition
+            .and_then(|c| c.message.as_deref())
+            .filter(|m| !m.is_empty())
+            .map_or_else(|| o.counts(), str::to_owned);
+        (reason, said)
+    };
+    let message = if phase == Phase::Failed && !o.deployment {
+        format!(
+            "not available {} after the change: {said}",
+            humantime::format_duration(deadline)
+        )
+    } else {
+        said
+    };
+    Verdict {
+        phase,
+        reason,
+        message: crate::text::clip_bytes(&message, MESSAGE_BYTES).to_owned(),
+    }
+}
+
+/// The last deploy or rollout of a deployment, while its progress is
+/// reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandTrack {
+    pub id: String,
+    pub class: &'static str,
+    /// The generation the command wrote: older ones do not show its end.
+    pub generation: i64,
+    /// When it was applied: the progress deadline counts from here.
+    pub applied_at: Instant,
+    /// Its end (available or failed) was in a heartbeat the CP accepted.
+    pub ended: bool,
+    /// Its end is in the heartbeat being sent.
+    pub ending: bool,
+}
+
+/// What this Manager remembers of one deployment between observations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Track {
+    /// The phase last judged, and when it changed (RFC 3339).
+    pub phase: Option<Phase>,
+    pub since: String,
+    /// The generation last seen available.
+    pub available_at: Option<i64>,
+    /// The generation being waited on, and since when.
+    pub generation: i64,
+    pub waiting_since: Instant,
+}
+
+/// A phase change worth an Event (`ProgressFailed`, `Degraded`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turned {
+    pub phase: Phase,
+    pub message: String,
+}
+
+impl Track {
+    /// A deployment first seen at `now`.
+    pub fn new(generation: i64, now: Instant) -> Track {
+        Track {
+            phase: None,
+            since: String::new(),
+            available_at: None,
+            generation,
+            waiting_since: now,
+        }
+    }
+
+    /// Judges `o` at `now` (`wall`: the same instant in RFC 3339), with the
+    /// command that wrote its generation if there is one; remembers the
+    /// phase and when it changed. Returns the verdict, and the change when
+    /// it turned `failed` or `degraded`.
+    pub fn advance(
+        &mut self,
+        o: &Observed,
+        command: Option<&CommandTrack>,
+        now: Instant,
+        wall: &str,
+        deadline: Duration,
+    ) -> (Verdict, Option<Turned>) {
+        if o.generation != self.generation {
+            self.generation = o.generation;
+            self.waiting_since = now;
+        }
+        let start = match command {
+            Some(c) if c.generation == o.generation => c.applied_at.min(self.waiting_since),
+            _ => self.waiting_since,
+        };
+        let verdict = judge(
+            o,
+            self.available_at,
+            now.saturating_duration_since(start),
+            deadline,
+        );
+        if verdict.phase == Phase::Available {
+            self.available_at = Some(o.generation);
+        }
+        let mut turned = None;
+        if self.phase != Some(verdict.phase) {
+            if self.phase.is_some() && matches!(verdict.phase, Phase::Failed | Phase::Degraded) {
+                turned = Some(Turned {
+                    phase: verdict.phase,
+                    message: verdict.message.clone(),
+                });
+            }
+            self.phase = Some(verdict.phase);
+            wall.clone_into(&mut self.since);
+        }
+        (verdict, turned)
+    }
+}
+
+/// The phase of a command's progress: the deployment's, once the
+/// generation it wrote is observed; `progressing` until then.
+pub fn command_phase(c: &CommandTrack, o: &Observed, phase: Phase) -> Phase {
+    if o.generation < c.generation {
+        Phase::Progressing
+    } else {
+        phase
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(600);
+
+    fn cond(status: &str, reason: &str, message: &str) -> Option<Condition> {
+        Some(Condition {
+            status: Some(status.into()),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+        })
+    }
+
+    fn proxy(generation: i64, observed: Option<i64>, replicas: i64, ready: i64) -> Observed {
+        Observed {
+            generation,
+            observed_generation: observed,
+            replicas,
+            ready,
+            has_status: observed.is_some(),
+            ..Observed::default()
+        }
+    }
+
+    fn deployment(replicas: i64, updated: i64, ready: i64, available: i64) -> Observed {
+        Observed {
+            deployment: true,
+            generation: 3,
+            observed_generation: Some(3),
+            replicas,
+            ready,
+            updated: Some(updated),
+            available: Some(available),
+            has_status: true,
+            ready_condition: cond(
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+            ),
+            progressing: cond(
+                "True",
+                "ReplicaSetUpdated",
+                "ReplicaSet \"x-1\" is progressing.",
+            ),
+        }
+    }
+
+    #[test]
+    fn a_proxy_is_available_when_its_generation_is_observed_and_all_ready() {
+        let v = judge(&proxy(7, Some(7), 3, 3), None, Duration::ZERO, DEADLINE);
+        assert_eq!(v.phase, Phase::Available);
+        assert_eq!(v.message, "3 of 3 ready");
+        // Not observed yet, not all ready, Ready=False: progressing.
+        for o in [proxy(7, Some(6), 3, 3), proxy(7, Some(7), 3, 2)] {
+            assert_eq!(
+                judge(&o, None, Duration::ZERO, DEADLINE).phase,
+                Phase::Progressing
+            );
+        }
+        let mut o = proxy(7, Some(7), 3, 3);
+        o.ready_condition = cond("False", "CrashLoop", "pod orders-1 restarts");
+        let v = judge(&o, None, Duration::ZERO, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (
+                Phase::Progressing,
+                Some("CrashLoop"),
+                "pod orders-1 restarts"
+            )
+        );
+    }
+
+    #[test]
+    fn a_proxy_fails_at_the_deadline_with_or_without_status() {
+        let mut o = proxy(7, Some(7), 3, 1);
+        o.ready_condition = cond("False", "ImagePullBackOff", "Back-off pulling image");
+        let v = judge(&o, None, DEADLINE - Duration::from_secs(1), DEADLINE);
+        assert_eq!(v.phase, Phase::Progressing);
+        let v = judge(&o, None, DEADLINE, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (
+                Phase::Failed,
+                Some("ImagePullBackOff"),
+                "not available 10m after the change: Back-off pulling image"
+            )
+        );
+        let v = judge(&proxy(2, None, 1, 0), None, DEADLINE, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref()),
+            (Phase::Failed, Some("NoStatus"))
+        );
+        // Available at this generation before: degraded, never failed.
+        let v = judge(&proxy(7, Some(7), 3, 1), Some(7), DEADLINE * 2, DEADLINE);
+        assert_eq!(v.phase, Phase::Degraded);
+    }
+
+    #[test]
+    fn a_deployment_reads_its_conditions() {
+        let v = judge(&deployment(2, 2, 2, 2), None, Duration::ZERO, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (
+                Phase::Available,
+                Some("MinimumReplicasAvailable"),
+                "Deployment has minimum availability."
+            )
+        );
+        let v = judge(&deployment(2, 1, 2, 2), None, Duration::ZERO, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref()),
+            (Phase::Progressing, Some("ReplicaSetUpdated"))
+        );
+        let mut o = deployment(2, 2, 1, 1);
+        o.progressing = cond(
+            "False",
+            "ProgressDeadlineExceeded",
+            "ReplicaSet \"x-2\" has timed out progressing.",
+        );
+        let v = judge(&o, Some(3), Duration::ZERO, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref()),
+            (Phase::Failed, Some("ProgressDeadlineExceeded"))
+        );
+        // The Manager's own deadline is not a Deployment's: its controller's is.
+        let v = judge(&deployment(2, 1, 1, 1), None, DEADLINE * 10, DEADLINE);
+        assert_eq!(v.phase, Phase::Progressing);
+        let v = judge(&deployment(2, 2, 1, 1), Some(3), Duration::ZERO, DEADLINE);
+        assert_eq!(v.phase, Phase::Degraded);
+        assert_eq!(v.reason.as_deref(), Some("MinimumReplicasAvailable"));
+    }
+
+    #[test]
+    fn messages_are_cut_to_256_bytes() {
+        let mut o = proxy(1, Some(1), 1, 0);
+        o.ready_condition = cond("False", "X", &"é".repeat(300));
+        let v = judge(&o, None, Duration::ZERO, DEADLINE);
+        assert!(v.message.len() <= MESSAGE_BYTES && v.message.len() >= 254);
+    }
+
+    #[test]
+    fn the_track_remembers_since_and_says_when_it_turned() {
+        let t0 = Instant::now();
+        let mut t = Track::new(1, t0);
+        let (v, turned) = t.advance(&proxy(1, Some(1), 2, 2), None, t0, "T0", DEADLINE);
+        assert_eq!(
+            (v.phase, turned, t.since.as_str()),
+            (Phase::Available, None, "T0")
+        );
+        let (v, _) = t.advance(&proxy(1, Some(1), 2, 2), None, t0, "T1", DEADLINE);
+        assert_eq!((v.phase, t.since.as_str()), (Phase::Available, "T0"));
+        let (v, turned) = t.advance(&proxy(1, Some(1), 2, 1), None, t0, "T2", DEADLINE);
+        assert_eq!(v.phase, Phase::Degraded);
+        assert_eq!(turned.unwrap().phase, Phase::Degraded);
+        assert_eq!(t.since, "T2");
+        // A new generation waits from when it was applied.
+        let c = CommandTrack {
+            id: "c".into(),
+            class: "rollout",
+            generation: 2,
+            applied_at: t0,
+            ended: false,
+            ending: false,
+        };
+        let later = t0 + DEADLINE;
+        let o = proxy(2, Some(2), 2, 0);
+        let (v, turned) = t.advance(&o, Some(&c), later, "T3", DEADLINE);
+        assert_eq!(v.phase, Phase::Failed, "{v:?}");
+        assert_eq!(turned.unwrap().phase, Phase::Failed);
+        assert_eq!(command_phase(&c, &o, v.phase), Phase::Failed);
+        // An older generation still listed: the command is in progress.
+        assert_eq!(
+            command_phase(&c, &proxy(1, Some(1), 2, 2), Phase::Available),
+            Phase::Progressing
+        );
+    }
+}
