@@ -51,6 +51,10 @@ struct Registry {
     skipped_commands: u64,
     state_write_failures: u64,
     state_writes: u64,
+    events_written: u64,
+    events_dropped: Vec<(&'static str, u64)>,
+    /// Deployments reported, by phase (the last heartbeat's).
+    phases: Vec<(&'static str, u64)>,
 }
 
 thread_local! {
@@ -127,6 +131,22 @@ pub fn state_written() {
 /// Counts a state write that failed after its retries.
 pub fn state_write_failed() {
     REGISTRY.with(|r| r.borrow_mut().state_write_failures += 1);
+}
+
+/// Counts an Event the API server took (a creation or a series update).
+pub fn event_written() {
+    REGISTRY.with(|r| r.borrow_mut().events_written += 1);
+}
+
+/// Counts an Event not written, by cause (`queue_full`, `denied`, `error`).
+pub fn event_dropped(cause: &'static str) {
+    REGISTRY.with(|r| bump(&mut r.borrow_mut().events_dropped, cause));
+}
+
+/// The deployments the last heartbeat reported, by phase (every phase
+/// listed, zeros too).
+pub fn deployments_by_phase(counts: &[(&'static str, u64)]) {
+    REGISTRY.with(|r| r.borrow_mut().phases = counts.to_vec());
 }
 
 /// What `/proc/self` says about this process.
@@ -326,6 +346,37 @@ pub fn render(out: &mut String) {
             "counter",
             "State Secret writes that failed after their retries.",
             &[(String::new(), r.state_write_failures.to_string())],
+        );
+        family(
+            out,
+            "nexo_manager_events_written_total",
+            "counter",
+            "Kubernetes Events written (creations and series updates).",
+            &[(String::new(), r.events_written.to_string())],
+        );
+        let dropped: Vec<(String, String)> = r
+            .events_dropped
+            .iter()
+            .map(|(cause, n)| (format!("{{cause=\"{cause}\"}}"), n.to_string()))
+            .collect();
+        family(
+            out,
+            "nexo_manager_events_dropped_total",
+            "counter",
+            "Kubernetes Events not written, by cause (queue_full, denied, error).",
+            &dropped,
+        );
+        let phases: Vec<(String, String)> = r
+            .phases
+            .iter()
+            .map(|(phase, n)| (format!("{{phase=\"{phase}\"}}"), n.to_string()))
+            .collect();
+        family(
+            out,
+            "nexo_manager_deployments",
+            "gauge",
+            "Deployments the last heartbeat reported, by phase (status.v1).",
+            &phases,
         );
     });
 }

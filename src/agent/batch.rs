@@ -12,9 +12,10 @@ use super::{Agent, CAPABILITIES, Next};
 use crate::acks;
 use crate::apply::{self, Outcome, Permitted};
 use crate::backoff::Jitter;
-use crate::commands;
+use crate::commands::{self, Target};
 use crate::cp::AckOutcome;
 use crate::cp::wire::{AckResult, CommandFields, Commands};
+use crate::events::{self, Event, Reason, Regarding};
 use crate::kube::pause::{Pause as _, Wake};
 use crate::refusal::Refusal;
 use crate::state::LedgerEntry;
@@ -147,6 +148,20 @@ impl Agent {
         let class = checked
             .as_ref()
             .map_or("invalid", |c| c.permitted.command().action.class());
+        // What its Events are about, read before it runs (an uninstall
+        // takes its objects away).
+        let (regarding, action) = {
+            let (targets, action) = match &checked {
+                Ok(c) => (c.permitted.command().action.targets(), class),
+                Err(r) => (&r.targets[..], r.class),
+            };
+            let index = self.link.index.borrow();
+            let regarding = targets
+                .iter()
+                .flat_map(|t| index.owned(&t.namespace, &t.name))
+                .collect::<Vec<_>>();
+            (regarding, events::command_action(action))
+        };
         let (outcome, keep_until) = match checked {
             Ok(Checked {
                 permitted,
@@ -166,7 +181,7 @@ impl Agent {
                 }
                 (outcome, keep_until)
             }
-            Err(refusal) if !refusal.recorded() => {
+            Err(Rejected { refusal, .. }) if !refusal.recorded() => {
                 // Refused before any signature verified: acknowledged, not
                 // recorded (protocol.md, "Command trust").
                 crate::metrics::refused(refusal.reason());
@@ -181,8 +196,9 @@ impl Agent {
                 };
                 return self.deliver(entry, false);
             }
-            Err(refusal) => (Outcome::refused(refusal, Vec::new()), None),
+            Err(Rejected { refusal, .. }) => (Outcome::refused(refusal, Vec::new()), None),
         };
+        self.command_events(&id, action, &outcome, regarding);
         self.finished(&id, class, outcome, keep_until);
         crate::metrics::command_duration(class, started.elapsed());
     }
@@ -195,7 +211,7 @@ impl Agent {
         raw: &str,
         outer: Result<CommandFields<'_>, serde_json::Error>,
         id: &str,
-    ) -> Result<Checked, Refusal> {
+    ) -> Result<Checked, Rejected> {
         let trust = Trust {
             keys: self.me.keys.keys().map_err(Refusal::Untrusted)?,
             required: self.signatures_required(),
@@ -204,6 +220,10 @@ impl Agent {
         };
         let received =
             commands::receive(raw, outer, id, &trust, CAPABILITIES, &self.me.namespaces)?;
+        // From here the command is valid: what it names is known, and a
+        // refusal is told on those of them that are owned.
+        let targets = received.command.action.targets().to_vec();
+        let class = received.command.action.class();
         let cfg = &self.me.cfg;
         let rules = apply::Rules {
             policy: &cfg.policy,
@@ -211,12 +231,20 @@ impl Agent {
             own: &self.me.own,
             running_bundle: cfg.bundle_version.as_deref(),
         };
-        Ok(Checked {
-            keep_until: received
-                .keep_until
-                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-            permitted: apply::permit(received.command, &rules)?,
-        })
+        let keep_until = received
+            .keep_until
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string());
+        match apply::permit(received.command, &rules) {
+            Ok(permitted) => Ok(Checked {
+                keep_until,
+                permitted,
+            }),
+            Err(refusal) => Err(Rejected {
+                refusal,
+                targets,
+                class,
+            }),
+        }
     }
 
     /// What the executor needs, borrowed from the agent.
@@ -231,6 +259,43 @@ impl Agent {
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
             own: &self.me.own,
+        }
+    }
+
+    /// Queues the command's Events: one about each owned object it wrote
+    /// or names (`Applied`, `Refused` or `Failed`); written after the
+    /// batch, never in its way.
+    fn command_events(
+        &mut self,
+        id: &str,
+        action: &'static str,
+        outcome: &Outcome,
+        mut regarding: Vec<Regarding>,
+    ) {
+        for w in &outcome.workloads {
+            let Some(uid) = &w.uid else { continue };
+            if regarding.iter().all(|r| r.uid != *uid) {
+                regarding.push(Regarding {
+                    kind: w.kind,
+                    namespace: w.namespace.clone(),
+                    name: w.name.clone(),
+                    uid: uid.clone(),
+                });
+            }
+        }
+        let reason = match (outcome.result, &outcome.refusal) {
+            (AckResult::Applied, _) => Reason::Applied,
+            (AckResult::Failed, Some(_)) => Reason::Refused,
+            (AckResult::Failed, None) => Reason::Failed,
+        };
+        let note = format!("command {id}: {}", outcome.message);
+        for r in regarding {
+            self.event(Event {
+                regarding: r,
+                reason,
+                action,
+                note: note.clone(),
+            });
         }
     }
 
@@ -357,6 +422,26 @@ impl Agent {
     fn delivered(&mut self, id: String, recorded: bool) {
         if recorded {
             self.store.mark_delivered(&[id]);
+        }
+    }
+}
+
+/// A command refused by a check made before the cluster is read; the
+/// deployments it names, when it was valid enough to name them.
+struct Rejected {
+    refusal: Refusal,
+    targets: Vec<Target>,
+    /// Its class, when it was valid enough to have one (for its Events;
+    /// its metrics and record say `invalid`).
+    class: &'static str,
+}
+
+impl From<Refusal> for Rejected {
+    fn from(refusal: Refusal) -> Rejected {
+        Rejected {
+            refusal,
+            targets: Vec::new(),
+            class: "invalid",
         }
     }
 }

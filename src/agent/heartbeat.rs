@@ -14,9 +14,10 @@ use crate::acks;
 use crate::config::Config;
 use crate::cp::client::HeartbeatAnswer;
 use crate::cp::wire::{
-    self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest,
+    self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest, Phase,
 };
 use crate::cp::{CpError, Retry};
+use crate::events::{Event, Reason, Regarding};
 use crate::fatal::Fatal;
 use crate::inventory::{self, Inventory};
 use crate::resource;
@@ -277,7 +278,8 @@ impl Agent {
         Ok((commands, held))
     }
 
-    /// Deployments whose phase turned `failed` or `degraded`: logged.
+    /// Deployments whose phase turned `failed` or `degraded`: logged, and
+    /// an Event about each (`ProgressFailed`, `Degraded`).
     fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>) {
         for t in turned {
             log::warn!(
@@ -288,6 +290,22 @@ impl Agent {
                 t.turned.phase,
                 t.turned.message
             );
+            let Some(uid) = t.uid else { continue };
+            let reason = match t.turned.phase {
+                Phase::Failed => Reason::ProgressFailed,
+                _ => Reason::Degraded,
+            };
+            self.event(Event {
+                regarding: Regarding {
+                    kind: t.kind,
+                    namespace: t.namespace.to_string(),
+                    name: t.name.to_string(),
+                    uid: uid.into(),
+                },
+                reason,
+                action: "ObserveStatus",
+                note: format!("{}: {}", t.turned.phase, t.turned.message),
+            });
         }
     }
 
@@ -346,6 +364,7 @@ impl Agent {
             (inv.deployments, inv.errors) =
                 index.report(now, &wall, cfg.progress_deadline, &mut turned);
         }
+        crate::metrics::deployments_by_phase(&by_phase(&inv.deployments));
         if !configured && self.beats.topology.due(now) {
             inv.topology_read = true;
             match inventory::topology(kube) {
@@ -420,6 +439,19 @@ impl Agent {
             }
         }
     }
+}
+
+/// How many deployments are in each phase (every phase, zeros too).
+fn by_phase(deployments: &[std::rc::Rc<wire::DeploymentEntry>]) -> [(&'static str, u64); 4] {
+    let mut counts = Phase::ALL.map(|p| (p.as_str(), 0));
+    for d in deployments {
+        if let Some(s) = &d.status
+            && let Some(c) = counts.iter_mut().find(|(p, _)| *p == s.phase.as_str())
+        {
+            c.1 += 1;
+        }
+    }
+    counts
 }
 
 #[cfg(test)]

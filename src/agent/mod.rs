@@ -132,6 +132,8 @@ pub struct Agent {
     /// begun anew, between heartbeats or mid-batch) reads it again first.
     state_term: u64,
     beats: Beats,
+    /// The Kubernetes Events waiting to be written.
+    events: crate::events::Recorder,
 }
 
 impl Agent {
@@ -189,6 +191,10 @@ impl Agent {
         let count = commands.taken.len();
         let next = self.batch(commands);
         self.store.flush_delivered(&self.link, false);
+        // After the acks: Events never hold up a command.
+        if self.elector().leading() {
+            crate::events::flush(&mut self.events, &self.link.kube);
+        }
         self.link.status().pending_acks = self.store.undelivered().count();
         Ok(match next {
             Next::Wait(interval) => {
@@ -196,6 +202,25 @@ impl Agent {
             }
             Next::Stop => Next::Stop,
         })
+    }
+}
+
+impl Agent {
+    /// Queues a Kubernetes Event; one dropped (the queue full) is counted.
+    fn event(&mut self, event: crate::events::Event) {
+        let now = std::time::Instant::now();
+        let r = &event.regarding;
+        log::debug!(
+            "event {} ({}) about {} {}/{} queued",
+            event.reason.as_str(),
+            event.action,
+            r.kind,
+            r.namespace,
+            r.name
+        );
+        if let Err(dropped) = self.events.record(event, now, std::time::SystemTime::now()) {
+            crate::metrics::event_dropped(dropped.as_str());
+        }
     }
 }
 

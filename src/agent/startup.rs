@@ -81,6 +81,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     }));
     crate::net::install(Rc::clone(&waiter) as Rc<dyn crate::net::Readiness>);
     Ok(Agent {
+        events: crate::events::Recorder::new(&instance.pod_name),
         elector,
         state_term: 0,
         pace: Pace {

@@ -188,6 +188,7 @@ pub(super) fn workload(r: &ObjectRef, written: &Value) -> Option<Workload> {
         namespace: r.namespace.clone(),
         name: r.name.clone(),
         generation: written["metadata"]["generation"].as_i64()?,
+        uid: written["metadata"]["uid"].as_str().map(str::to_owned),
     })
 }
 

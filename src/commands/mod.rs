@@ -134,6 +134,19 @@ impl Action {
         }
     }
 
+    /// The deployments it names: a deploy's, an uninstall's, a rollout's
+    /// targets (none for a rollout of every owned NexoProxy, or an upgrade).
+    pub fn targets(&self) -> &[Target] {
+        match self {
+            Action::Deploy(d) => std::slice::from_ref(&d.deployment),
+            Action::Uninstall(t) => std::slice::from_ref(t),
+            Action::Rollout(Rollout {
+                targets: Some(t), ..
+            }) => t,
+            _ => &[],
+        }
+    }
+
     /// The one deployment it is about, for log fields: a deploy's or an
     /// uninstall's, a rollout's single target.
     pub fn deployment_name(&self) -> Option<&str> {

@@ -140,6 +140,14 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in the protocol's order.
+    pub const ALL: [Phase; 4] = [
+        Phase::Progressing,
+        Phase::Available,
+        Phase::Degraded,
+        Phase::Failed,
+    ];
+
     /// `available` and `failed` end a command's progress.
     pub fn is_final(self) -> bool {
         matches!(self, Phase::Available | Phase::Failed)

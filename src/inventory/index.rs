@@ -110,6 +110,16 @@ struct Named {
     metadata: MetaItem,
 }
 
+impl Watched {
+    /// The kind of its objects.
+    fn kind(self) -> &'static str {
+        match self {
+            Watched::Proxies => "NexoProxy",
+            Watched::Deployments => "Deployment",
+        }
+    }
+}
+
 impl Set {
     fn new(kind: Watched, namespace: &str) -> Set {
         let collection = match kind {
@@ -534,6 +544,24 @@ impl Index {
     /// A deploy or rollout applied at `now` wrote `generation` of an owned
     /// NexoProxy or Deployment: its progress is reported from the next
     /// heartbeat until its end was in one the CP accepted.
+    /// The owned NexoProxy and Deployment named `name` in `namespace`, as
+    /// the watches last saw them: what a command's Events are about.
+    pub fn owned(&self, namespace: &str, name: &str) -> Vec<crate::events::Regarding> {
+        self.sets
+            .iter()
+            .filter(|s| &*s.namespace == namespace)
+            .filter_map(|s| {
+                let stored = s.entries.get(name)?;
+                Some(crate::events::Regarding {
+                    kind: s.kind.kind(),
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    uid: stored.uid.as_deref()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+
     pub fn command_applied(
         &mut self,
         workload: &Workload,
@@ -613,6 +641,8 @@ pub struct Workload {
     pub name: String,
     /// `metadata.generation` after the write.
     pub generation: i64,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
 }
 
 /// A deployment whose phase turned `failed` or `degraded`.

@@ -1,0 +1,582 @@
+//! Kubernetes Events (`events.k8s.io/v1`) of what the Manager did, so that
+//! `kubectl describe` and `kubectl events` tell it without the logs
+//! (agent.md, "Kubernetes side").
+//!
+//! [`Recorder`] decides, from plain values and the clock: an event is
+//! queued (never written where it happens, so it never blocks a command);
+//! the same event about the same object within [`SERIES_WINDOW`] of the
+//! last becomes a series (one Event, its `series.count` raised, repeats
+//! not yet written coalesced in the queue); at most [`PER_MINUTE`] writes
+//! a minute, the rest waiting in a bounded queue. [`flush`] is the thin
+//! I/O: each write one quick attempt; a denied one is a warning, never a
+//! failure of anything.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::kube::client::{Body, MERGE_PATCH, Method, to_json};
+use crate::kube::{self, Client};
+
+/// The `reportingController` of every Event.
+pub const REPORTING_CONTROLLER: &str = "nexo.io/manager";
+/// The same event within this long of the last becomes a series.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// At most this many Event writes (creations and series updates) a minute.
+pub const PER_MINUTE: usize = 30;
+/// Events waiting to be written; past it, new ones are dropped (counted).
+pub const QUEUE: usize = 64;
+/// Series remembered; past it, the oldest is forgotten (its next repeat
+/// starts a new Event).
+const SERIES_KEPT: usize = 512;
+/// The API server's limit on `note`.
+const NOTE_BYTES: usize = 1024;
+
+/// Why an Event was recorded (its `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A command applied.
+    Applied,
+    /// A command failed.
+    Failed,
+    /// A command refused by the content policy or the ownership rules.
+    Refused,
+    /// Drift found.
+    DriftDetected,
+    /// Drift corrected (`enforce`).
+    DriftCorrected,
+    /// The phase turned `failed`.
+    ProgressFailed,
+    /// The phase turned `degraded`.
+    Degraded,
+}
+
+impl Reason {
+    /// The `reason` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Applied => "Applied",
+            Reason::Failed => "Failed",
+            Reason::Refused => "Refused",
+            Reason::DriftDetected => "DriftDetected",
+            Reason::DriftCorrected => "DriftCorrected",
+            Reason::ProgressFailed => "ProgressFailed",
+            Reason::Degraded => "Degraded",
+        }
+    }
+
+    /// The `type` field: what needs a person's attention is a `Warning`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Reason::Applied | Reason::DriftCorrected => "Normal",
+            _ => "Warning",
+        }
+    }
+}
+
+/// The object an Event is about: an owned NexoProxy or legacy Deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Regarding {
+    /// `NexoProxy` or `Deployment`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Regarding {
+    fn api_version(&self) -> &'static str {
+        match self.kind {
+            "NexoProxy" => "nexo.io/v1alpha1",
+            _ => "apps/v1",
+        }
+    }
+}
+
+/// One event to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub regarding: Regarding,
+    pub reason: Reason,
+    /// What the Manager did or tried (`Deploy`, `Rollout`, `CheckDrift`,
+    /// `ObserveStatus`, ...).
+    pub action: &'static str,
+    /// Human-readable; clipped to the API server's 1 KiB.
+    pub note: String,
+}
+
+/// The `action` of a command's Event, from its class.
+pub fn command_action(class: &str) -> &'static str {
+    match class {
+        "deploy" => "Deploy",
+        "rollout" => "Rollout",
+        "upgrade" => "Upgrade",
+        "uninstall" => "Uninstall",
+        _ => "Command",
+    }
+}
+
+/// What makes two events the same (as client-go's recorder decides: the
+/// object, the reason and the action; not the note).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    uid: String,
+    reason: Reason,
+    action: &'static str,
+}
+
+#[derive(Debug)]
+struct Series {
+    /// The Event's name.
+    name: String,
+    namespace: String,
+    count: u32,
+    /// How many the API server has (0: not created yet).
+    written: u32,
+    last: Instant,
+    last_wall: SystemTime,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Create {
+        key: Key,
+        event: Event,
+        at: SystemTime,
+    },
+    Count {
+        key: Key,
+    },
+}
+
+/// One write for [`flush`] to send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// POST the Event.
+    Create { namespace: String, body: Value },
+    /// PATCH (merge) the series of Event `name`.
+    Count {
+        namespace: String,
+        name: String,
+        body: Value,
+    },
+}
+
+/// Why an event was not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// The queue was full.
+    QueueFull,
+    /// The API server refused it (RBAC, admission): a warning, nothing more.
+    Denied,
+    /// Any other error (no answer, a 5xx, a conflict).
+    Error,
+}
+
+impl Dropped {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::QueueFull => "queue_full",
+            Dropped::Denied => "denied",
+            Dropped::Error => "error",
+        }
+    }
+}
+
+/// The Events waiting to be written, the series they belong to and the
+/// writes of the last minute.
+#[derive(Debug)]
+pub struct Recorder {
+    instance: String,
+    queue: VecDeque<Pending>,
+    series: HashMap<Key, Series>,
+    writes: VecDeque<Instant>,
+    /// The key of the write [`Recorder::next`] handed out last.
+    sending: Option<(Key, bool)>,
+    /// The time in the last Event's name, nanoseconds: each name's is
+    /// later, so two Events recorded in the same instant never collide.
+    named: u128,
+}
+
+impl Recorder {
+    /// `instance`: the `reportingInstance` (the pod's name).
+    pub fn new(instance: &str) -> Recorder {
+        Recorder {
+            instance: crate::text::clip_bytes(instance, 128).to_owned(),
+            queue: VecDeque::new(),
+            series: HashMap::new(),
+            writes: VecDeque::new(),
+            sending: None,
+            named: 0,
+        }
+    }
+
+    /// Queues `event`; `Err` when it was dropped (the queue full).
+    pub fn record(&mut self, event: Event, now: Instant, wall: SystemTime) -> Result<(), Dropped> {
+        let key = Key {
+            uid: event.regarding.uid.clone(),
+            reason: event.reason,
+            action: event.action,
+        };
+        if let Some(s) = self.series.get_mut(&key)
+            && now.saturating_duration_since(s.last) < SERIES_WINDOW
+        {
+            s.count += 1;
+            s.last = now;
+            s.last_wall = wall;
+            // A repeat whose Event or count is still queued goes with it.
+            let queued = self.queue.iter().any(|p| match p {
+                Pending::Create { key: k, .. } | Pending::Count { key: k } => *k == key,
+            });
+            if queued {
+                return Ok(());
+            }
+            if self.queue.len() >= QUEUE {
+                return Err(Dropped::QueueFull);
+            }
+            self.queue.push_back(Pending::Count { key });
+            return Ok(());
+        }
+        if self.queue.len() >= QUEUE {
+            return Err(Dropped::QueueFull);
+        }
+        if self.series.len() >= SERIES_KEPT {
+            let oldest = self
+                .series
+                .iter()
+                .min_by_key(|(_, s)| s.last)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.series.remove(&k);
+            }
+        }
+        let nanos = wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            .max(self.named + 1);
+        self.named = nanos;
+        // `<object>.<nanoseconds, hex>`, as client-go names Events; 253
+        // bytes for a name, the suffix takes at most 33.
+        let name = format!(
+            "{}.{nanos:x}",
+            crate::text::clip_bytes(&event.regarding.name, 200)
+        );
+        self.series.insert(
+            key.clone(),
+            Series {
+                name,
+                namespace: event.regarding.namespace.clone(),
+                count: 1,
+                written: 0,
+                last: now,
+                last_wall: wall,
+            },
+        );
+        self.queue.push_back(Pending::Create {
+            key,
+            event,
+            at: wall,
+        });
+        Ok(())
+    }
+
+    /// How many wait.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The next write, if one waits and the last minute's writes allow it.
+    pub fn next(&mut self, now: Instant) -> Option<Write> {
+        while self
+            .writes
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60))
+        {
+            self.writes.pop_front();
+        }
+        loop {
+            if self.writes.len() >= PER_MINUTE {
+                return None;
+            }
+            let pending = self.queue.pop_front()?;
+            let (key, create) = match &pending {
+                Pending::Create { key, .. } => (key.clone(), true),
+                Pending::Count { key } => (key.clone(), false),
+            };
+            let Some(series) = self.series.get(&key) else {
+                continue;
+            };
+            let write = match pending {
+                Pending::Create { event, at, .. } => Write::Create {
+                    namespace: series.namespace.clone(),
+                    body: self.body(&event, series, at),
+                },
+                // Nothing new since the last write, or the Event never made.
+                Pending::Count { .. } if series.written == 0 || series.count == series.written => {
+                    continue;
+                }
+                Pending::Count { .. } => Write::Count {
+                    namespace: series.namespace.clone(),
+                    name: series.name.clone(),
+                    body: json!({"series": {
+                        "count": series.count,
+                        "lastObservedTime": micro_time(series.last_wall),
+                    }}),
+                },
+            };
+            let count = series.count;
+            if let Some(s) = self.series.get_mut(&key) {
+                // Optimistic: undone by `failed`.
+                s.written = count;
+            }
+            self.sending = Some((key, create));
+            self.writes.push_back(now);
+            return Some(write);
+        }
+    }
+
+    /// The write handed out last failed: a failed creation forgets its
+    /// series, so the next repeat creates the Event again.
+    pub fn failed(&mut self) {
+        if let Some((key, create)) = self.sending.take() {
+            if create {
+                self.series.remove(&key);
+            } else if let Some(s) = self.series.get_mut(&key) {
+                s.written = 1.max(s.written.saturating_sub(1));
+            }
+        }
+    }
+
+    fn body(&self, event: &Event, series: &Series, at: SystemTime) -> Value {
+        let r = &event.regarding;
+        let mut body = json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": series.name, "namespace": r.namespace},
+            "eventTime": micro_time(at),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.instance,
+            "action": event.action,
+            "reason": event.reason.as_str(),
+            "type": event.reason.kind(),
+            "note": crate::text::clip_bytes(&event.note, NOTE_BYTES),
+            "regarding": {
+                "apiVersion": r.api_version(),
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "name": r.name,
+                "uid": r.uid,
+            },
+        });
+        if series.count > 1 {
+            body["series"] = json!({
+                "count": series.count,
+                "lastObservedTime": micro_time(series.last_wall),
+            });
+        }
+        body
+    }
+}
+
+/// A `MicroTime`: RFC 3339 with microseconds.
+fn micro_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+/// Writes what the rate allows, each write one quick attempt (no retry),
+/// so that a slow or refusing API server costs at most one timeout per
+/// Event and never a command's time: called between heartbeats, after a
+/// batch is acknowledged.
+pub fn flush(recorder: &mut Recorder, kube: &Client) {
+    while let Some(write) = recorder.next(Instant::now()) {
+        let (path, method, content_type, body) = match &write {
+            Write::Create { namespace, body } => (
+                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+                Method::POST,
+                "application/json",
+                body,
+            ),
+            Write::Count {
+                namespace,
+                name,
+                body,
+            } => (
+                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"),
+                Method::PATCH,
+                MERGE_PATCH,
+                body,
+            ),
+        };
+        let bytes = match to_json("event", body) {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("event not written: {e}");
+                recorder.failed();
+                crate::metrics::event_dropped(Dropped::Error.as_str());
+                continue;
+            }
+        };
+        let sent = kube.request_quick(
+            method,
+            &path,
+            Some(Body {
+                content_type,
+                bytes: &bytes,
+            }),
+        );
+        match sent {
+            Ok(_) => crate::metrics::event_written(),
+            Err(e) => {
+                recorder.failed();
+                let dropped = match e.status() {
+                    Some(401 | 403 | 422) => Dropped::Denied,
+                    _ => Dropped::Error,
+                };
+                crate::metrics::event_dropped(dropped.as_str());
+                if matches!(e, kube::Error::Fenced) {
+                    log::info!("event not written: not leading");
+                } else {
+                    log::warn!("event not written ({path}): {e}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regarding(uid: &str) -> Regarding {
+        Regarding {
+            kind: "NexoProxy",
+            namespace: "shop".into(),
+            name: "orders".into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn event(uid: &str, reason: Reason) -> Event {
+        Event {
+            regarding: regarding(uid),
+            reason,
+            action: "Deploy",
+            note: "deploy cmd-1 applied: 2 created".into(),
+        }
+    }
+
+    fn created(w: Option<Write>) -> Value {
+        match w {
+            Some(Write::Create { body, .. }) => body,
+            other => panic!("expected a creation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_event_is_created_with_its_controller_reason_type_and_regarding() {
+        let mut r = Recorder::new("nexo-manager-abc");
+        let t = Instant::now();
+        r.record(event("u1", Reason::Refused), t, SystemTime::now())
+            .unwrap();
+        let body = created(r.next(t));
+        assert_eq!(body["reportingController"], "nexo.io/manager");
+        assert_eq!(body["reportingInstance"], "nexo-manager-abc");
+        assert_eq!(body["reason"], "Refused");
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["action"], "Deploy");
+        assert_eq!(body["regarding"]["uid"], "u1");
+        assert_eq!(body["regarding"]["apiVersion"], "nexo.io/v1alpha1");
+        assert!(body.get("series").is_none());
+        assert!(
+            body["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("orders.")
+        );
+        assert_eq!(r.next(t), None);
+    }
+
+    #[test]
+    fn repeats_within_ten_minutes_are_one_series_and_coalesce_while_queued() {
+        let mut r = Recorder::new("p");
+        let t = Instant::now();
+        let w = SystemTime::now();
+        r.record(event("u1", Reason::Applied), t, w).unwrap();
+        r.record(event("u1", Reason::Applied), t, w).unwrap();
+        r.record(event("u1", Reason::Applied), t, w).unwrap();
+        assert_eq!(r.queued(), 1, "repeats go with the queued creation");
+        let body = created(r.next(t));
+        assert_eq!(body["series"]["count"], 3);
+        let name = body["metadata"]["name"].as_str().unwrap().to_owned();
+        // Written: the next repeat is a count update of the same Event.
+        r.record(event("u1", Reason::Applied), t + Duration::from_secs(60), w)
+            .unwrap();
+        match r.next(t + Duration::from_secs(60)) {
+            Some(Write::Count {
+                name: n, body: b, ..
+            }) => {
+                assert_eq!(n, name);
+                assert_eq!(b["series"]["count"], 4);
+            }
+            other => panic!("expected a count, got {other:?}"),
+        }
+        // Another reason about the same object is another Event.
+        r.record(event("u1", Reason::Failed), t, w).unwrap();
+        assert_eq!(created(r.next(t))["reason"], "Failed");
+        // Past the window from the last repeat: a new Event.
+        let later = t + Duration::from_secs(60) + SERIES_WINDOW;
+        r.record(event("u1", Reason::Applied), later, w).unwrap();
+        let body = created(r.next(later));
+        assert_ne!(body["metadata"]["name"], name.as_str());
+        assert!(body.get("series").is_none());
+    }
+
+    #[test]
+    fn at_most_thirty_writes_a_minute_the_rest_wait_and_a_full_queue_drops() {
+        let mut r = Recorder::new("p");
+        let t = Instant::now();
+        let w = SystemTime::now();
+        for i in 0..QUEUE {
+            r.record(event(&format!("u{i}"), Reason::Applied), t, w)
+                .unwrap();
+        }
+        assert_eq!(
+            r.record(event("one-more", Reason::Applied), t, w),
+            Err(Dropped::QueueFull)
+        );
+        let mut sent = 0;
+        while r.next(t).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, PER_MINUTE);
+        assert_eq!(r.queued(), QUEUE - PER_MINUTE);
+        assert!(r.next(t + Duration::from_secs(59)).is_none());
+        assert!(r.next(t + Duration::from_secs(60)).is_some());
+    }
+
+    #[test]
+    fn a_failed_creation_forgets_the_series_and_the_next_repeat_creates_again() {
+        let mut r = Recorder::new("p");
+        let t = Instant::now();
+        let w = SystemTime::now();
+        r.record(event("u1", Reason::Applied), t, w).unwrap();
+        created(r.next(t));
+        r.failed();
+        r.record(event("u1", Reason::Applied), t, w).unwrap();
+        assert!(created(r.next(t)).get("series").is_none());
+    }
+
+    #[test]
+    fn the_note_is_clipped_to_the_api_servers_limit_at_a_character() {
+        let mut r = Recorder::new("p");
+        let t = Instant::now();
+        let mut e = event("u1", Reason::Failed);
+        e.note = "é".repeat(1000);
+        r.record(e, t, SystemTime::now()).unwrap();
+        let body = created(r.next(t));
+        let note = body["note"].as_str().unwrap();
+        assert!(note.len() <= 1024 && note.len() >= 1022, "{}", note.len());
+    }
+}
