@@ -36,6 +36,10 @@ pub struct Config {
     /// change may stay not available before its phase is `failed`
     /// (protocol.md, `status.v1`).
     pub progress_deadline: Duration,
+    /// `NEXO_DRIFT_INTERVAL`: default 5 min (1 s to 24 h); how often drift
+    /// is checked (protocol.md, `drift.v1`). Under the heartbeat interval,
+    /// the heartbeat interval is used (with a warning at start).
+    pub drift_interval: Duration,
     /// `NEXO_CONTROL_PLANE_CA_FILE`: extra PEM trust anchors. Default: none
     /// (the built-in public roots only).
     pub control_plane_ca_file: Option<PathBuf>,
@@ -223,6 +227,7 @@ impl Config {
             };
         let heartbeat_interval = duration("NEXO_HEARTBEAT_INTERVAL", 15, 600)?;
         let progress_deadline = duration("NEXO_PROGRESS_DEADLINE", 600, 86_400)?;
+        let drift_interval = duration("NEXO_DRIFT_INTERVAL", 300, 86_400)?;
         let cp_connect_timeout = duration("NEXO_CP_CONNECT_TIMEOUT", 10, 300)?;
         let cp_request_timeout = duration("NEXO_CP_REQUEST_TIMEOUT", 30, 300)?;
 
@@ -297,6 +302,7 @@ impl Config {
             namespaces,
             heartbeat_interval,
             progress_deadline,
+            drift_interval,
             control_plane_ca_file,
             cluster_name: get("NEXO_CLUSTER_NAME"),
             cluster_region: get("NEXO_CLUSTER_REGION"),

@@ -33,6 +33,7 @@ pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cp;
+pub mod drift;
 pub mod events;
 pub(crate) mod fatal;
 pub mod image;

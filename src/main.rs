@@ -26,6 +26,8 @@ ENVIRONMENT:
     NEXO_HEARTBEAT_INTERVAL      heartbeat interval [default: 15s]
     NEXO_PROGRESS_DEADLINE       how long a change may stay not available before its
                                  status phase is failed [default: 10m]
+    NEXO_DRIFT_INTERVAL          how often drift is checked (at least the heartbeat
+                                 interval) [default: 5m]
     NEXO_CONTROL_PLANE_CA_FILE   extra PEM trust anchors for the Control Plane [default: none]
     NEXO_CP_CONNECT_TIMEOUT      connect timeout of Control Plane calls [default: 10s]
     NEXO_CP_REQUEST_TIMEOUT      whole-request timeout of Control Plane calls [default: 30s]

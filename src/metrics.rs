@@ -55,6 +55,10 @@ struct Registry {
     events_dropped: Vec<(&'static str, u64)>,
     /// Deployments reported, by phase (the last heartbeat's).
     phases: Vec<(&'static str, u64)>,
+    drift_checks: u64,
+    drift_check_us: u64,
+    /// (mode, action) → drifted objects.
+    drifted: Vec<((&'static str, &'static str), u64)>,
 }
 
 thread_local! {
@@ -147,6 +151,22 @@ pub fn event_dropped(cause: &'static str) {
 /// listed, zeros too).
 pub fn deployments_by_phase(counts: &[(&'static str, u64)]) {
     REGISTRY.with(|r| r.borrow_mut().phases = counts.to_vec());
+}
+
+/// Counts a drift check and its duration.
+pub fn drift_checked(took: Duration) {
+    REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        r.drift_checks += 1;
+        r.drift_check_us = r
+            .drift_check_us
+            .saturating_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+    });
+}
+
+/// Counts a drifted object a check found, by mode and action.
+pub fn drifted(mode: &'static str, action: &'static str) {
+    REGISTRY.with(|r| bump(&mut r.borrow_mut().drifted, (mode, action)));
 }
 
 /// What `/proc/self` says about this process.
@@ -377,6 +397,37 @@ pub fn render(out: &mut String) {
             "gauge",
             "Deployments the last heartbeat reported, by phase (status.v1).",
             &phases,
+        );
+        family(
+            out,
+            "nexo_manager_drift_checks_total",
+            "counter",
+            "Drift checks made (drift.v1).",
+            &[(String::new(), r.drift_checks.to_string())],
+        );
+        family(
+            out,
+            "nexo_manager_drift_check_seconds_total",
+            "counter",
+            "Time spent in drift checks, seconds.",
+            &[(String::new(), decimal(r.drift_check_us, 6))],
+        );
+        let drifted: Vec<(String, String)> = r
+            .drifted
+            .iter()
+            .map(|((mode, action), n)| {
+                (
+                    format!("{{mode=\"{mode}\",action=\"{action}\"}}"),
+                    n.to_string(),
+                )
+            })
+            .collect();
+        family(
+            out,
+            "nexo_manager_drifted_objects_total",
+            "counter",
+            "Drifted objects found by drift checks, by mode and action (reported, corrected, recreated, failed).",
+            &drifted,
         );
     });
 }

@@ -110,7 +110,7 @@ pub const NEXO_PIPELINES: Resource = Resource {
 };
 
 /// The kinds a command may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// `nexo.io/v1alpha1` NexoProxy.
     NexoProxy,

@@ -7,15 +7,11 @@
 
 mod support;
 
-use std::time::Duration;
-
 use nexo_manager::kube::client::MERGE_PATCH;
 use serde_json::{Value, json};
-use support::commands::{command, configmap, ns_path, proxy, secret, wait_ack};
+use support::commands::{command, configmap, ns_path, proxy, secret, wait_ack, wait_heartbeat};
 use support::fixture::Fixture;
 use support::manager::Manager;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 /// The entry of `name` in a heartbeat.
 fn entry<'a>(hb: &'a Value, name: &str) -> Option<&'a Value> {
@@ -35,18 +31,9 @@ fn wait_entry(
     what: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> (usize, Value) {
-    let mut found = None;
-    m.wait_until(WAIT, what, || {
-        found = f
-            .sim
-            .heartbeats()
-            .iter()
-            .enumerate()
-            .skip(after)
-            .find_map(|(i, hb)| entry(hb, name).filter(|e| pred(e)).map(|e| (i, e.clone())));
-        found.is_some()
-    });
-    found.unwrap()
+    wait_heartbeat(f, m, after, what, |hb| {
+        entry(hb, name).filter(|e| pred(e)).cloned()
+    })
 }
 
 fn write_status(f: &Fixture, name: &str, status: Value) {

@@ -179,6 +179,7 @@ impl Agent {
                     );
                     return;
                 }
+                self.record_applied(permitted.command(), &outcome);
                 (outcome, keep_until)
             }
             Err(Rejected { refusal, .. }) if !refusal.recorded() => {
@@ -224,13 +225,7 @@ impl Agent {
         // refusal is told on those of them that are owned.
         let targets = received.command.action.targets().to_vec();
         let class = received.command.action.class();
-        let cfg = &self.me.cfg;
-        let rules = apply::Rules {
-            policy: &cfg.policy,
-            proxy_image: &cfg.proxy_image,
-            own: &self.me.own,
-            running_bundle: cfg.bundle_version.as_deref(),
-        };
+        let rules = self.rules();
         let keep_until = received
             .keep_until
             .map(|t| humantime::format_rfc3339_seconds(t).to_string());
@@ -247,8 +242,19 @@ impl Agent {
         }
     }
 
+    /// The rules a command is permitted by, borrowed from the agent.
+    pub(super) fn rules(&self) -> apply::Rules<'_> {
+        let cfg = &self.me.cfg;
+        apply::Rules {
+            policy: &cfg.policy,
+            proxy_image: &cfg.proxy_image,
+            own: &self.me.own,
+            running_bundle: cfg.bundle_version.as_deref(),
+        }
+    }
+
     /// What the executor needs, borrowed from the agent.
-    fn execution(&self) -> apply::Context<'_> {
+    pub(super) fn execution(&self) -> apply::Context<'_> {
         apply::Context {
             kube: &self.link.kube,
             environment_id: self.me.token.environment_id(),
@@ -259,6 +265,7 @@ impl Agent {
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
             own: &self.me.own,
+            force_conflicts: false,
         }
     }
 

@@ -121,6 +121,7 @@ pub fn body(
         release_contract: None,
         trust: None,
         wait_seconds: None,
+        drift: Vec::new(),
     }
 }
 
@@ -264,6 +265,7 @@ impl Agent {
         }
         // The ends of commands it showed are not shown again.
         self.link.index.borrow_mut().heartbeat_accepted();
+        self.drift.report.delivered();
         let held = resp.held;
         let commands = resp.commands.unwrap_or_default();
         if commands.skipped > 0 {
@@ -395,6 +397,7 @@ impl Agent {
         body.release_contract = Some(release.contract);
         // `heartbeat.wait.v1`: the CP may hold it for an interval.
         body.wait_seconds = Some(self.pace.interval.as_secs());
+        body.drift = self.drift.entries();
         body.trust = Some(wire::TrustReport {
             signatures: if self.signatures_required() {
                 "required"

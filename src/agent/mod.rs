@@ -15,6 +15,7 @@
 //! timeout; a failed heartbeat or command never ends the loop.
 
 mod batch;
+mod drift;
 pub mod heartbeat;
 mod lead;
 pub mod session;
@@ -58,6 +59,7 @@ pub const CAPABILITIES: &[&str] = &[
     "release-contract.v1",
     "heartbeat.wait.v1",
     "status.v1",
+    "drift.v1",
 ];
 
 /// The process's connections, and what its probes answer from.
@@ -134,6 +136,8 @@ pub struct Agent {
     beats: Beats,
     /// The Kubernetes Events waiting to be written.
     events: crate::events::Recorder,
+    /// When drift is checked next, and what the heartbeat reports of it.
+    drift: drift::Drift,
 }
 
 impl Agent {
@@ -191,8 +195,9 @@ impl Agent {
         let count = commands.taken.len();
         let next = self.batch(commands);
         self.store.flush_delivered(&self.link, false);
-        // After the acks: Events never hold up a command.
         if self.elector().leading() {
+            self.check_drift_if_due();
+            // After the acks: Events never hold up a command.
             crate::events::flush(&mut self.events, &self.link.kube);
         }
         self.link.status().pending_acks = self.store.undelivered().count();

@@ -80,7 +80,14 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         index: Rc::clone(&index),
     }));
     crate::net::install(Rc::clone(&waiter) as Rc<dyn crate::net::Readiness>);
+    if cfg.drift_interval < cfg.heartbeat_interval {
+        log::warn!(
+            "NEXO_DRIFT_INTERVAL ({}) is under the heartbeat interval; drift is checked once a heartbeat interval",
+            humantime::format_duration(cfg.drift_interval)
+        );
+    }
     Ok(Agent {
+        drift: super::drift::Drift::new(cfg.drift_interval.max(cfg.heartbeat_interval)),
         events: crate::events::Recorder::new(&instance.pod_name),
         elector,
         state_term: 0,

@@ -120,6 +120,7 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     drop(existing);
     let mut fields = Vec::with_capacity(writes.len());
     for w in &mut writes {
+        w.force |= ctx.force_conflicts;
         if w.owned_by_proxy
             && let Some(uid) = &proxy_uid
         {

@@ -189,6 +189,7 @@ pub(super) fn workload(r: &ObjectRef, written: &Value) -> Option<Workload> {
         name: r.name.clone(),
         generation: written["metadata"]["generation"].as_i64()?,
         uid: written["metadata"]["uid"].as_str().map(str::to_owned),
+        image: written["spec"]["image"].as_str().map(str::to_owned),
     })
 }
 

@@ -40,6 +40,9 @@ pub struct Context<'a> {
     pub policy: &'a crate::policy::Policy,
     /// The Manager's own objects: never a target.
     pub own: &'a crate::ownership::OwnObjects,
+    /// A deploy's writes take fields from other field managers (drift
+    /// `enforce`); a command's never do.
+    pub force_conflicts: bool,
 }
 
 /// Runs a permitted command.

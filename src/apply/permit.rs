@@ -185,6 +185,7 @@ mod tests {
                 object,
             }],
             adopt_legacy: false,
+            drift: Default::default(),
         })
     }
 

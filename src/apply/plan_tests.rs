@@ -30,6 +30,7 @@ fn d(adopt: bool) -> Deploy {
             },
         ],
         adopt_legacy: adopt,
+        drift: Default::default(),
     }
 }
 

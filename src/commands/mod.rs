@@ -86,6 +86,31 @@ pub struct Deploy {
     pub manifests: Vec<Manifest>,
     /// The command's half of the migration gate.
     pub adopt_legacy: bool,
+    /// What drift leads to (protocol.md, `drift.v1`).
+    pub drift: crate::drift::Settings,
+}
+
+impl Deploy {
+    /// The payload its drift record keeps (protocol.md, `drift.v1`): a
+    /// deploy's, so that applying it again passes [`deploy_payload`].
+    pub fn record_payload(&self) -> Value {
+        serde_json::json!({
+            "deployment": {"name": self.deployment.name, "namespace": self.deployment.namespace},
+            "format": self.format.to_string(),
+            "manifests": self.manifests.iter().map(|m| &m.object).collect::<Vec<_>>(),
+            "drift": self.drift.to_json(),
+        })
+    }
+}
+
+/// A deploy's payload validated as a command's is: a drift record applied
+/// again passes every check a deploy does.
+pub fn deploy_payload(
+    payload: &Value,
+    capabilities: &[&str],
+    managed: &[String],
+) -> Result<Deploy, String> {
+    payload::deploy(payload, capabilities, managed)
 }
 
 /// A validated rollout.

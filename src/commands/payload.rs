@@ -84,6 +84,7 @@ pub(super) fn deploy(
         return Err(format!("format {format} is not supported by this Manager"));
     }
     let adopt_legacy = adopt_legacy(&p["migration"])?;
+    let drift = crate::drift::Settings::parse(&p["drift"])?;
     let list = p["manifests"]
         .as_array()
         .ok_or("manifests is missing or not a list")?;
@@ -133,6 +134,7 @@ pub(super) fn deploy(
         format,
         manifests,
         adopt_legacy,
+        drift,
     })
 }
 

@@ -80,6 +80,8 @@ pub fn corpus() -> Vec<(String, &'static str)> {
         (deploy(&|p| p["manifests"][1]["metadata"]["ownerReferences"] = json!([])), "invalid payload: manifests[1]: metadata.ownerReferences is set by the Manager"),
         (deploy(&|p| p["manifests"][1]["metadata"]["labels"] = json!(["a"])), "invalid payload: manifests[1]: metadata.labels is not an object"),
         (deploy(&|p| p["migration"] = json!({"adoptLegacy": "yes"})), "invalid payload: migration.adoptLegacy is not a boolean"),
+        (deploy(&|p| p["drift"] = json!({"mode": "fix"})), "invalid payload: drift.mode \"fix\" is not report, enforce or off"),
+        (deploy(&|p| p["drift"] = json!({"ignore": ["spec/replicas"]})), "invalid payload: drift.ignore[0]: \"spec/replicas\" is not a JSON pointer"),
         (with_payload("rollout", json!({"imageTag": "bad tag"})), "invalid payload: imageTag \"bad tag\" is neither a tag nor sha256"),
         (with_payload("rollout", json!({"imageTag": 14})), "invalid payload: imageTag is not a string"),
         (with_payload("rollout", json!({"targets": []})), "invalid payload: targets is empty"),

@@ -268,6 +268,38 @@ pub struct HeartbeatRequest {
     /// interval in force, in whole seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_seconds: Option<u64>,
+    /// Deployments whose objects drifted (`drift.v1`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<DriftEntry>,
+}
+
+/// One deployment in `drift` (`drift.v1`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftEntry {
+    pub name: String,
+    pub namespace: String,
+    /// `report` or `enforce`.
+    pub mode: &'static str,
+    pub objects: Vec<DriftObject>,
+}
+
+/// One drifted object of a [`DriftEntry`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftObject {
+    pub kind: &'static str,
+    pub name: String,
+    /// The JSON pointers that differ; absent for an object gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
+    /// `reported`, `corrected`, `recreated` or `failed`.
+    pub action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub detected_at: String,
 }
 
 /// `releaseContract` in the heartbeat (`release-contract.v1`); `release.rs`

@@ -643,6 +643,9 @@ pub struct Workload {
     pub generation: i64,
     /// `metadata.uid`.
     pub uid: Option<String>,
+    /// A NexoProxy's `spec.image` as written (a rollout's is kept in the
+    /// drift record).
+    pub image: Option<String>,
 }
 
 /// A deployment whose phase turned `failed` or `degraded`.

@@ -51,6 +51,7 @@ fn deploy_of(objects: Vec<Value>) -> Deploy {
         format: Format::Legacy,
         manifests,
         adopt_legacy: false,
+        drift: Default::default(),
     }
 }
 

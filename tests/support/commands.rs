@@ -57,3 +57,26 @@ pub fn wait_ack(f: &Fixture, m: &mut Manager, id: &str) -> Value {
     });
     ack_of(f, id).unwrap()
 }
+
+/// Waits for a heartbeat after the `after`th from which `pick` takes
+/// something; returns its position and what was taken.
+pub fn wait_heartbeat<T>(
+    f: &Fixture,
+    m: &mut Manager,
+    after: usize,
+    what: &str,
+    pick: impl Fn(&Value) -> Option<T>,
+) -> (usize, T) {
+    let mut found = None;
+    m.wait_until(ACK_WAIT, what, || {
+        found = f
+            .sim
+            .heartbeats()
+            .iter()
+            .enumerate()
+            .skip(after)
+            .find_map(|(i, hb)| pick(hb).map(|t| (i, t)));
+        found.is_some()
+    });
+    found.unwrap()
+}

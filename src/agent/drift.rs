@@ -1,0 +1,473 @@
+//! Drift (protocol.md, `drift.v1`), the agent's side: the record of what
+//! a deploy or rollout applied, written after it (a Secret owned by the
+//! deployment); the check, every `NEXO_DRIFT_INTERVAL` (never more often
+//! than heartbeats), with one label-selected list per kind and namespace
+//! and a comparison made page by page ([`crate::drift`] decides); and
+//! enforcement, which applies the record again through the deploy
+//! pipeline, under the same validation, content policy and ownership
+//! rules as a command.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Agent, CAPABILITIES};
+use crate::apply::{self, Outcome};
+use crate::commands::{Action, Command, Deploy};
+use crate::cp::wire::{AckResult, DriftEntry, DriftObject};
+use crate::drift::{self, Found, Mode};
+use crate::events::{Event, Reason};
+use crate::kube::ApplyParams;
+use crate::resource::{Kind, SECRETS};
+
+/// When the next check is due, and what the heartbeat reports.
+#[derive(Debug)]
+pub(super) struct Drift {
+    next: Instant,
+    pub(super) report: drift::Report,
+}
+
+impl Drift {
+    /// The first check one interval after start: the records are the last
+    /// leader's, and the cluster has just been read for the inventory.
+    pub(super) fn new(interval: Duration) -> Drift {
+        Drift {
+            next: Instant::now() + interval,
+            report: drift::Report::default(),
+        }
+    }
+
+    /// The heartbeat's `drift`.
+    pub(super) fn entries(&self) -> Vec<DriftEntry> {
+        self.report
+            .deployments()
+            .map(|((namespace, name), d)| DriftEntry {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                mode: d.mode.as_str(),
+                objects: d
+                    .objects
+                    .iter()
+                    .map(|o| DriftObject {
+                        kind: o.kind,
+                        name: o.name.clone(),
+                        fields: (!o.gone).then(|| o.fields.clone()),
+                        gone: o.gone,
+                        action: o.action.as_str(),
+                        message: o.message.clone(),
+                        detected_at: o.detected_at.clone(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// One deployment's record, parsed and validated as a deploy.
+struct Recorded {
+    deploy: Deploy,
+    /// What differs, by manifest index.
+    found: BTreeMap<usize, Vec<String>>,
+    /// The objects seen, by manifest index (kept for `enforce` only).
+    live: HashMap<usize, Value>,
+    seen: BTreeSet<usize>,
+    /// A list it needs failed: not concluded this time.
+    skipped: bool,
+}
+
+impl Agent {
+    /// After a command applied: a deploy's record written, a rollout's
+    /// image kept in its records, an uninstalled deployment forgotten.
+    pub(super) fn record_applied(&mut self, command: &Command, outcome: &Outcome) {
+        if outcome.result != AckResult::Applied {
+            return;
+        }
+        match &command.action {
+            Action::Deploy(d) => {
+                let primary = d.format.primary();
+                let owner = outcome.workloads.iter().find(|w| {
+                    w.kind == primary.name()
+                        && w.name == d.deployment.name
+                        && w.namespace == d.deployment.namespace
+                });
+                let Some(uid) = owner.and_then(|w| w.uid.as_deref()) else {
+                    log::warn!(
+                        "drift: no uid for the {primary} of {}; what it applied is not recorded",
+                        d.deployment.name
+                    );
+                    return;
+                };
+                let payload = d.record_payload();
+                self.write_record(
+                    &d.deployment.namespace,
+                    &d.deployment.name,
+                    &payload,
+                    (primary.name(), uid),
+                );
+            }
+            Action::Rollout(_) => {
+                for w in &outcome.workloads {
+                    if let (Some(image), Some(uid)) = (&w.image, &w.uid) {
+                        self.record_rollout(&w.namespace, &w.name, image, uid);
+                    }
+                }
+            }
+            Action::Uninstall(t) => self.drift.report.forget(&t.namespace, &t.name),
+            Action::Upgrade(_) => {}
+        }
+    }
+
+    /// Keeps a rollout's image in the deployment's record, so that
+    /// enforcing it never rolls back.
+    fn record_rollout(&mut self, namespace: &str, name: &str, image: &str, uid: &str) {
+        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
+        let secret = match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
+            Ok(_) => return,
+            Err(e) => {
+                log::warn!("drift: cannot read the record of {namespace}/{name}: {e}");
+                return;
+            }
+        };
+        let mut payload = match drift::record_payload(&secret) {
+            Ok(p) => p,
+            Err(e) => {
+                log::warn!("drift: the record of {namespace}/{name} is unreadable: {e}");
+                return;
+            }
+        };
+        let manifests = payload["manifests"].as_array_mut().into_iter().flatten();
+        for m in manifests {
+            if m["kind"] == "NexoProxy" && m["metadata"]["name"] == name {
+                m["spec"]["image"] = Value::String(image.to_owned());
+            }
+        }
+        self.write_record(namespace, name, &payload, ("NexoProxy", uid));
+    }
+
+    /// Writes a record, unless a Secret of its name that is not one is in
+    /// the way (never touched).
+    fn write_record(&mut self, namespace: &str, name: &str, payload: &Value, owner: (&str, &str)) {
+        let env = self.me.token.environment_id();
+        let Some(secret) = drift::record_secret(payload, namespace, name, env, owner) else {
+            log::warn!(
+                "drift: what {namespace}/{name} applied is over {} bytes; not recorded, its drift not checked",
+                drift::MAX_RECORD_BYTES
+            );
+            return;
+        };
+        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
+        match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(other)) if !drift::is_record(&other, env) => {
+                log::warn!(
+                    "drift: Secret {namespace}/{} is not this Manager's record; left alone, the drift of {name} is not checked",
+                    drift::record_name(name)
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                log::warn!("drift: cannot read {path}: {e}; what {name} applied is not recorded");
+                return;
+            }
+        }
+        if let Err(e) = self
+            .link
+            .kube
+            .apply(&path, &secret, ApplyParams::WRITE.forced(true))
+        {
+            log::warn!("drift: cannot write the record of {namespace}/{name}: {e}");
+        }
+    }
+
+    /// Checks drift when due (leading, between heartbeats).
+    pub(super) fn check_drift_if_due(&mut self) {
+        let now = Instant::now();
+        if now < self.drift.next {
+            return;
+        }
+        let interval = self.me.cfg.drift_interval.max(self.pace.interval);
+        self.drift.next = now + interval;
+        let started = Instant::now();
+        for ns in self.me.namespaces.clone() {
+            self.check_namespace(&ns);
+        }
+        crate::metrics::drift_checked(started.elapsed());
+    }
+
+    /// One namespace: its records and its Secrets in one list, then one
+    /// list per other kind the records name.
+    fn check_namespace(&mut self, ns: &str) {
+        let env = self.me.token.environment_id().to_owned();
+        let selector = crate::ownership::owned_selector(&env);
+        let kube = self.link.kube.clone();
+        let mut records: Vec<Recorded> = Vec::new();
+        let mut secrets: HashMap<String, Value> = HashMap::new();
+        let managed = self.me.namespaces.clone();
+        let listed = kube.list_each(
+            &SECRETS.collection(Some(ns)),
+            Some(&selector),
+            crate::inventory::PAGE,
+            |s| {
+                if drift::is_record(&s, &env) {
+                    let deploy = drift::record_payload(&s)
+                        .and_then(|p| crate::commands::deploy_payload(&p, CAPABILITIES, &managed));
+                    match deploy {
+                        Ok(deploy) if deploy.deployment.namespace == ns => {
+                            records.push(Recorded {
+                                deploy,
+                                found: BTreeMap::new(),
+                                live: HashMap::new(),
+                                seen: BTreeSet::new(),
+                                skipped: false,
+                            });
+                        }
+                        Ok(_) => log::warn!("drift: a record in {ns} names another namespace"),
+                        Err(e) => log::warn!(
+                            "drift: record {ns}/{} is not a valid deploy: {e}",
+                            s["metadata"]["name"].as_str().unwrap_or("?")
+                        ),
+                    }
+                } else if let Some(name) = s["metadata"]["name"].as_str() {
+                    secrets.insert(name.to_owned(), s);
+                }
+            },
+        );
+        if let Err(e) = listed {
+            log::warn!("drift: cannot list the Secrets of {ns}: {e}");
+            return;
+        }
+        records.retain(|r| {
+            let off = r.deploy.drift.mode == Mode::Off;
+            if off {
+                self.drift.report.forget(ns, &r.deploy.deployment.name);
+            }
+            !off
+        });
+        if records.is_empty() {
+            return;
+        }
+        let names = by_name(&records);
+        // Secrets are compared from the list already made.
+        compare_kind(&mut records, &names, Kind::Secret, secrets.into_values());
+        let kinds: BTreeSet<&'static str> = records
+            .iter()
+            .flat_map(|r| r.deploy.manifests.iter().map(|m| m.reference.kind.name()))
+            .filter(|k| *k != "Secret")
+            .collect();
+        for name in kinds {
+            let Some(kind) = Kind::ALL.into_iter().find(|k| k.name() == name) else {
+                continue;
+            };
+            let mut page = Vec::new();
+            let listed = kube.list_each(
+                &kind.resource().collection(Some(ns)),
+                Some(&selector),
+                crate::inventory::PAGE,
+                |o| {
+                    page.push(o);
+                    if page.len() >= crate::inventory::PAGE as usize {
+                        compare_kind(&mut records, &names, kind, page.drain(..));
+                    }
+                },
+            );
+            compare_kind(&mut records, &names, kind, page.drain(..));
+            if let Err(e) = listed {
+                log::warn!("drift: cannot list the {kind}s of {ns}: {e}; not checked this time");
+                for r in &mut records {
+                    if r.deploy.manifests.iter().any(|m| m.reference.kind == kind) {
+                        r.skipped = true;
+                    }
+                }
+            }
+        }
+        for r in records.into_iter().filter(|r| !r.skipped) {
+            self.conclude(ns, r);
+        }
+    }
+
+    /// What a deployment's check found: reported, enforced, counted, told.
+    fn conclude(&mut self, ns: &str, mut r: Recorded) {
+        let wall = super::now_rfc3339();
+        let mut found: Vec<Found> = Vec::new();
+        for (i, m) in r.deploy.manifests.iter().enumerate() {
+            let gone = !r.seen.contains(&i);
+            let fields = r.found.remove(&i).unwrap_or_default();
+            if gone || !fields.is_empty() {
+                found.push(Found {
+                    kind: m.reference.kind.name(),
+                    name: m.reference.name.clone(),
+                    fields,
+                    gone,
+                    action: drift::Action::Reported,
+                    message: None,
+                    detected_at: wall.clone(),
+                });
+            }
+        }
+        let mode = r.deploy.drift.mode;
+        let name = r.deploy.deployment.name.clone();
+        if !found.is_empty() && mode == Mode::Enforce {
+            let (action, message) = self.enforce(r);
+            for f in &mut found {
+                f.action = match action {
+                    AckResult::Applied if f.gone => drift::Action::Recreated,
+                    AckResult::Applied => drift::Action::Corrected,
+                    AckResult::Failed => drift::Action::Failed,
+                };
+                f.message.clone_from(&message);
+            }
+        }
+        for f in &found {
+            crate::metrics::drifted(mode.as_str(), f.action.as_str());
+            match f.action {
+                drift::Action::Corrected | drift::Action::Recreated => log::info!(
+                    "drift: {} {ns}/{} of {name} {}: {}",
+                    f.kind,
+                    f.name,
+                    f.action.as_str(),
+                    describe(f)
+                ),
+                _ => {}
+            }
+        }
+        let corrected: Vec<Found> = found
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f.action,
+                    drift::Action::Corrected | drift::Action::Recreated
+                )
+            })
+            .cloned()
+            .collect();
+        let new = self.drift.report.checked(ns, &name, mode, found);
+        for f in &new {
+            log::warn!(
+                "drift: {} {ns}/{} of {name}: {}",
+                f.kind,
+                f.name,
+                describe(f)
+            );
+        }
+        self.drift_events(ns, &name, Reason::DriftDetected, &new);
+        self.drift_events(ns, &name, Reason::DriftCorrected, &corrected);
+    }
+
+    /// One Event about the deployment's NexoProxy or Deployment, naming the objects.
+    fn drift_events(&mut self, ns: &str, name: &str, reason: Reason, objects: &[Found]) {
+        if objects.is_empty() {
+            return;
+        }
+        let note = objects
+            .iter()
+            .map(|f| format!("{} {}: {}", f.kind, f.name, describe(f)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let regarding = self.link.index.borrow().owned(ns, name);
+        for r in regarding {
+            self.event(Event {
+                regarding: r,
+                reason,
+                action: if reason == Reason::DriftCorrected {
+                    "CorrectDrift"
+                } else {
+                    "CheckDrift"
+                },
+                note: note.clone(),
+            });
+        }
+    }
+
+    /// Applies a record again: what drift ignores kept as it is now, the
+    /// same checks as a deploy command, fields taken back from other field
+    /// managers. The result, and the message of a failure.
+    fn enforce(&mut self, r: Recorded) -> (AckResult, Option<String>) {
+        let Recorded {
+            mut deploy, live, ..
+        } = r;
+        let ignore = deploy.drift.ignore.clone();
+        for (i, m) in deploy.manifests.iter_mut().enumerate() {
+            m.object = drift::keeping_ignored(&m.object, live.get(&i), &ignore);
+        }
+        let name = deploy.deployment.name.clone();
+        let command = Command {
+            id: format!("drift-{name}"),
+            action: Action::Deploy(deploy),
+        };
+        let permitted = match apply::permit(command, &self.rules()) {
+            Ok(p) => p,
+            Err(refusal) => {
+                return (
+                    AckResult::Failed,
+                    Some(crate::text::clip(&refusal.to_string(), 256)),
+                );
+            }
+        };
+        let mut ctx = self.execution();
+        ctx.force_conflicts = true;
+        let outcome = apply::run(&ctx, &permitted);
+        match outcome.result {
+            AckResult::Applied => (AckResult::Applied, None),
+            AckResult::Failed => (
+                AckResult::Failed,
+                Some(crate::text::clip(&outcome.message, 256)),
+            ),
+        }
+    }
+}
+
+/// `fields /data/mode` or `gone`.
+fn describe(f: &Found) -> String {
+    if f.gone {
+        "gone".to_owned()
+    } else {
+        format!("fields {}", f.fields.join(", "))
+    }
+}
+
+/// Where each named object is among the records' manifests.
+type ByName = HashMap<(Kind, String), Vec<(usize, usize)>>;
+
+fn by_name(records: &[Recorded]) -> ByName {
+    let mut map: ByName = HashMap::new();
+    for (r, rec) in records.iter().enumerate() {
+        for (i, m) in rec.deploy.manifests.iter().enumerate() {
+            map.entry((m.reference.kind, m.reference.name.clone()))
+                .or_default()
+                .push((r, i));
+        }
+    }
+    map
+}
+
+/// Compares the listed objects of `kind` with the records' manifests of
+/// that kind (by name); an object no record names is dropped at once.
+fn compare_kind(
+    records: &mut [Recorded],
+    names: &ByName,
+    kind: Kind,
+    objects: impl Iterator<Item = Value>,
+) {
+    for o in objects {
+        let Some(name) = o["metadata"]["name"].as_str() else {
+            continue;
+        };
+        let Some(places) = names.get(&(kind, name.to_owned())) else {
+            continue;
+        };
+        for &(r, i) in places {
+            let r = &mut records[r];
+            r.seen.insert(i);
+            let diff =
+                drift::differences(&r.deploy.manifests[i].object, &o, &r.deploy.drift.ignore);
+            if !diff.is_empty() {
+                r.found.insert(i, diff);
+                if r.deploy.drift.mode == Mode::Enforce {
+                    r.live.insert(i, o.clone());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+use super::*;
+
+fn ignore(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn settings_default_to_report_and_refuse_what_is_not_known() {
+    assert_eq!(Settings::parse(&Value::Null).unwrap(), Settings::default());
+    let s = Settings::parse(
+        &json!({"mode": "enforce", "ignore": ["/spec/replicas", "/metadata/annotations/a~1b"]}),
+    )
+    .unwrap();
+    assert_eq!(s.mode, Mode::Enforce);
+    assert_eq!(s.ignore.len(), 2);
+    for (bad, why) in [
+        (json!({"mode": "fix"}), "drift.mode \"fix\""),
+        (json!({"mode": 1}), "drift.mode is not a string"),
+        (json!({"ignore": "/spec"}), "drift.ignore is not a list"),
+        (json!({"ignore": ["spec"]}), "drift.ignore[0]"),
+        (json!({"ignore": ["/a~2"]}), "~ is only ~0 or ~1"),
+        (
+            json!({"ignore": [format!("/{}", "a".repeat(300))]}),
+            "longer than 256",
+        ),
+        (json!({"ignore": vec!["/a"; 33]}), "more than 32"),
+        (
+            json!({"mode": "report", "prune": true}),
+            "drift.prune is not a field",
+        ),
+        (json!("enforce"), "drift is not an object"),
+    ] {
+        let e = Settings::parse(&bad).unwrap_err();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn only_the_fields_applied_count_and_defaults_do_not() {
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"app": "orders"}},
+        "data": {"mode": "fast", "listen": "27017"}});
+    let mut live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "uid": "u", "resourceVersion": "7", "labels": {"app": "orders", "nexo.io/owner-id": "e", "extra": "theirs"}},
+        "data": {"mode": "fast", "listen": "27017", "other": "x"}});
+    assert!(differences(&applied, &live, &[]).is_empty());
+    live["data"]["mode"] = json!("slow");
+    live["metadata"]["labels"]["app"] = json!("shop");
+    assert_eq!(
+        differences(&applied, &live, &[]),
+        ["/data/mode", "/metadata/labels/app"]
+    );
+    assert_eq!(
+        differences(&applied, &live, &ignore(&["/metadata/labels"])),
+        ["/data/mode"]
+    );
+    live["data"].as_object_mut().unwrap().remove("listen");
+    assert_eq!(
+        differences(&applied, &live, &ignore(&["/metadata"])),
+        ["/data/listen", "/data/mode"]
+    );
+}
+
+#[test]
+fn lists_compare_by_element_and_quantities_by_value() {
+    let applied = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "proxy", "image": "p:1", "resources": {"limits": {"cpu": "0.5", "memory": "1Gi"}}}]}}}});
+    let live = json!({"spec": {"replicas": 2, "progressDeadlineSeconds": 600, "template": {"spec": {"containers": [
+        {"name": "proxy", "image": "p:1", "imagePullPolicy": "IfNotPresent",
+         "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}}});
+    assert!(differences(&applied, &live, &[]).is_empty());
+    let mut changed = live.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("evil:1");
+    changed["spec"]["replicas"] = json!(5);
+    assert_eq!(
+        differences(&applied, &changed, &[]),
+        ["/spec/replicas", "/spec/template/spec/containers/0/image"]
+    );
+    assert_eq!(
+        differences(&applied, &changed, &ignore(&["/spec/replicas"])),
+        ["/spec/template/spec/containers/0/image"]
+    );
+    let mut sidecar = live.clone();
+    sidecar["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "miner"}));
+    assert_eq!(
+        differences(&applied, &sidecar, &[]),
+        ["/spec/template/spec/containers"]
+    );
+    assert_eq!(quantity("1e3"), Some(1000.0));
+    assert_eq!(quantity("2Ki"), Some(2048.0));
+    assert_eq!(quantity("lots"), None);
+}
+
+#[test]
+fn string_data_is_compared_as_the_data_it_became() {
+    let applied = json!({"kind": "Secret", "stringData": {"uri": "mongodb://db"}});
+    let live = json!({"kind": "Secret", "data": {"uri": STANDARD.encode("mongodb://db")}});
+    assert!(differences(&applied, &live, &[]).is_empty());
+    let live = json!({"kind": "Secret", "data": {"uri": STANDARD.encode("mongodb://evil")}});
+    assert_eq!(differences(&applied, &live, &[]), ["/data/uri"]);
+}
+
+#[test]
+fn a_field_another_manager_took_is_drift_even_at_the_same_value() {
+    let applied = json!({"data": {"mode": "fast"}, "metadata": {"labels": {"a": "1"}}});
+    let live = json!({"data": {"mode": "fast", "x": "1"}, "metadata": {"labels": {"a": "1"}, "managedFields": [
+        {"manager": "nexo-manager", "operation": "Apply", "fieldsV1": {"f:data": {"f:mode": {}}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status", "fieldsV1": {"f:data": {"f:mode": {}}}},
+        {"manager": "someone", "operation": "Update", "fieldsV1": {"f:data": {".": {}, "f:x": {}}}}]}});
+    assert!(
+        differences(&applied, &live, &[]).is_empty(),
+        "a neighbour's field is not ours"
+    );
+    let mut shared = live.clone();
+    shared["metadata"]["managedFields"][2]["fieldsV1"] = json!({"f:data": {"f:mode": {}}});
+    assert!(
+        differences(&applied, &shared, &[]).is_empty(),
+        "shared at the same value"
+    );
+    let mut taken = shared.clone();
+    taken["metadata"]["managedFields"][0]["fieldsV1"] =
+        json!({"f:metadata": {"f:labels": {"f:a": {}}}});
+    assert_eq!(differences(&applied, &taken, &[]), ["/data/mode"]);
+    assert!(differences(&applied, &taken, &ignore(&["/data/mode"])).is_empty());
+}
+
+#[test]
+fn enforcing_keeps_what_drift_ignores() {
+    let manifest =
+        json!({"spec": {"replicas": 2, "image": "p:1"}, "metadata": {"annotations": {"a": "1"}}});
+    let live = json!({"spec": {"replicas": 7, "image": "evil:1"}});
+    let again = keeping_ignored(
+        &manifest,
+        Some(&live),
+        &ignore(&["/spec/replicas", "/metadata/annotations"]),
+    );
+    assert_eq!(
+        again,
+        json!({"spec": {"replicas": 7, "image": "p:1"}, "metadata": {}})
+    );
+    assert_eq!(keeping_ignored(&manifest, None, &[]), manifest);
+}
+
+#[test]
+fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
+    let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
+    let s = record_secret(&payload, "shop", "orders", "env-1", ("NexoProxy", "u-1")).unwrap();
+    assert_eq!(s["metadata"]["name"], "nexo-applied-orders");
+    assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    assert_eq!(
+        s["metadata"]["ownerReferences"][0]["apiVersion"],
+        "nexo.io/v1alpha1"
+    );
+    assert!(is_record(&s, "env-1"));
+    assert!(!is_record(&s, "env-2"));
+    assert_eq!(record_payload(&s).unwrap(), payload);
+    let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
+    assert!(record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u")).is_none());
+    let mut bad = s.clone();
+    bad["data"]["payload"] = json!("%%%");
+    assert!(record_payload(&bad).unwrap_err().contains("not base64"));
+}
+
+fn found(name: &str, action: Action, at: &str) -> Found {
+    Found {
+        kind: "ConfigMap",
+        name: name.into(),
+        fields: vec!["/data/mode".into()],
+        gone: false,
+        action,
+        message: None,
+        detected_at: at.into(),
+    }
+}
+
+#[test]
+fn the_report_keeps_reported_drift_while_it_lasts_and_corrections_until_delivered() {
+    let mut r = Report::default();
+    let new = r.checked(
+        "shop",
+        "orders",
+        Mode::Report,
+        vec![found("c", Action::Reported, "t1")],
+    );
+    assert_eq!(new.len(), 1);
+    let new = r.checked(
+        "shop",
+        "orders",
+        Mode::Report,
+        vec![found("c", Action::Reported, "t2")],
+    );
+    assert!(new.is_empty(), "still the same drift");
+    let (_, d) = r.deployments().next().unwrap();
+    assert_eq!(d.objects[0].detected_at, "t1", "detectedAt kept");
+    r.delivered();
+    assert_eq!(r.deployments().count(), 1, "reported stays while it lasts");
+    r.checked("shop", "orders", Mode::Report, vec![]);
+    assert_eq!(r.deployments().count(), 0, "gone when it matches again");
+
+    r.checked(
+        "shop",
+        "orders",
+        Mode::Enforce,
+        vec![found("c", Action::Corrected, "t3")],
+    );
+    r.checked("shop", "orders", Mode::Enforce, vec![]);
+    assert_eq!(
+        r.deployments().count(),
+        1,
+        "a correction waits for its heartbeat"
+    );
+    r.delivered();
+    assert_eq!(r.deployments().count(), 0);
+}
