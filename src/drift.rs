@@ -435,8 +435,10 @@ pub fn record_name(deployment: &str) -> String {
 /// `deployment`, `format`, `manifests` and `drift`, as a deploy command's
 /// payload, so that enforcing it passes the same validation), owned by
 /// the deployment's NexoProxy or Deployment (`owner`: kind, uid) and
-/// labelled as the Manager's own. `None` when it is over
-/// [`MAX_RECORD_BYTES`].
+/// labelled as the Manager's own, but not with the deployment's label:
+/// an uninstall or a deploy that lists the deployment's objects never
+/// meets it (the garbage collector removes it with its owner). `None`
+/// when it is over [`MAX_RECORD_BYTES`].
 pub fn record_secret(
     payload: &Value,
     namespace: &str,
@@ -461,7 +463,6 @@ pub fn record_secret(
             "labels": {
                 ownership::MANAGED_BY: ownership::MANAGER,
                 ownership::OWNER_ID: environment_id,
-                ownership::DEPLOYMENT: deployment,
                 ownership::ROLE: RECORD_ROLE,
             },
             "ownerReferences": [{"apiVersion": api_version, "kind": owner.0, "name": deployment, "uid": owner.1}],

@@ -241,6 +241,39 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             .contains("NEXO_ALLOW_LEGACY_ADOPTION"),
         "{gate}"
     );
+    // The shipped RBAC lets the Manager tell what it did as Events.
+    let events: Value = admin
+        .get(&format!("/apis/events.k8s.io/v1/namespaces/{NS}/events"))
+        .unwrap();
+    let told: Vec<(String, String)> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reportingController"] == "nexo.io/manager")
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or_default().to_owned(),
+                e["regarding"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    for (action, name) in [
+        ("Deploy", "orders"),
+        ("Deploy", "billing"),
+        ("Rollout", "orders"),
+    ] {
+        m.check(
+            told.iter().any(|(a, n)| a == action && n == name),
+            &format!("an Event {action} about {name} under the shipped RBAC: {told:?}"),
+        );
+    }
+    m.check(
+        !m.stderr().contains("event not written"),
+        "no Event denied under the shipped RBAC",
+    );
     let hb = sim.heartbeats().pop().unwrap();
     m.check(
         hb.get("inventoryErrors").is_none(),

@@ -149,6 +149,30 @@ fn a_proxys_phase_follows_its_status_and_its_commands_end_once() {
         later["status"]["phase"] == "failed" && later["status"].get("command").is_none(),
         &format!("failed stays; the command's end is not shown again: {later}"),
     );
+    // Each turn is a Warning Event about the proxy; the phase a metric.
+    let list: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/apis/events.k8s.io/v1/namespaces/{}/events",
+                f.ns.name
+            ))
+            .unwrap();
+    let turns: Vec<(&str, &str)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "ObserveStatus" && e["regarding"]["name"] == "orders")
+        .map(|e| (e["reason"].as_str().unwrap(), e["type"].as_str().unwrap()))
+        .collect();
+    m.check(
+        turns.contains(&("Degraded", "Warning")) && turns.contains(&("ProgressFailed", "Warning")),
+        &format!("Degraded and ProgressFailed Events: {turns:?}"),
+    );
+    let failed = m.metric("nexo_manager_deployments{phase=\"failed\"}");
+    m.check(
+        failed == Some(1.0),
+        &format!("one deployment failed: {failed:?}"),
+    );
     m.stop_expecting_exit_0();
 }
 

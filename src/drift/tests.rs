@@ -154,6 +154,10 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
         "nexo.io/v1alpha1"
     );
     assert!(is_record(&s, "env-1"));
+    assert!(
+        s["metadata"]["labels"].get(ownership::DEPLOYMENT).is_none(),
+        "an uninstall listing the deployment's objects never meets it"
+    );
     assert!(!is_record(&s, "env-2"));
     assert_eq!(record_payload(&s).unwrap(), payload);
     let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
