@@ -486,6 +486,90 @@ pub fn record_payload(secret: &Value) -> Result<Value, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("data.payload is not JSON: {e}"))
 }
 
+/// A record as a check holds it: small, each manifest kept as its JSON
+/// text until its object is compared (10,000 parsed manifests would cost
+/// the check tens of MiB).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kept {
+    pub name: String,
+    pub namespace: String,
+    pub format: String,
+    pub settings: Settings,
+    pub manifests: Vec<KeptManifest>,
+}
+
+/// One manifest of a [`Kept`] record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptManifest {
+    pub kind: crate::resource::Kind,
+    pub name: String,
+    pub text: Box<str>,
+}
+
+impl Kept {
+    /// Reads a record's payload; an error names what is wrong. Enough to
+    /// compare; enforcing it validates it whole, as a deploy.
+    pub fn read(payload: &Value) -> Result<Kept, String> {
+        let field = |v: &Value, what: &str| -> Result<String, String> {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{what} is missing or not a string"))
+        };
+        let name = field(&payload["deployment"]["name"], "deployment.name")?;
+        let namespace = field(&payload["deployment"]["namespace"], "deployment.namespace")?;
+        let format = field(&payload["format"], "format")?;
+        let settings = Settings::parse(&payload["drift"])?;
+        let list = payload["manifests"]
+            .as_array()
+            .ok_or("manifests is missing or not a list")?;
+        let mut manifests = Vec::with_capacity(list.len());
+        for (i, m) in list.iter().enumerate() {
+            let api_version = m["apiVersion"].as_str().unwrap_or_default();
+            let kind = m["kind"].as_str().unwrap_or_default();
+            let kind = crate::resource::Kind::of(api_version, kind).ok_or_else(|| {
+                format!(
+                    "manifests[{i}]: {} {} is not a kind a deploy writes",
+                    crate::text::clip(api_version, 64),
+                    crate::text::clip(kind, 64)
+                )
+            })?;
+            let name = field(
+                &m["metadata"]["name"],
+                &format!("manifests[{i}].metadata.name"),
+            )?;
+            manifests.push(KeptManifest {
+                kind,
+                name,
+                text: m.to_string().into_boxed_str(),
+            });
+        }
+        Ok(Kept {
+            name,
+            namespace,
+            format,
+            settings,
+            manifests,
+        })
+    }
+
+    /// The deploy payload it was read from, for enforcement; each
+    /// manifest through `edit` (index, manifest).
+    pub fn payload(&self, mut edit: impl FnMut(usize, Value) -> Value) -> Value {
+        let manifests: Vec<Value> = self
+            .manifests
+            .iter()
+            .enumerate()
+            .map(|(i, m)| edit(i, serde_json::from_str(&m.text).unwrap_or(Value::Null)))
+            .collect();
+        json!({
+            "deployment": {"name": self.name, "namespace": self.namespace},
+            "format": self.format,
+            "manifests": manifests,
+            "drift": self.settings.to_json(),
+        })
+    }
+}
+
 /// Whether `secret` is a record of this environment (labels).
 pub fn is_record(secret: &Value, environment_id: &str) -> bool {
     let labels = &secret["metadata"]["labels"];

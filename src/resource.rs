@@ -67,6 +67,8 @@ pub const CONFIG_MAPS: Resource = core("configmaps", true);
 pub const SECRETS: Resource = core("secrets", true);
 /// `v1` Services.
 pub const SERVICES: Resource = core("services", true);
+/// `v1` pods: listed only to say why a legacy Deployment's pods do not run.
+pub const PODS: Resource = core("pods", true);
 /// `v1` Namespaces.
 pub const NAMESPACES: Resource = core("namespaces", false);
 /// `v1` Nodes.

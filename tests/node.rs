@@ -850,6 +850,68 @@ fn deploys(bed: &Bed) {
             (hb["managedProxyCount"] == 2).then_some(())
         },
     );
+    // The legacy Deployment's status, from what its controller writes of
+    // real pods (status.v1): available.
+    let status_of = |name: &str| -> Option<Value> {
+        let hb = bed.sim.last_heartbeat()?;
+        let e = hb["deployments"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)?;
+        Some(e["status"].clone())
+    };
+    wait_for(Duration::from_secs(60), "billing available", || {
+        status_of("billing").filter(|s| s["phase"] == "available")
+    });
+    // Deployed again to an image of the allowed repository that does not
+    // exist, with a 15 s progress deadline: failed, and the message says
+    // what the kubelet says of its pod.
+    let repository = bed.images.proxy.split('@').next().unwrap();
+    let mut broken = legacy_deployment("billing", &format!("{repository}:absent"));
+    broken["spec"]["progressDeadlineSeconds"] = json!(15);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"},
+        "spec": {"selector": {"app": "billing"}, "ports": [{"port": 27017}]}});
+    bed.command(
+        "node-legacy-absent",
+        "deploy",
+        json!({"deployment": {"name": "billing", "namespace": NS}, "format": "legacy",
+        "manifests": [broken, svc]}),
+    );
+    let ack = bed.wait_ack("node-legacy-absent", Duration::from_secs(30));
+    assert_eq!(ack["result"], "applied", "{ack}");
+    let failed = wait_for(
+        Duration::from_secs(120),
+        "billing failed with the kubelet's reason",
+        || {
+            status_of("billing").filter(|s| {
+                s["phase"] == "failed"
+                    && s["message"].as_str().is_some_and(|m| {
+                        m.contains("ErrImagePull") || m.contains("ImagePullBackOff")
+                    })
+            })
+        },
+    );
+    assert_eq!(failed["reason"], "ProgressDeadlineExceeded", "{failed}");
+    let events = bed.json(&["-n", NS, "get", "events.v1.events.k8s.io"]);
+    let progress_failed = events["items"].as_array().unwrap().iter().any(|e| {
+        e["reason"] == "ProgressFailed"
+            && e["regarding"]["name"] == "billing"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("pod billing-"))
+    });
+    assert!(
+        progress_failed,
+        "a ProgressFailed Event naming the pod: {events}"
+    );
+    // Its pods would retry the pull for the scenarios after this one.
+    bed.command(
+        "node-legacy-uninstall",
+        "uninstall",
+        json!({"deployment": {"name": "billing", "namespace": NS}}),
+    );
+    let ack = bed.wait_ack("node-legacy-uninstall", Duration::from_secs(30));
+    assert_eq!(ack["result"], "applied", "{ack}");
 }
 
 /// Upgrades to `image`; returns the ack.

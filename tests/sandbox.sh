@@ -11,8 +11,9 @@
 # uses the cluster of $KUBECONFIG when NEXO_SANDBOX_USE_KUBECONFIG=1 (it then
 # needs cluster-admin to install manifests/). It installs manifests/, runs the
 # Manager as its ServiceAccount under the shipped RBAC, and plays: two crd
-# deployments, one legacy deployment, a rollout, an uninstall. Ctrl-C stops
-# everything it started.
+# deployments, one legacy deployment, a rollout that ends failed (status.v1),
+# two kubectl edits (one drift reported, one corrected: drift.v1), the
+# Events, an uninstall. Ctrl-C stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,7 +95,7 @@ say "starting nexo-manager as ServiceAccount $ns/nexo-manager"
 env -i PATH="$PATH" \
   NEXO_CONTROL_PLANE_URL="$cp_url" NEXO_CONTROL_PLANE_CA_FILE="$work/cp-ca.pem" \
   NEXO_CONNECT_TOKEN_FILE="$work/connect-token" NEXO_PROXY_IMAGE=registry.example.com/nexo/proxy:1.4.2 \
-  NEXO_HEARTBEAT_INTERVAL=10s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
+  NEXO_HEARTBEAT_INTERVAL=10s NEXO_PROGRESS_DEADLINE=20s NEXO_DRIFT_INTERVAL=10s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
   POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
   KUBECONFIG="$work/manager.kubeconfig" RUST_LOG=info \
   target/release/nexo-manager 2>"$work/manager.log" &
@@ -102,7 +103,7 @@ manager=$!
 pids+=($manager)
 
 # The timeline: what the Manager says, as it says it.
-tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'command keys|connected|executing|applied|failed|ack|leading|interval' \
+tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'command keys|connected|executing|applied|failed|ack|leading|interval|drift|is (available|degraded)' \
   | sed -u -E 's/^[^ ]* [A-Z]* *nexo_manager::[a-z_:]+: /  manager: /' &
 
 send() { # id class payload
@@ -128,7 +129,7 @@ config() { echo "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\":
 # First a Control Plane that never holds a heartbeat: a command waits for
 # the next one (the interval is 10 s).
 say "control plane: never holding heartbeats (a command waits for the next one)"
-send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)]}"
+send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)], \"drift\": {\"mode\": \"enforce\"}}"
 # Then one that holds them (heartbeat.wait.v1): a command is answered to the
 # held heartbeat at once.
 curl -fsS --cacert "$work/cp-ca.pem" -X POST "$cp_url/_sim/hold?on=true"
@@ -137,11 +138,34 @@ for _ in $(seq 1 150); do
   curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/log" | grep 'manager/heartbeat' | tail -n 1 | grep -q '(pending)' && break
   sleep 0.1
 done
-send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)]}"
+send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)], \"drift\": {\"mode\": \"report\"}}"
 # $ns enforces the restricted Pod Security profile, and the Manager holds a
 # legacy pod template to it before anything is applied.
 send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"securityContext\": {\"runAsNonRoot\": true, \"seccompProfile\": {\"type\": \"RuntimeDefault\"}}, \"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\", \"securityContext\": {\"allowPrivilegeEscalation\": false, \"capabilities\": {\"drop\": [\"ALL\"]}}}]}}}}]}"
 send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
+# No operator runs here, so no NexoProxy ever reports its pods ready: the
+# rollout's image cannot start, and NEXO_PROGRESS_DEADLINE (20 s) after it
+# the proxies' phase is failed (status.v1), a Warning Event about each.
+say "waiting for the rollout's progress deadline (20 s): nothing reports its pods ready"
+for _ in $(seq 1 400); do
+  grep -q 'NexoProxy [a-z0-9-]*/orders is failed' "$work/manager.log" && break
+  sleep 0.1
+done
+grep -q 'NexoProxy [a-z0-9-]*/orders is failed' "$work/manager.log" || { echo "sandbox: the rollout never ended failed" >&2; exit 1; }
+# Someone edits what the Manager applied (kubectl edit, as its field manager
+# records it): catalog's drift is reported, orders' corrected (mode enforce).
+say "kubectl edit: listen 27017 -> 27018 in orders-config and catalog-config"
+for d in orders catalog; do
+  k -n "$ns" patch configmap "$d-config" --field-manager=kubectl-edit --type=merge -p '{"data": {"listen": "27018"}}' >/dev/null
+done
+for _ in $(seq 1 400); do
+  grep -q 'orders-config of orders corrected' "$work/manager.log" && grep -q 'catalog-config of catalog: fields' "$work/manager.log" && break
+  sleep 0.1
+done
+grep -q 'orders-config of orders corrected' "$work/manager.log" || { echo "sandbox: the edit of orders-config was never corrected" >&2; exit 1; }
+say "orders-config listen is $(k -n "$ns" get configmap orders-config -o jsonpath='{.data.listen}') again; catalog-config's stays $(k -n "$ns" get configmap catalog-config -o jsonpath='{.data.listen}') (reported)"
+say "the Events the Manager wrote about what it did:"
+k -n "$ns" get events.v1.events.k8s.io --sort-by=.eventTime -o custom-columns=TYPE:.type,REASON:.reason,ACTION:.action,OBJECT:.regarding.name,COUNT:.series.count 2>/dev/null | sed 's/^/  /'
 send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
 # The garbage collector notices new CRDs on its next discovery pass (about 30 s).
 say "waiting for the garbage collector to remove catalog's runtime ConfigMap"
@@ -157,7 +181,11 @@ import json, sys
 hb = json.load(sys.stdin)[-1]
 print("  sequence %d, %d managed deployments:" % (hb["sequence"], hb["managedProxyCount"]))
 for d in hb["deployments"]:
-    print("    %-10s %-10s %-8s replicas=%s image=%s" % (d["namespace"], d["name"], d["kind"], d["replicas"], d.get("image")))'
+    st = d.get("status", {})
+    print("    %-10s %-10s %-10s replicas=%s image=%s phase=%s (%s)" % (d["namespace"], d["name"], d["kind"], d["replicas"], d.get("image"), st.get("phase"), st.get("message", "")))
+for d in hb.get("drift", []):
+    for o in d["objects"]:
+        print("    drift: %s %s %s %s %s" % (d["name"], o["kind"], o["name"], o.get("fields", "gone"), o["action"]))'
 say "the objects in $ns:"
 k -n "$ns" get nexoproxies,deployments,configmaps -l app.kubernetes.io/managed-by=nexo-manager -L nexo.io/deployment
 rss=$(grep VmHWM "/proc/$manager/status" | awk '{print $2 " " $3}')

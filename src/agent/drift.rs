@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{Agent, CAPABILITIES};
 use crate::apply::{self, Outcome};
-use crate::commands::{Action, Command, Deploy};
+use crate::commands::{Action, Command};
 use crate::cp::wire::{AckResult, DriftEntry, DriftObject};
 use crate::drift::{self, Found, Mode};
 use crate::events::{Event, Reason};
@@ -64,9 +64,9 @@ impl Drift {
     }
 }
 
-/// One deployment's record, parsed and validated as a deploy.
+/// One deployment's record as the check holds it.
 struct Recorded {
-    deploy: Deploy,
+    kept: drift::Kept,
     /// What differs, by manifest index.
     found: BTreeMap<usize, Vec<String>>,
     /// The objects seen, by manifest index (kept for `enforce` only).
@@ -204,28 +204,23 @@ impl Agent {
         let kube = self.link.kube.clone();
         let mut records: Vec<Recorded> = Vec::new();
         let mut secrets: HashMap<String, Value> = HashMap::new();
-        let managed = self.me.namespaces.clone();
         let listed = kube.list_each(
             &SECRETS.collection(Some(ns)),
             Some(&selector),
             crate::inventory::PAGE,
             |s| {
                 if drift::is_record(&s, &env) {
-                    let deploy = drift::record_payload(&s)
-                        .and_then(|p| crate::commands::deploy_payload(&p, CAPABILITIES, &managed));
-                    match deploy {
-                        Ok(deploy) if deploy.deployment.namespace == ns => {
-                            records.push(Recorded {
-                                deploy,
-                                found: BTreeMap::new(),
-                                live: HashMap::new(),
-                                seen: BTreeSet::new(),
-                                skipped: false,
-                            });
-                        }
+                    match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p)) {
+                        Ok(kept) if kept.namespace == ns => records.push(Recorded {
+                            kept,
+                            found: BTreeMap::new(),
+                            live: HashMap::new(),
+                            seen: BTreeSet::new(),
+                            skipped: false,
+                        }),
                         Ok(_) => log::warn!("drift: a record in {ns} names another namespace"),
                         Err(e) => log::warn!(
-                            "drift: record {ns}/{} is not a valid deploy: {e}",
+                            "drift: record {ns}/{} is not readable: {e}",
                             s["metadata"]["name"].as_str().unwrap_or("?")
                         ),
                     }
@@ -239,9 +234,9 @@ impl Agent {
             return;
         }
         records.retain(|r| {
-            let off = r.deploy.drift.mode == Mode::Off;
+            let off = r.kept.settings.mode == Mode::Off;
             if off {
-                self.drift.report.forget(ns, &r.deploy.deployment.name);
+                self.drift.report.forget(ns, &r.kept.name);
             }
             !off
         });
@@ -253,7 +248,7 @@ impl Agent {
         compare_kind(&mut records, &names, Kind::Secret, secrets.into_values());
         let kinds: BTreeSet<&'static str> = records
             .iter()
-            .flat_map(|r| r.deploy.manifests.iter().map(|m| m.reference.kind.name()))
+            .flat_map(|r| r.kept.manifests.iter().map(|m| m.kind.name()))
             .filter(|k| *k != "Secret")
             .collect();
         for name in kinds {
@@ -276,7 +271,7 @@ impl Agent {
             if let Err(e) = listed {
                 log::warn!("drift: cannot list the {kind}s of {ns}: {e}; not checked this time");
                 for r in &mut records {
-                    if r.deploy.manifests.iter().any(|m| m.reference.kind == kind) {
+                    if r.kept.manifests.iter().any(|m| m.kind == kind) {
                         r.skipped = true;
                     }
                 }
@@ -291,13 +286,13 @@ impl Agent {
     fn conclude(&mut self, ns: &str, mut r: Recorded) {
         let wall = super::now_rfc3339();
         let mut found: Vec<Found> = Vec::new();
-        for (i, m) in r.deploy.manifests.iter().enumerate() {
+        for (i, m) in r.kept.manifests.iter().enumerate() {
             let gone = !r.seen.contains(&i);
             let fields = r.found.remove(&i).unwrap_or_default();
             if gone || !fields.is_empty() {
                 found.push(Found {
-                    kind: m.reference.kind.name(),
-                    name: m.reference.name.clone(),
+                    kind: m.kind.name(),
+                    name: m.name.clone(),
                     fields,
                     gone,
                     action: drift::Action::Reported,
@@ -306,8 +301,8 @@ impl Agent {
                 });
             }
         }
-        let mode = r.deploy.drift.mode;
-        let name = r.deploy.deployment.name.clone();
+        let mode = r.kept.settings.mode;
+        let name = r.kept.name.clone();
         if !found.is_empty() && mode == Mode::Enforce {
             let (action, message) = self.enforce(r);
             for f in &mut found {
@@ -384,16 +379,20 @@ impl Agent {
     /// same checks as a deploy command, fields taken back from other field
     /// managers. The result, and the message of a failure.
     fn enforce(&mut self, r: Recorded) -> (AckResult, Option<String>) {
-        let Recorded {
-            mut deploy, live, ..
-        } = r;
-        let ignore = deploy.drift.ignore.clone();
-        for (i, m) in deploy.manifests.iter_mut().enumerate() {
-            m.object = drift::keeping_ignored(&m.object, live.get(&i), &ignore);
-        }
-        let name = deploy.deployment.name.clone();
+        let ignore = &r.kept.settings.ignore;
+        let payload = r
+            .kept
+            .payload(|i, m| drift::keeping_ignored(&m, r.live.get(&i), ignore));
+        let deploy =
+            match crate::commands::deploy_payload(&payload, CAPABILITIES, &self.me.namespaces) {
+                Ok(d) => d,
+                Err(e) => {
+                    let e = format!("the record is not a valid deploy: {e}");
+                    return (AckResult::Failed, Some(crate::text::clip(&e, 256)));
+                }
+            };
         let command = Command {
-            id: format!("drift-{name}"),
+            id: format!("drift-{}", r.kept.name),
             action: Action::Deploy(deploy),
         };
         let permitted = match apply::permit(command, &self.rules()) {
@@ -433,8 +432,8 @@ type ByName = HashMap<(Kind, String), Vec<(usize, usize)>>;
 fn by_name(records: &[Recorded]) -> ByName {
     let mut map: ByName = HashMap::new();
     for (r, rec) in records.iter().enumerate() {
-        for (i, m) in rec.deploy.manifests.iter().enumerate() {
-            map.entry((m.reference.kind, m.reference.name.clone()))
+        for (i, m) in rec.kept.manifests.iter().enumerate() {
+            map.entry((m.kind, m.name.clone()))
                 .or_default()
                 .push((r, i));
         }
@@ -443,7 +442,8 @@ fn by_name(records: &[Recorded]) -> ByName {
 }
 
 /// Compares the listed objects of `kind` with the records' manifests of
-/// that kind (by name); an object no record names is dropped at once.
+/// that kind (by name, each manifest parsed from its text only then); an
+/// object no record names is dropped at once.
 fn compare_kind(
     records: &mut [Recorded],
     names: &ByName,
@@ -460,11 +460,14 @@ fn compare_kind(
         for &(r, i) in places {
             let r = &mut records[r];
             r.seen.insert(i);
-            let diff =
-                drift::differences(&r.deploy.manifests[i].object, &o, &r.deploy.drift.ignore);
+            let applied: Value = match serde_json::from_str(&r.kept.manifests[i].text) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            let diff = drift::differences(&applied, &o, &r.kept.settings.ignore);
             if !diff.is_empty() {
                 r.found.insert(i, diff);
-                if r.deploy.drift.mode == Mode::Enforce {
+                if r.kept.settings.mode == Mode::Enforce {
                     r.live.insert(i, o.clone());
                 }
             }

@@ -280,10 +280,45 @@ impl Agent {
         Ok((commands, held))
     }
 
-    /// Deployments whose phase turned `failed` or `degraded`: logged, and
-    /// an Event about each (`ProgressFailed`, `Degraded`).
-    fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>) {
-        for t in turned {
+    /// Deployments whose phase turned `failed` or `degraded`: a legacy
+    /// Deployment's message completed with what the kubelet says of its
+    /// pods (in `entries` and from now on), logged, and an Event about
+    /// each (`ProgressFailed`, `Degraded`).
+    fn phases_turned(
+        &mut self,
+        turned: Vec<crate::inventory::Turn>,
+        entries: &mut [std::rc::Rc<wire::DeploymentEntry>],
+    ) {
+        for mut t in turned {
+            if t.kind == "Deployment" {
+                match inventory::pod_reason(&self.link.kube, &t.namespace, &t.name) {
+                    Ok(Some(why)) => {
+                        self.link.index.borrow_mut().explain(
+                            t.kind,
+                            &t.namespace,
+                            &t.name,
+                            why.clone(),
+                        );
+                        t.turned.message =
+                            crate::text::clip_bytes(&format!("{}; {why}", t.turned.message), 256)
+                                .to_owned();
+                        let entry = entries.iter_mut().find(|e| {
+                            e.kind == t.kind && e.namespace == t.namespace && e.name == t.name
+                        });
+                        if let Some(status) =
+                            entry.and_then(|e| std::rc::Rc::make_mut(e).status.as_mut())
+                        {
+                            status.message.clone_from(&t.turned.message);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => log::warn!(
+                        "cannot read the pods of Deployment {}/{}: {e}",
+                        t.namespace,
+                        t.name
+                    ),
+                }
+            }
             log::warn!(
                 "{} {}/{} is {}: {}",
                 t.kind,
@@ -378,7 +413,7 @@ impl Agent {
             }
         }
         self.beats.topology.update(&mut inv, now);
-        self.phases_turned(turned);
+        self.phases_turned(turned, &mut inv.deployments);
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }

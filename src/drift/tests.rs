@@ -218,3 +218,23 @@ fn the_report_keeps_reported_drift_while_it_lasts_and_corrections_until_delivere
     r.delivered();
     assert_eq!(r.deployments().count(), 0);
 }
+
+#[test]
+fn a_kept_record_holds_its_manifests_as_text_and_gives_its_payload_back() {
+    let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd",
+        "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}],
+        "drift": {"mode": "enforce", "ignore": ["/data/a"]}});
+    let kept = Kept::read(&payload).unwrap();
+    assert_eq!(kept.manifests[0].kind, crate::resource::Kind::ConfigMap);
+    assert_eq!(kept.manifests[0].name, "c");
+    assert_eq!(kept.payload(|_, m| m), payload);
+    let mut bad = payload.clone();
+    bad["manifests"][0]["kind"] = json!("ClusterRole");
+    assert!(
+        Kept::read(&bad)
+            .unwrap_err()
+            .contains("manifests[0]: v1 ClusterRole is not a kind")
+    );
+    bad["drift"] = json!({"mode": "x"});
+    assert!(Kept::read(&bad).unwrap_err().contains("drift.mode"));
+}

@@ -506,7 +506,13 @@ impl Index {
                     observed_generation: o.observed_generation,
                     generation: o.generation,
                     reason: verdict.reason,
-                    message: verdict.message,
+                    message: match &stored.track.detail {
+                        Some(d) => {
+                            crate::text::clip_bytes(&format!("{}; {d}", verdict.message), 256)
+                                .to_owned()
+                        }
+                        None => verdict.message,
+                    },
                     since: stored.track.since.clone(),
                     command: progress,
                 };
@@ -541,9 +547,6 @@ impl Index {
         (entries, errors)
     }
 
-    /// A deploy or rollout applied at `now` wrote `generation` of an owned
-    /// NexoProxy or Deployment: its progress is reported from the next
-    /// heartbeat until its end was in one the CP accepted.
     /// The owned NexoProxy and Deployment named `name` in `namespace`, as
     /// the watches last saw them: what a command's Events are about.
     pub fn owned(&self, namespace: &str, name: &str) -> Vec<crate::events::Regarding> {
@@ -562,6 +565,22 @@ impl Index {
             .collect()
     }
 
+    /// Why a deployment is in its phase, as the kubelet says: added to
+    /// its status message until the phase changes.
+    pub fn explain(&mut self, kind: &str, namespace: &str, name: &str, detail: String) {
+        let stored = self
+            .sets
+            .iter_mut()
+            .filter(|s| s.kind.kind() == kind && &*s.namespace == namespace)
+            .find_map(|s| s.entries.get_mut(name));
+        if let Some(stored) = stored {
+            stored.track.detail = Some(detail);
+        }
+    }
+
+    /// A deploy or rollout applied at `now` wrote `generation` of an owned
+    /// NexoProxy or Deployment: its progress is reported from the next
+    /// heartbeat until its end was in one the CP accepted.
     pub fn command_applied(
         &mut self,
         workload: &Workload,

@@ -45,6 +45,34 @@ fn describe(what: &str, e: &kube::Error) -> String {
     format!("{what}: {e}")
 }
 
+/// Why the pods of legacy Deployment `name` do not run
+/// ([`status::pod_reason`]): its selector read, then one list of its pods.
+/// Asked only when its phase turns `failed` or `degraded`, never per
+/// heartbeat.
+pub fn pod_reason(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, kube::Error> {
+    let d: serde_json::Value = client.get(&resource::DEPLOYMENTS.object(Some(namespace), name))?;
+    let selector: Vec<String> = d["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
+        .collect();
+    if selector.is_empty() {
+        return Ok(None);
+    }
+    let (pods, _) = client.list_page(
+        &resource::PODS.collection(Some(namespace)),
+        Some(&selector.join(",")),
+        100,
+        None,
+    )?;
+    Ok(status::pod_reason(&pods))
+}
+
 /// Region and zone, when every node shares them; `Err` is the
 /// `inventoryErrors` entry. Nodes that may not be listed (optional RBAC)
 /// leave both unknown, without an error.

@@ -176,6 +176,9 @@ pub struct Track {
     /// The generation being waited on, and since when.
     pub generation: i64,
     pub waiting_since: Instant,
+    /// Why, as the kubelet says (a legacy Deployment's pods), added to the
+    /// message while the phase that asked for it lasts.
+    pub detail: Option<String>,
 }
 
 /// A phase change worth an Event (`ProgressFailed`, `Degraded`).
@@ -194,6 +197,7 @@ impl Track {
             available_at: None,
             generation,
             waiting_since: now,
+            detail: None,
         }
     }
 
@@ -235,10 +239,64 @@ impl Track {
                 });
             }
             self.phase = Some(verdict.phase);
+            self.detail = None;
             wall.clone_into(&mut self.since);
         }
         (verdict, turned)
     }
+}
+
+/// Why the pods of a legacy Deployment do not run, as the kubelet and
+/// the scheduler say: the first container waiting for a reason other than
+/// its start (`ImagePullBackOff`, `CrashLoopBackOff`, ...), else the first
+/// that ended in error, else a pod that cannot be scheduled.
+/// `pod <name>: <reason>: <message>`.
+pub fn pod_reason(pods: &[serde_json::Value]) -> Option<String> {
+    let say = |pod: &serde_json::Value, reason: &str, message: Option<&str>| {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("?");
+        match message.filter(|m| !m.is_empty()) {
+            Some(m) => format!("pod {name}: {reason}: {m}"),
+            None => format!("pod {name}: {reason}"),
+        }
+    };
+    let statuses = |pod: &'_ serde_json::Value| {
+        let s = &pod["status"];
+        let init = s["initContainerStatuses"].as_array().into_iter().flatten();
+        init.chain(s["containerStatuses"].as_array().into_iter().flatten())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for pod in pods {
+        for c in statuses(pod) {
+            let waiting = &c["state"]["waiting"];
+            if let Some(reason) = waiting["reason"].as_str()
+                && !matches!(reason, "ContainerCreating" | "PodInitializing")
+            {
+                return Some(say(pod, reason, waiting["message"].as_str()));
+            }
+        }
+    }
+    for pod in pods {
+        for c in statuses(pod) {
+            let ended = &c["lastState"]["terminated"];
+            if let Some(reason) = ended["reason"].as_str()
+                && ended["exitCode"].as_i64().is_some_and(|code| code != 0)
+            {
+                return Some(say(pod, reason, ended["message"].as_str()));
+            }
+        }
+    }
+    pods.iter().find_map(|pod| {
+        let c = pod["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")?;
+        Some(say(
+            pod,
+            c["reason"].as_str().unwrap_or("Unschedulable"),
+            c["message"].as_str(),
+        ))
+    })
 }
 
 /// The phase of a command's progress: the deployment's, once the
@@ -254,6 +312,29 @@ pub fn command_phase(c: &CommandTrack, o: &Observed, phase: Phase) -> Phase {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_kubelets_reason_is_the_first_container_that_waits_for_one() {
+        let starting = json!({"metadata": {"name": "b-1"}, "status": {"containerStatuses": [
+            {"state": {"waiting": {"reason": "ContainerCreating"}}}]}});
+        let pulling = json!({"metadata": {"name": "b-2"}, "status": {"containerStatuses": [
+            {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"p:absent\""}}}]}});
+        assert_eq!(
+            pod_reason(&[starting.clone(), pulling]).as_deref(),
+            Some("pod b-2: ImagePullBackOff: Back-off pulling image \"p:absent\"")
+        );
+        assert_eq!(pod_reason(std::slice::from_ref(&starting)), None);
+        let crashed = json!({"metadata": {"name": "b-3"}, "status": {"containerStatuses": [
+            {"state": {"running": {}}, "lastState": {"terminated": {"reason": "Error", "exitCode": 2}}}]}});
+        assert_eq!(pod_reason(&[crashed]).as_deref(), Some("pod b-3: Error"));
+        let pending = json!({"metadata": {"name": "b-4"}, "status": {"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}]}});
+        assert_eq!(
+            pod_reason(&[pending]).as_deref(),
+            Some("pod b-4: Unschedulable: 0/1 nodes are available")
+        );
+    }
 
     const DEADLINE: Duration = Duration::from_secs(600);
 
