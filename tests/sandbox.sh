@@ -165,7 +165,11 @@ done
 grep -q 'orders-config of orders corrected' "$work/manager.log" || { echo "sandbox: the edit of orders-config was never corrected" >&2; exit 1; }
 say "orders-config listen is $(k -n "$ns" get configmap orders-config -o jsonpath='{.data.listen}') again; catalog-config's stays $(k -n "$ns" get configmap catalog-config -o jsonpath='{.data.listen}') (reported)"
 say "the Events the Manager wrote about what it did:"
-k -n "$ns" get events.v1.events.k8s.io --sort-by=.eventTime -o custom-columns=TYPE:.type,REASON:.reason,ACTION:.action,OBJECT:.regarding.name,COUNT:.series.count 2>/dev/null | sed 's/^/  /'
+k -n "$ns" get events.v1.events.k8s.io -o json | python3 -c '
+import json, sys
+items = [e for e in json.load(sys.stdin)["items"] if e.get("reportingController") == "nexo.io/manager"]
+for e in sorted(items, key=lambda e: e.get("eventTime") or ""):
+    print("  %-8s %-15s %-14s %-10s %s x%d" % (e["type"], e["reason"], e["action"], e["regarding"]["kind"] + "/" + e["regarding"]["name"], e.get("note", "")[:60], e.get("series", {}).get("count", 1)))'
 send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
 # The garbage collector notices new CRDs on its next discovery pass (about 30 s).
 say "waiting for the garbage collector to remove catalog's runtime ConfigMap"

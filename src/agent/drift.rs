@@ -7,7 +7,7 @@
 //! pipeline, under the same validation, content policy and ownership
 //! rules as a command.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -203,7 +203,10 @@ impl Agent {
         let selector = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
         let mut records: Vec<Recorded> = Vec::new();
-        let mut secrets: HashMap<String, Value> = HashMap::new();
+        let mut named: HashSet<String> = HashSet::new();
+        // The deployed Secrets, as text until compared (a Value each would
+        // cost several times their size for the check's length).
+        let mut secrets: Vec<Box<str>> = Vec::new();
         let listed = kube.list_each(
             &SECRETS.collection(Some(ns)),
             Some(&selector),
@@ -211,6 +214,8 @@ impl Agent {
             |s| {
                 if drift::is_record(&s, &env) {
                     match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p)) {
+                        // A list restarted after 410 Gone shows items again.
+                        Ok(kept) if !named.insert(kept.name.clone()) => {}
                         Ok(kept) if kept.namespace == ns => records.push(Recorded {
                             kept,
                             found: BTreeMap::new(),
@@ -224,8 +229,8 @@ impl Agent {
                             s["metadata"]["name"].as_str().unwrap_or("?")
                         ),
                     }
-                } else if let Some(name) = s["metadata"]["name"].as_str() {
-                    secrets.insert(name.to_owned(), s);
+                } else {
+                    secrets.push(s.to_string().into_boxed_str());
                 }
             },
         );
@@ -245,7 +250,8 @@ impl Agent {
         }
         let names = by_name(&records);
         // Secrets are compared from the list already made.
-        compare_kind(&mut records, &names, Kind::Secret, secrets.into_values());
+        let secrets = secrets.iter().filter_map(|t| serde_json::from_str(t).ok());
+        compare_kind(&mut records, &names, Kind::Secret, secrets);
         let kinds: BTreeSet<&'static str> = records
             .iter()
             .flat_map(|r| r.kept.manifests.iter().map(|m| m.kind.name()))
@@ -316,16 +322,6 @@ impl Agent {
         }
         for f in &found {
             crate::metrics::drifted(mode.as_str(), f.action.as_str());
-            match f.action {
-                drift::Action::Corrected | drift::Action::Recreated => log::info!(
-                    "drift: {} {ns}/{} of {name} {}: {}",
-                    f.kind,
-                    f.name,
-                    f.action.as_str(),
-                    describe(f)
-                ),
-                _ => {}
-            }
         }
         let corrected: Vec<Found> = found
             .iter()
@@ -343,6 +339,15 @@ impl Agent {
                 "drift: {} {ns}/{} of {name}: {}",
                 f.kind,
                 f.name,
+                describe(f)
+            );
+        }
+        for f in &corrected {
+            log::info!(
+                "drift: {} {ns}/{} of {name} {}: {}",
+                f.kind,
+                f.name,
+                f.action.as_str(),
                 describe(f)
             );
         }

@@ -308,7 +308,7 @@ impl Agent {
                         if let Some(status) =
                             entry.and_then(|e| std::rc::Rc::make_mut(e).status.as_mut())
                         {
-                            status.message.clone_from(&t.turned.message);
+                            status.message = std::rc::Rc::from(t.turned.message.as_str());
                         }
                     }
                     Ok(None) => {}

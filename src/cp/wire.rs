@@ -186,17 +186,18 @@ pub struct EntryStatus {
     pub observed_generation: Option<i64>,
     /// `metadata.generation`.
     pub generation: i64,
-    /// The deciding condition's reason.
+    /// The deciding condition's reason (shared: few distinct values).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Its message (at most 256 bytes), or what the replicas say.
-    pub message: String,
-    /// When the phase last changed, as this Manager saw it (RFC 3339).
-    pub since: String,
+    pub reason: Option<Rc<str>>,
+    /// Its message (at most 256 bytes), or what the replicas say (shared).
+    pub message: Rc<str>,
+    /// When the phase last changed, as this Manager saw it (RFC 3339;
+    /// shared by the entries that changed in the same heartbeat).
+    pub since: Rc<str>,
     /// The last deploy or rollout, while it is in progress and in the first
-    /// heartbeat that shows its end.
+    /// heartbeat that shows its end (boxed: most entries have none).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<CommandProgress>,
+    pub command: Option<Box<CommandProgress>>,
 }
 
 /// `status.command`: the progress of the last deploy or rollout.

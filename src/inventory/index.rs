@@ -76,6 +76,10 @@ struct Stored {
     observed: Observed,
     track: Track,
     uid: Option<Box<str>>,
+    /// Observed anew (or explained) since it was last judged.
+    fresh: bool,
+    /// When the clock alone may change its phase (a deadline).
+    recheck_at: Option<Instant>,
 }
 
 /// What an event does to a set.
@@ -202,6 +206,8 @@ impl Set {
                 observed,
                 track,
                 uid,
+                fresh: true,
+                recheck_at: None,
             },
         );
     }
@@ -480,23 +486,53 @@ impl Index {
         turned: &mut Vec<Turn>,
     ) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
         let commands = &mut self.commands;
+        let shared = &mut self.shared;
+        // One copy of the time for every entry whose phase changes now.
+        let wall: Rc<str> = Rc::from(wall);
         let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
         for set in &mut self.sets {
             for stored in set.entries.values_mut() {
-                let key = CommandKey::of(&stored.entry);
-                let command = commands.get_mut(&key).filter(|c| !c.ended);
-                let (verdict, turn) =
-                    stored
-                        .track
-                        .advance(&stored.observed, command.as_deref(), now, wall, deadline);
+                let command = if commands.is_empty() {
+                    None
+                } else {
+                    commands
+                        .get_mut(&CommandKey::of(&stored.entry))
+                        .filter(|c| !c.ended)
+                };
+                // Judged again only when something it depends on moved:
+                // the object (a watch event), a command, the clock past a
+                // deadline, a command's end still shown.
+                let showing_command = stored
+                    .entry
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.command.is_some());
+                let due = stored.fresh
+                    || command.is_some()
+                    || showing_command
+                    || stored.recheck_at.is_some_and(|t| now >= t);
+                if !due {
+                    entries.push(stored.entry.clone());
+                    continue;
+                }
+                stored.fresh = false;
+                let (verdict, turn) = stored.track.advance(
+                    &stored.observed,
+                    command.as_deref(),
+                    now,
+                    &wall,
+                    deadline,
+                    shared,
+                );
+                stored.recheck_at = verdict.recheck_in.map(|d| now + d);
                 let progress = command.map(|c| {
                     let phase = status::command_phase(c, &stored.observed, verdict.phase);
                     c.ending = phase.is_final();
-                    CommandProgress {
+                    Box::new(CommandProgress {
                         id: c.id.clone(),
                         class: c.class,
                         phase,
-                    }
+                    })
                 });
                 let o = &stored.observed;
                 let status = EntryStatus {
@@ -507,10 +543,10 @@ impl Index {
                     generation: o.generation,
                     reason: verdict.reason,
                     message: match &stored.track.detail {
-                        Some(d) => {
-                            crate::text::clip_bytes(&format!("{}; {d}", verdict.message), 256)
-                                .to_owned()
-                        }
+                        Some(d) => Rc::from(crate::text::clip_bytes(
+                            &format!("{}; {d}", verdict.message),
+                            256,
+                        )),
                         None => verdict.message,
                     },
                     since: stored.track.since.clone(),
@@ -574,7 +610,8 @@ impl Index {
             .filter(|s| s.kind.kind() == kind && &*s.namespace == namespace)
             .find_map(|s| s.entries.get_mut(name));
         if let Some(stored) = stored {
-            stored.track.detail = Some(detail);
+            stored.track.detail = Some(Rc::from(detail));
+            stored.fresh = true;
         }
     }
 
@@ -589,8 +626,8 @@ impl Index {
         now: Instant,
     ) {
         let key = CommandKey {
-            namespace: workload.namespace.clone(),
-            name: workload.name.clone(),
+            namespace: Rc::from(workload.namespace.as_str()),
+            name: Rc::from(workload.name.as_str()),
             kind: workload.kind,
         };
         self.commands.insert(
@@ -633,16 +670,17 @@ impl Index {
 /// A command's deployment.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct CommandKey {
-    namespace: String,
-    name: String,
+    namespace: Rc<str>,
+    name: Rc<str>,
     kind: &'static str,
 }
 
 impl CommandKey {
+    /// No allocation: the entry's names are shared.
     fn of(e: &DeploymentEntry) -> CommandKey {
         CommandKey {
-            namespace: e.namespace.to_string(),
-            name: e.name.to_string(),
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
             kind: e.kind,
         }
     }

@@ -95,15 +95,15 @@ pub struct ConditionItem {
 
 impl StatusItem {
     /// The condition of type `kind`, in the few bytes the status keeps.
-    fn take(&mut self, kind: &str) -> Option<Condition> {
+    fn take(&mut self, kind: &str, shared: &mut Interner) -> Option<Box<Condition>> {
         let i = self.conditions.iter().position(|c| c.kind == kind)?;
         let c = self.conditions.swap_remove(i);
-        let clip = |s: String| -> Box<str> { crate::text::clip_bytes(&s, MESSAGE_BYTES).into() };
-        Some(Condition {
-            status: c.status.map(clip),
-            reason: c.reason.map(clip),
-            message: c.message.map(clip),
-        })
+        let mut clip = |s: String| shared.get(crate::text::clip_bytes(&s, MESSAGE_BYTES));
+        Some(Box::new(Condition {
+            status: c.status.map(&mut clip),
+            reason: c.reason.map(&mut clip),
+            message: c.message.map(&mut clip),
+        }))
     }
 }
 
@@ -114,13 +114,14 @@ fn observed(
     replicas: i64,
     status: Option<StatusItem>,
     deployment: bool,
+    shared: &mut Interner,
 ) -> Observed {
     let has_status = status.is_some();
     let mut s = status.unwrap_or_default();
     let (ready_condition, progressing) = if deployment {
-        (s.take("Available"), s.take("Progressing"))
+        (s.take("Available", shared), s.take("Progressing", shared))
     } else {
-        (s.take("Ready"), None)
+        (s.take("Ready", shared), None)
     };
     Observed {
         deployment,
@@ -253,7 +254,7 @@ impl Interner {
 /// from.
 pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
     let replicas = p.spec.replicas.unwrap_or(1);
-    let observed = observed(&p.metadata, replicas, p.status, false);
+    let observed = observed(&p.metadata, replicas, p.status, false, shared);
     let entry = DeploymentEntry {
         namespace: shared.get(&p.metadata.namespace?),
         name: Rc::from(p.metadata.name?),
@@ -282,7 +283,7 @@ pub fn deployment_entry(
         None
     };
     let replicas = d.spec.replicas.map_or(1, i64::from);
-    let observed = observed(&d.metadata, replicas, d.status, true);
+    let observed = observed(&d.metadata, replicas, d.status, true, shared);
     let entry = DeploymentEntry {
         namespace: shared.get(&d.metadata.namespace?),
         name: Rc::from(d.metadata.name?),

@@ -4,8 +4,10 @@
 //! Manager remembers of it ([`Track`]). Pure: [`Track::advance`] takes the
 //! time as a value.
 
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::projection::Interner;
 use crate::cp::wire::Phase;
 
 /// Messages are cut to this many bytes.
@@ -15,13 +17,13 @@ pub const MESSAGE_BYTES: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Condition {
     /// `True`, `False` or `Unknown`.
-    pub status: Option<Box<str>>,
-    pub reason: Option<Box<str>>,
-    pub message: Option<Box<str>>,
+    pub status: Option<Rc<str>>,
+    pub reason: Option<Rc<str>>,
+    pub message: Option<Rc<str>>,
 }
 
 impl Condition {
-    fn is_false(c: &Option<Condition>) -> bool {
+    fn is_false(c: &Option<Box<Condition>>) -> bool {
         c.as_ref().and_then(|c| c.status.as_deref()) == Some("False")
     }
 }
@@ -45,10 +47,11 @@ pub struct Observed {
     pub available: Option<i64>,
     /// Whether the object has a `status` at all.
     pub has_status: bool,
-    /// A NexoProxy's `Ready`, a Deployment's `Available`.
-    pub ready_condition: Option<Condition>,
+    /// A NexoProxy's `Ready`, a Deployment's `Available` (boxed, its
+    /// strings shared: most objects have none, or the same as others).
+    pub ready_condition: Option<Box<Condition>>,
     /// A Deployment's `Progressing`.
-    pub progressing: Option<Condition>,
+    pub progressing: Option<Box<Condition>>,
 }
 
 impl Observed {
@@ -78,8 +81,11 @@ impl Observed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub phase: Phase,
-    pub reason: Option<String>,
-    pub message: String,
+    pub reason: Option<Rc<str>>,
+    pub message: Rc<str>,
+    /// When judging again could change the phase with nothing observed
+    /// (a NexoProxy's progress deadline), from the judging.
+    pub recheck_in: Option<Duration>,
 }
 
 /// The phase of `o`, the first rule that holds (protocol.md):
@@ -92,6 +98,7 @@ pub fn judge(
     available_at: Option<i64>,
     waited: Duration,
     deadline: Duration,
+    shared: &mut Interner,
 ) -> Verdict {
     let available = o.is_available();
     let was_available = available_at == Some(o.generation);
@@ -123,29 +130,35 @@ pub fn judge(
         _ => o.ready_condition.as_ref(),
     };
     let (reason, said) = if !o.deployment && !o.has_status {
-        (Some("NoStatus".to_owned()), "no status yet".to_owned())
+        (Some(shared.get("NoStatus")), shared.get("no status yet"))
     } else {
-        let reason = condition
-            .and_then(|c| c.reason.as_deref())
-            .map(str::to_owned);
-        let said = condition
-            .and_then(|c| c.message.as_deref())
-            .filter(|m| !m.is_empty())
-            .map_or_else(|| o.counts(), str::to_owned);
+        let reason = condition.and_then(|c| c.reason.clone());
+        let said = match condition.and_then(|c| c.message.clone()) {
+            Some(m) if m.len() > MESSAGE_BYTES => {
+                shared.get(crate::text::clip_bytes(&m, MESSAGE_BYTES))
+            }
+            Some(m) if !m.is_empty() => m,
+            _ => shared.get(&o.counts()),
+        };
         (reason, said)
     };
     let message = if phase == Phase::Failed && !o.deployment {
-        format!(
+        let m = format!(
             "not available {} after the change: {said}",
             humantime::format_duration(deadline)
-        )
+        );
+        shared.get(crate::text::clip_bytes(&m, MESSAGE_BYTES))
     } else {
         said
     };
+    // Only a NexoProxy still waiting can turn with nothing observed.
+    let recheck_in =
+        (!o.deployment && phase == Phase::Progressing).then(|| deadline.saturating_sub(waited));
     Verdict {
         phase,
         reason,
-        message: crate::text::clip_bytes(&message, MESSAGE_BYTES).to_owned(),
+        message,
+        recheck_in,
     }
 }
 
@@ -168,9 +181,9 @@ pub struct CommandTrack {
 /// What this Manager remembers of one deployment between observations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Track {
-    /// The phase last judged, and when it changed (RFC 3339).
+    /// The phase last judged, and when it changed (RFC 3339, shared).
     pub phase: Option<Phase>,
-    pub since: String,
+    pub since: Rc<str>,
     /// The generation last seen available.
     pub available_at: Option<i64>,
     /// The generation being waited on, and since when.
@@ -178,7 +191,7 @@ pub struct Track {
     pub waiting_since: Instant,
     /// Why, as the kubelet says (a legacy Deployment's pods), added to the
     /// message while the phase that asked for it lasts.
-    pub detail: Option<String>,
+    pub detail: Option<Rc<str>>,
 }
 
 /// A phase change worth an Event (`ProgressFailed`, `Degraded`).
@@ -193,7 +206,7 @@ impl Track {
     pub fn new(generation: i64, now: Instant) -> Track {
         Track {
             phase: None,
-            since: String::new(),
+            since: Rc::from(""),
             available_at: None,
             generation,
             waiting_since: now,
@@ -210,8 +223,9 @@ impl Track {
         o: &Observed,
         command: Option<&CommandTrack>,
         now: Instant,
-        wall: &str,
+        wall: &Rc<str>,
         deadline: Duration,
+        shared: &mut Interner,
     ) -> (Verdict, Option<Turned>) {
         if o.generation != self.generation {
             self.generation = o.generation;
@@ -226,6 +240,7 @@ impl Track {
             self.available_at,
             now.saturating_duration_since(start),
             deadline,
+            shared,
         );
         if verdict.phase == Phase::Available {
             self.available_at = Some(o.generation);
@@ -235,12 +250,12 @@ impl Track {
             if self.phase.is_some() && matches!(verdict.phase, Phase::Failed | Phase::Degraded) {
                 turned = Some(Turned {
                     phase: verdict.phase,
-                    message: verdict.message.clone(),
+                    message: verdict.message.to_string(),
                 });
             }
             self.phase = Some(verdict.phase);
             self.detail = None;
-            wall.clone_into(&mut self.since);
+            self.since = wall.clone();
         }
         (verdict, turned)
     }
@@ -338,12 +353,34 @@ mod tests {
 
     const DEADLINE: Duration = Duration::from_secs(600);
 
-    fn cond(status: &str, reason: &str, message: &str) -> Option<Condition> {
-        Some(Condition {
+    fn cond(status: &str, reason: &str, message: &str) -> Option<Box<Condition>> {
+        Some(Box::new(Condition {
             status: Some(status.into()),
             reason: Some(reason.into()),
             message: Some(message.into()),
-        })
+        }))
+    }
+
+    fn judge(o: &Observed, at: Option<i64>, waited: Duration, deadline: Duration) -> Verdict {
+        super::judge(o, at, waited, deadline, &mut Interner::default())
+    }
+
+    fn advance(
+        t: &mut Track,
+        o: &Observed,
+        c: Option<&CommandTrack>,
+        now: Instant,
+        wall: &str,
+        deadline: Duration,
+    ) -> (Verdict, Option<Turned>) {
+        t.advance(
+            o,
+            c,
+            now,
+            &Rc::from(wall),
+            deadline,
+            &mut Interner::default(),
+        )
     }
 
     fn proxy(generation: i64, observed: Option<i64>, replicas: i64, ready: i64) -> Observed {
@@ -384,7 +421,7 @@ mod tests {
     fn a_proxy_is_available_when_its_generation_is_observed_and_all_ready() {
         let v = judge(&proxy(7, Some(7), 3, 3), None, Duration::ZERO, DEADLINE);
         assert_eq!(v.phase, Phase::Available);
-        assert_eq!(v.message, "3 of 3 ready");
+        assert_eq!(&*v.message, "3 of 3 ready");
         // Not observed yet, not all ready, Ready=False: progressing.
         for o in [proxy(7, Some(6), 3, 3), proxy(7, Some(7), 3, 2)] {
             assert_eq!(
@@ -396,7 +433,7 @@ mod tests {
         o.ready_condition = cond("False", "CrashLoop", "pod orders-1 restarts");
         let v = judge(&o, None, Duration::ZERO, DEADLINE);
         assert_eq!(
-            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (v.phase, v.reason.as_deref(), &*v.message),
             (
                 Phase::Progressing,
                 Some("CrashLoop"),
@@ -413,7 +450,7 @@ mod tests {
         assert_eq!(v.phase, Phase::Progressing);
         let v = judge(&o, None, DEADLINE, DEADLINE);
         assert_eq!(
-            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (v.phase, v.reason.as_deref(), &*v.message),
             (
                 Phase::Failed,
                 Some("ImagePullBackOff"),
@@ -434,7 +471,7 @@ mod tests {
     fn a_deployment_reads_its_conditions() {
         let v = judge(&deployment(2, 2, 2, 2), None, Duration::ZERO, DEADLINE);
         assert_eq!(
-            (v.phase, v.reason.as_deref(), v.message.as_str()),
+            (v.phase, v.reason.as_deref(), &*v.message),
             (
                 Phase::Available,
                 Some("MinimumReplicasAvailable"),
@@ -477,17 +514,14 @@ mod tests {
     fn the_track_remembers_since_and_says_when_it_turned() {
         let t0 = Instant::now();
         let mut t = Track::new(1, t0);
-        let (v, turned) = t.advance(&proxy(1, Some(1), 2, 2), None, t0, "T0", DEADLINE);
-        assert_eq!(
-            (v.phase, turned, t.since.as_str()),
-            (Phase::Available, None, "T0")
-        );
-        let (v, _) = t.advance(&proxy(1, Some(1), 2, 2), None, t0, "T1", DEADLINE);
-        assert_eq!((v.phase, t.since.as_str()), (Phase::Available, "T0"));
-        let (v, turned) = t.advance(&proxy(1, Some(1), 2, 1), None, t0, "T2", DEADLINE);
+        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, "T0", DEADLINE);
+        assert_eq!((v.phase, turned, &*t.since), (Phase::Available, None, "T0"));
+        let (v, _) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, "T1", DEADLINE);
+        assert_eq!((v.phase, &*t.since), (Phase::Available, "T0"));
+        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 1), None, t0, "T2", DEADLINE);
         assert_eq!(v.phase, Phase::Degraded);
         assert_eq!(turned.unwrap().phase, Phase::Degraded);
-        assert_eq!(t.since, "T2");
+        assert_eq!(&*t.since, "T2");
         // A new generation waits from when it was applied.
         let c = CommandTrack {
             id: "c".into(),
@@ -499,7 +533,7 @@ mod tests {
         };
         let later = t0 + DEADLINE;
         let o = proxy(2, Some(2), 2, 0);
-        let (v, turned) = t.advance(&o, Some(&c), later, "T3", DEADLINE);
+        let (v, turned) = advance(&mut t, &o, Some(&c), later, "T3", DEADLINE);
         assert_eq!(v.phase, Phase::Failed, "{v:?}");
         assert_eq!(turned.unwrap().phase, Phase::Failed);
         assert_eq!(command_phase(&c, &o, v.phase), Phase::Failed);

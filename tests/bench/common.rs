@@ -94,7 +94,7 @@ pub fn machine() -> String {
 
 /// The parts `--only` can name: the footprint bench's, then the peer's.
 pub const FOOTPRINT_PARTS: &[&str] = &[
-    "image", "start", "idle", "deploy", "sizes", "greedy", "soak", "latency", "rest",
+    "image", "start", "idle", "deploy", "sizes", "greedy", "soak", "latency", "rest", "drift",
 ];
 pub const PEER_PARTS: &[&str] = &["peer"];
 

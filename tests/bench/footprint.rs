@@ -72,6 +72,10 @@ struct Plan {
     latency_interval: u64,
     /// How long the API server's bill at rest is read (audit log).
     rest: Duration,
+    /// Owned deployments with a drift record, in increasing order, and
+    /// the drift checks measured at each.
+    drift_sizes: Vec<usize>,
+    drift_checks: usize,
 }
 
 impl Plan {
@@ -106,6 +110,8 @@ impl Plan {
                 latency_commands: 50,
                 latency_interval: 15,
                 rest: Duration::from_secs(5 * 60),
+                drift_sizes: vec![100, 10_000],
+                drift_checks: 5,
             }
         } else {
             Plan {
@@ -127,6 +133,8 @@ impl Plan {
                 latency_commands: 3,
                 latency_interval: 2,
                 rest: Duration::from_secs(20),
+                drift_sizes: vec![10],
+                drift_checks: 2,
             }
         }
     }
@@ -353,6 +361,173 @@ fn measure_rest(plan: &Plan, bin: &Path) -> (f64, String) {
         .collect::<Vec<_>>()
         .join(", ");
     (total as f64 / minutes, detail)
+}
+
+/// Gives the fixture's first `to` NexoProxies (from `from`) the drift
+/// record a deploy of each would have written (`drift.v1`, mode
+/// `report`), owned by the proxy, four writers at a time.
+fn record_drift(f: &Fixture, from: usize, to: usize) {
+    if to <= from {
+        return;
+    }
+    let ns = f.ns.name.as_str();
+    let mut uids: BTreeMap<String, String> = BTreeMap::new();
+    f.tb.admin()
+        .list_each(
+            &format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies"),
+            None,
+            500,
+            |p| {
+                uids.insert(
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["uid"].as_str().unwrap().to_owned(),
+                );
+            },
+        )
+        .expect("list the NexoProxies");
+    let collection = format!("/api/v1/namespaces/{ns}/secrets");
+    let writers = 4;
+    let (tb, env_id, uids) = (f.tb, f.env_id.as_str(), &uids);
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let collection = &collection;
+            s.spawn(move || {
+                let client = tb.admin();
+                for i in (from + w..to).step_by(writers) {
+                    let name = format!("p{i:05}");
+                    let mut manifest = proxy_object(env_id, &name);
+                    manifest["metadata"] = json!({"name": name});
+                    let payload = json!({"deployment": {"name": name, "namespace": ns}, "format": "crd",
+                        "manifests": [manifest], "drift": {"mode": "report"}});
+                    let uid = &uids[&name];
+                    let secret = nexo_manager::drift::record_secret(
+                        &payload,
+                        ns,
+                        &name,
+                        env_id,
+                        ("NexoProxy", uid),
+                    )
+                    .unwrap();
+                    client
+                        .create(collection, &secret)
+                        .unwrap_or_else(|e| panic!("create the record of {name}: {e}"));
+                }
+            });
+        }
+    });
+}
+
+struct DriftFigures {
+    size: usize,
+    /// CPU of a check: the cycle's with checks less the heartbeat's alone.
+    cpu_ms: f64,
+    /// Wall time of a check (`nexo_manager_drift_check_seconds_total`).
+    wall_ms: f64,
+    hwm_kb: u64,
+    hwm_kb_without: u64,
+    /// API server requests per check, from the audit log, and by verb and
+    /// resource.
+    requests: f64,
+    bill: String,
+}
+
+/// A drift check at `size` deployments: CPU and peak memory against the
+/// same Manager with drift checks off, the API server's bill from the
+/// audit log of `bed`.
+fn measure_drift(plan: &Plan, f: &Fixture, bed: &Path, size: usize) -> DriftFigures {
+    let cycles = plan.drift_checks + 2;
+    // Without checks: the heartbeats' cost.
+    let mut env = manager_env(f, 2);
+    env.insert("NEXO_DRIFT_INTERVAL".into(), "24h".into());
+    let mut m = spawn_static(f, &env);
+    let pid = m.pid();
+    let warm = f.sim.heartbeat_count() + 3;
+    wait_heartbeats(f, &mut m, warm, Duration::from_secs(180));
+    let (p0, h0) = (read_proc(pid), f.sim.heartbeat_count());
+    wait_heartbeats(f, &mut m, h0 + cycles, Duration::from_secs(300));
+    let (p1, h1) = (read_proc(pid), f.sim.heartbeat_count());
+    let per_heartbeat = (p1.cpu_ns - p0.cpu_ns) as f64 / (h1 - h0) as f64;
+    let hwm_kb_without = p1.hwm_kb;
+    stop(&mut m);
+
+    // With a check every cycle.
+    env.insert("NEXO_DRIFT_INTERVAL".into(), "2s".into());
+    let mut m = spawn_static(f, &env);
+    let pid = m.pid();
+    let checks = |m: &mut Manager| m.metric("nexo_manager_drift_checks_total").unwrap_or(0.0);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while checks(&mut m) < 1.0 {
+        m.check(
+            Instant::now() < deadline,
+            "a first drift check in 5 minutes",
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mark = audit_mark(bed);
+    let (p0, h0, c0) = (read_proc(pid), f.sim.heartbeat_count(), checks(&mut m));
+    let s0 = m
+        .metric("nexo_manager_drift_check_seconds_total")
+        .unwrap_or(0.0);
+    while checks(&mut m) < c0 + plan.drift_checks as f64 {
+        m.check(
+            Instant::now() < deadline + Duration::from_secs(600),
+            "the drift checks in time",
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (p1, h1, c1) = (read_proc(pid), f.sim.heartbeat_count(), checks(&mut m));
+    let s1 = m
+        .metric("nexo_manager_drift_check_seconds_total")
+        .unwrap_or(0.0);
+    let drifted = m.metrics().contains("nexo_manager_drifted_objects_total{");
+    m.check(!drifted, "no drift where nothing was changed");
+    let hwm_kb = read_proc(pid).hwm_kb;
+    stop(&mut m);
+    let n = c1 - c0;
+    let cpu = (p1.cpu_ns - p0.cpu_ns) as f64 - per_heartbeat * (h1 - h0) as f64;
+    // What the Manager asked of the API server meanwhile.
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    let mut log = std::fs::File::open(bed.join("logs/audit.log")).expect("the audit log");
+    log.seek(SeekFrom::Start(mark)).unwrap();
+    log.read_to_string(&mut text).unwrap();
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total = 0;
+    for e in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if e["stage"] != "ResponseComplete"
+            || !e["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("nexo-manager/"))
+            || e["verb"] == "watch"
+            || e["objectRef"]["resource"] == "leases"
+        {
+            continue;
+        }
+        total += 1;
+        let key = format!(
+            "{} {}",
+            e["verb"].as_str().unwrap_or("?"),
+            e["objectRef"]["resource"].as_str().unwrap_or("?")
+        );
+        *by.entry(key).or_default() += 1;
+    }
+    let bill = by
+        .iter()
+        .map(|(k, c)| format!("{k} {:.1}", *c as f64 / n))
+        .collect::<Vec<_>>()
+        .join(", ");
+    DriftFigures {
+        size,
+        cpu_ms: cpu / 1e6 / n,
+        wall_ms: (s1 - s0) * 1000.0 / n,
+        hwm_kb,
+        hwm_kb_without,
+        requests: total as f64 / n,
+        bill,
+    }
 }
 
 fn spawn_static(f: &Fixture, env: &BTreeMap<String, String>) -> Manager {
@@ -1520,6 +1695,50 @@ fn main() {
                     "audit log of a test bed of its own over {:.0} min, 100 owned NexoProxies, interval 15 s, requests whose User-Agent is the Manager's",
                     plan.rest.as_secs_f64() / 60.0
                 ),
+            ));
+        }
+    }
+    if plan.runs("drift") {
+        // A test bed of its own, with the audit log: the checks' bill.
+        let bed = support::OwnBed::start("drift-tb", &["--audit"]);
+        let f = Fixture::on(bed.tb, "bench-drift", nexo_cpsim::SimConfig::default());
+        f.tb.install_crds();
+        let mut have = 0;
+        for &size in &plan.drift_sizes {
+            grow(&f, have, size);
+            record_drift(&f, have, size);
+            have = size;
+            let d = measure_drift(&plan, &f, &bed.dir, size);
+            eprintln!(
+                "bench: drift check at {size}: CPU {:.1} ms, wall {:.1} ms, HWM {} kB (without checks {} kB), {:.1} requests ({})",
+                d.cpu_ms, d.wall_ms, d.hwm_kb, d.hwm_kb_without, d.requests, d.bill
+            );
+            rows.push(row(
+                &format!("drift check at {} deployments: CPU, wall", d.size),
+                format!("{:.1} ms CPU, {:.1} ms wall", d.cpu_ms, d.wall_ms),
+                "—".into(),
+                "".into(),
+                "",
+                &format!(
+                    "one NexoProxy and its record each, mode report, nothing drifted; CPU of a cycle with a check less one without (heartbeat interval 2 s), mean of {} checks; wall from `nexo_manager_drift_check_seconds_total`",
+                    plan.drift_checks
+                ),
+            ));
+            rows.push(row(
+                &format!("drift check at {} deployments: peak memory", d.size),
+                format!("{} (without checks {})", kib(d.hwm_kb), kib(d.hwm_kb_without)),
+                "—".into(),
+                "".into(),
+                "",
+                "VmHWM of the process after the checks, and of the same run with NEXO_DRIFT_INTERVAL=24h",
+            ));
+            rows.push(row(
+                &format!("drift check at {} deployments: API server requests", d.size),
+                format!("{:.1} a check ({})", d.requests, d.bill),
+                "—".into(),
+                "".into(),
+                "one list per kind and namespace",
+                "audit log of a test bed of its own, the Manager's requests during the checks (watches and lease renewals left out), per check; lists are paged by 500",
             ));
         }
     }
