@@ -42,6 +42,8 @@ pub const MAX_POINTER: usize = 256;
 pub const MAX_FIELDS: usize = 32;
 /// The record's size limit (a Secret holds 1 MiB).
 pub const MAX_RECORD_BYTES: usize = 512 * 1024;
+/// At most this many objects a record (a deploy's manifests at most).
+pub const MAX_OBJECTS: usize = 64;
 /// `nexo.io/role` of a record Secret: the Manager's own, never a target.
 pub const RECORD_ROLE: &str = "applied-record";
 
@@ -492,8 +494,8 @@ pub fn record_payload(secret: &Value) -> Result<Value, String> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kept {
     pub name: String,
-    pub namespace: String,
-    pub format: String,
+    /// `crd` or `legacy`.
+    pub format: &'static str,
     pub settings: Settings,
     pub manifests: Vec<KeptManifest>,
 }
@@ -507,21 +509,31 @@ pub struct KeptManifest {
 }
 
 impl Kept {
-    /// Reads a record's payload; an error names what is wrong. Enough to
-    /// compare; enforcing it validates it whole, as a deploy.
-    pub fn read(payload: &Value) -> Result<Kept, String> {
+    /// Reads a record's payload, found in `namespace`; an error names what
+    /// is wrong. Enough to compare; enforcing it validates it whole, as a
+    /// deploy.
+    pub fn read(payload: &Value, namespace: &str) -> Result<Kept, String> {
         let field = |v: &Value, what: &str| -> Result<String, String> {
             v.as_str()
                 .map(str::to_owned)
                 .ok_or_else(|| format!("{what} is missing or not a string"))
         };
         let name = field(&payload["deployment"]["name"], "deployment.name")?;
-        let namespace = field(&payload["deployment"]["namespace"], "deployment.namespace")?;
-        let format = field(&payload["format"], "format")?;
+        if payload["deployment"]["namespace"] != namespace {
+            return Err(format!("deployment.namespace is not {namespace}"));
+        }
+        let format = match payload["format"].as_str() {
+            Some("crd") => "crd",
+            Some("legacy") => "legacy",
+            _ => return Err("format is neither crd nor legacy".into()),
+        };
         let settings = Settings::parse(&payload["drift"])?;
         let list = payload["manifests"]
             .as_array()
             .ok_or("manifests is missing or not a list")?;
+        if list.len() > MAX_OBJECTS {
+            return Err(format!("more than {MAX_OBJECTS} manifests"));
+        }
         let mut manifests = Vec::with_capacity(list.len());
         for (i, m) in list.iter().enumerate() {
             let api_version = m["apiVersion"].as_str().unwrap_or_default();
@@ -545,16 +557,15 @@ impl Kept {
         }
         Ok(Kept {
             name,
-            namespace,
             format,
             settings,
             manifests,
         })
     }
 
-    /// The deploy payload it was read from, for enforcement; each
-    /// manifest through `edit` (index, manifest).
-    pub fn payload(&self, mut edit: impl FnMut(usize, Value) -> Value) -> Value {
+    /// The deploy payload it was read from (in `namespace`), for
+    /// enforcement; each manifest through `edit` (index, manifest).
+    pub fn payload(&self, namespace: &str, mut edit: impl FnMut(usize, Value) -> Value) -> Value {
         let manifests: Vec<Value> = self
             .manifests
             .iter()
@@ -562,7 +573,7 @@ impl Kept {
             .map(|(i, m)| edit(i, serde_json::from_str(&m.text).unwrap_or(Value::Null)))
             .collect();
         json!({
-            "deployment": {"name": self.name, "namespace": self.namespace},
+            "deployment": {"name": self.name, "namespace": namespace},
             "format": self.format,
             "manifests": manifests,
             "drift": self.settings.to_json(),

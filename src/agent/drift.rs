@@ -7,7 +7,7 @@
 //! pipeline, under the same validation, content policy and ownership
 //! rules as a command.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -64,14 +64,15 @@ impl Drift {
     }
 }
 
-/// One deployment's record as the check holds it.
+/// One deployment's record as the check holds it, and what the check
+/// found of its objects.
 struct Recorded {
     kept: drift::Kept,
-    /// What differs, by manifest index.
-    found: BTreeMap<usize, Vec<String>>,
-    /// The objects seen, by manifest index (kept for `enforce` only).
-    live: HashMap<usize, Value>,
-    seen: BTreeSet<usize>,
+    /// The manifests whose object was listed, a bit each (at most 64).
+    seen: u64,
+    /// The manifests whose object differs: index, fields, and the object
+    /// (kept for `enforce` only).
+    found: Vec<(usize, Vec<String>, Option<Value>)>,
     /// A list it needs failed: not concluded this time.
     skipped: bool,
 }
@@ -203,7 +204,6 @@ impl Agent {
         let selector = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
         let mut records: Vec<Recorded> = Vec::new();
-        let mut named: HashSet<String> = HashSet::new();
         // The deployed Secrets, as text until compared (a Value each would
         // cost several times their size for the check's length).
         let mut secrets: Vec<Box<str>> = Vec::new();
@@ -213,17 +213,13 @@ impl Agent {
             crate::inventory::PAGE,
             |s| {
                 if drift::is_record(&s, &env) {
-                    match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p)) {
-                        // A list restarted after 410 Gone shows items again.
-                        Ok(kept) if !named.insert(kept.name.clone()) => {}
-                        Ok(kept) if kept.namespace == ns => records.push(Recorded {
+                    match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p, ns)) {
+                        Ok(kept) => records.push(Recorded {
                             kept,
-                            found: BTreeMap::new(),
-                            live: HashMap::new(),
-                            seen: BTreeSet::new(),
+                            seen: 0,
+                            found: Vec::new(),
                             skipped: false,
                         }),
-                        Ok(_) => log::warn!("drift: a record in {ns} names another namespace"),
                         Err(e) => log::warn!(
                             "drift: record {ns}/{} is not readable: {e}",
                             s["metadata"]["name"].as_str().unwrap_or("?")
@@ -238,6 +234,9 @@ impl Agent {
             log::warn!("drift: cannot list the Secrets of {ns}: {e}");
             return;
         }
+        // A list restarted after 410 Gone shows items again.
+        records.sort_unstable_by(|a, b| a.kept.name.cmp(&b.kept.name));
+        records.dedup_by(|a, b| a.kept.name == b.kept.name);
         records.retain(|r| {
             let off = r.kept.settings.mode == Mode::Off;
             if off {
@@ -292,9 +291,17 @@ impl Agent {
     fn conclude(&mut self, ns: &str, mut r: Recorded) {
         let wall = super::now_rfc3339();
         let mut found: Vec<Found> = Vec::new();
+        let mut live: HashMap<usize, Value> = HashMap::new();
+        let mut differing: HashMap<usize, Vec<String>> = HashMap::new();
+        for (i, fields, object) in std::mem::take(&mut r.found) {
+            differing.insert(i, fields);
+            if let Some(o) = object {
+                live.insert(i, o);
+            }
+        }
         for (i, m) in r.kept.manifests.iter().enumerate() {
-            let gone = !r.seen.contains(&i);
-            let fields = r.found.remove(&i).unwrap_or_default();
+            let gone = r.seen & (1 << i) == 0;
+            let fields = differing.remove(&i).unwrap_or_default();
             if gone || !fields.is_empty() {
                 found.push(Found {
                     kind: m.kind.name(),
@@ -310,7 +317,7 @@ impl Agent {
         let mode = r.kept.settings.mode;
         let name = r.kept.name.clone();
         if !found.is_empty() && mode == Mode::Enforce {
-            let (action, message) = self.enforce(r);
+            let (action, message) = self.enforce(ns, &r.kept, &live);
             for f in &mut found {
                 f.action = match action {
                     AckResult::Applied if f.gone => drift::Action::Recreated,
@@ -383,11 +390,14 @@ impl Agent {
     /// Applies a record again: what drift ignores kept as it is now, the
     /// same checks as a deploy command, fields taken back from other field
     /// managers. The result, and the message of a failure.
-    fn enforce(&mut self, r: Recorded) -> (AckResult, Option<String>) {
-        let ignore = &r.kept.settings.ignore;
-        let payload = r
-            .kept
-            .payload(|i, m| drift::keeping_ignored(&m, r.live.get(&i), ignore));
+    fn enforce(
+        &mut self,
+        ns: &str,
+        kept: &drift::Kept,
+        live: &HashMap<usize, Value>,
+    ) -> (AckResult, Option<String>) {
+        let ignore = &kept.settings.ignore;
+        let payload = kept.payload(ns, |i, m| drift::keeping_ignored(&m, live.get(&i), ignore));
         let deploy =
             match crate::commands::deploy_payload(&payload, CAPABILITIES, &self.me.namespaces) {
                 Ok(d) => d,
@@ -397,7 +407,7 @@ impl Agent {
                 }
             };
         let command = Command {
-            id: format!("drift-{}", r.kept.name),
+            id: format!("drift-{}", kept.name),
             action: Action::Deploy(deploy),
         };
         let permitted = match apply::permit(command, &self.rules()) {
@@ -431,19 +441,32 @@ fn describe(f: &Found) -> String {
     }
 }
 
-/// Where each named object is among the records' manifests.
-type ByName = HashMap<(Kind, String), Vec<(usize, usize)>>;
+/// Where each named object is among the records' manifests: (a hash of
+/// kind and name, record, manifest), sorted; 16 bytes each, where a map
+/// keyed by a copy of each name costs several times that.
+type ByName = Vec<(u64, u32, u32)>;
+
+fn name_hash(kind: Kind, name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (kind.name(), name).hash(&mut h);
+    h.finish()
+}
 
 fn by_name(records: &[Recorded]) -> ByName {
-    let mut map: ByName = HashMap::new();
-    for (r, rec) in records.iter().enumerate() {
-        for (i, m) in rec.kept.manifests.iter().enumerate() {
-            map.entry((m.kind, m.name.clone()))
-                .or_default()
-                .push((r, i));
-        }
-    }
-    map
+    let mut names: ByName = records
+        .iter()
+        .enumerate()
+        .flat_map(|(r, rec)| {
+            rec.kept
+                .manifests
+                .iter()
+                .enumerate()
+                .map(move |(i, m)| (name_hash(m.kind, &m.name), r as u32, i as u32))
+        })
+        .collect();
+    names.sort_unstable();
+    names
 }
 
 /// Compares the listed objects of `kind` with the records' manifests of
@@ -459,22 +482,22 @@ fn compare_kind(
         let Some(name) = o["metadata"]["name"].as_str() else {
             continue;
         };
-        let Some(places) = names.get(&(kind, name.to_owned())) else {
-            continue;
-        };
-        for &(r, i) in places {
-            let r = &mut records[r];
-            r.seen.insert(i);
-            let applied: Value = match serde_json::from_str(&r.kept.manifests[i].text) {
-                Ok(v) => v,
-                Err(_) => continue,
+        let h = name_hash(kind, name);
+        let from = names.partition_point(|(x, _, _)| *x < h);
+        for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
+            let (r, i) = (&mut records[r as usize], i as usize);
+            let m = &r.kept.manifests[i];
+            if m.kind != kind || m.name != name {
+                continue;
+            }
+            r.seen |= 1 << i;
+            let Ok(applied) = serde_json::from_str::<Value>(&m.text) else {
+                continue;
             };
             let diff = drift::differences(&applied, &o, &r.kept.settings.ignore);
             if !diff.is_empty() {
-                r.found.insert(i, diff);
-                if r.kept.settings.mode == Mode::Enforce {
-                    r.live.insert(i, o.clone());
-                }
+                let object = (r.kept.settings.mode == Mode::Enforce).then(|| o.clone());
+                r.found.push((i, diff, object));
             }
         }
     }

@@ -224,17 +224,36 @@ fn a_kept_record_holds_its_manifests_as_text_and_gives_its_payload_back() {
     let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd",
         "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}],
         "drift": {"mode": "enforce", "ignore": ["/data/a"]}});
-    let kept = Kept::read(&payload).unwrap();
+    let kept = Kept::read(&payload, "shop").unwrap();
+    assert!(
+        Kept::read(&payload, "elsewhere")
+            .unwrap_err()
+            .contains("not elsewhere")
+    );
     assert_eq!(kept.manifests[0].kind, crate::resource::Kind::ConfigMap);
     assert_eq!(kept.manifests[0].name, "c");
-    assert_eq!(kept.payload(|_, m| m), payload);
+    assert_eq!(kept.payload("shop", |_, m| m), payload);
     let mut bad = payload.clone();
     bad["manifests"][0]["kind"] = json!("ClusterRole");
     assert!(
-        Kept::read(&bad)
+        Kept::read(&bad, "shop")
             .unwrap_err()
             .contains("manifests[0]: v1 ClusterRole is not a kind")
     );
     bad["drift"] = json!({"mode": "x"});
-    assert!(Kept::read(&bad).unwrap_err().contains("drift.mode"));
+    assert!(Kept::read(&bad, "shop").unwrap_err().contains("drift.mode"));
+}
+
+#[test]
+fn a_record_holds_no_more_objects_than_a_deploy() {
+    assert_eq!(MAX_OBJECTS, crate::commands::MAX_MANIFESTS);
+    let many: Vec<Value> = (0..=MAX_OBJECTS)
+        .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}}))
+        .collect();
+    let payload = json!({"deployment": {"name": "o", "namespace": "shop"}, "format": "crd", "manifests": many});
+    assert!(
+        Kept::read(&payload, "shop")
+            .unwrap_err()
+            .contains("more than 64")
+    );
 }
