@@ -487,6 +487,9 @@ fn a_state_secret_that_is_not_this_managers_is_never_loaded() {
 #[test]
 fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
     let f = Fixture::new("hostile-state-write");
+    // The inventory watches NexoProxies: without their CRD it reports an
+    // error of its own, and the last check would see it.
+    f.tb.install_crds();
     let mut m = spawn_with_probes(&f, f.env());
     m.wait_until(WAIT, "a heartbeat", || f.sim.heartbeat_count() >= 1);
     // An admission policy that refuses every write of this state Secret.
@@ -527,12 +530,14 @@ fn a_failed_state_write_is_retried_then_reported_in_the_next_heartbeat() {
     // The policy takes effect once the API server has loaded it.
     let probe_path = format!("/api/v1/namespaces/{}/secrets?dryRun=All", f.ns.name);
     let deadline = Instant::now() + WAIT;
-    while admin
+    // Only the policy's own refusal counts: the state Secret exists, so a
+    // create the policy has not seen yet fails too (AlreadyExists).
+    while !admin
         .create(
             &probe_path,
             &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-manager-state"}}),
         )
-        .is_ok()
+        .is_err_and(|e| e.to_string().contains("state writes are refused by this test"))
     {
         if Instant::now() > deadline {
             remove();
