@@ -16,6 +16,7 @@ use crate::kube::{self, Client};
 use crate::resource;
 
 mod index;
+mod interner;
 mod projection;
 pub mod status;
 

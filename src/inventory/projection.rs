@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 
+pub use super::interner::Interner;
 use super::status::{Condition, MESSAGE_BYTES, Observed};
 use crate::cp::wire::DeploymentEntry;
 use crate::ownership::{self, Ownership};
@@ -223,31 +224,6 @@ pub struct TopologyLabels {
     /// `topology.kubernetes.io/zone`.
     #[serde(rename = "topology.kubernetes.io/zone")]
     pub zone: Option<String>,
-}
-
-/// Hands out one shared copy of equal strings (namespaces, images), so
-/// that entries that agree share them. Remembers at most [`Interner::MAX`]
-/// distinct values; past that, new values are simply not shared.
-#[derive(Debug, Default)]
-pub struct Interner {
-    seen: Vec<Rc<str>>,
-}
-
-impl Interner {
-    /// Distinct values remembered.
-    pub const MAX: usize = 64;
-
-    /// The shared copy of `s`.
-    pub fn get(&mut self, s: &str) -> Rc<str> {
-        if let Some(r) = self.seen.iter().find(|r| ***r == *s) {
-            return r.clone();
-        }
-        let r: Rc<str> = Rc::from(s);
-        if self.seen.len() < Self::MAX {
-            self.seen.push(r.clone());
-        }
-        r
-    }
 }
 
 /// The heartbeat entry of an owned NexoProxy, and what its phase is judged

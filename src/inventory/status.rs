@@ -7,7 +7,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::projection::Interner;
+use super::interner::Interner;
 use crate::cp::wire::Phase;
 
 /// Messages are cut to this many bytes.
