@@ -105,6 +105,7 @@ impl Agent {
                     &d.deployment.name,
                     &payload,
                     (primary.name(), uid),
+                    false,
                 );
             }
             Action::Rollout(_) => {
@@ -144,12 +145,20 @@ impl Agent {
                 m["spec"]["image"] = Value::String(image.to_owned());
             }
         }
-        self.write_record(namespace, name, &payload, ("NexoProxy", uid));
+        self.write_record(namespace, name, &payload, ("NexoProxy", uid), true);
     }
 
     /// Writes a record, unless a Secret of its name that is not one is in
-    /// the way (never touched).
-    fn write_record(&mut self, namespace: &str, name: &str, payload: &Value, owner: (&str, &str)) {
+    /// the way (never touched); `read_as_record`: the caller has just read
+    /// it and found it one, so it is not read again.
+    fn write_record(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        payload: &Value,
+        owner: (&str, &str),
+        read_as_record: bool,
+    ) {
         let env = self.me.token.environment_id();
         let Some(secret) = drift::record_secret(payload, namespace, name, env, owner) else {
             log::warn!(
@@ -159,7 +168,12 @@ impl Agent {
             return;
         };
         let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        match self.link.kube.get_opt::<Value>(&path) {
+        let in_the_way = if read_as_record {
+            Ok(None)
+        } else {
+            self.link.kube.get_opt::<Value>(&path)
+        };
+        match in_the_way {
             Ok(Some(other)) if !drift::is_record(&other, env) => {
                 log::warn!(
                     "drift: Secret {namespace}/{} is not this Manager's record; left alone, the drift of {name} is not checked",

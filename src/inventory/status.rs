@@ -102,19 +102,14 @@ pub fn judge(
 ) -> Verdict {
     let available = o.is_available();
     let was_available = available_at == Some(o.generation);
-    let phase = if o.deployment {
-        let exceeded = o.progressing.as_ref().and_then(|c| c.reason.as_deref())
-            == Some("ProgressDeadlineExceeded");
-        if exceeded {
-            Phase::Failed
-        } else if available {
-            Phase::Available
-        } else if was_available {
-            Phase::Degraded
-        } else {
-            Phase::Progressing
-        }
-    } else if !available && !was_available && waited >= deadline {
+    // Failed: a Deployment by its controller's deadline, a NexoProxy by
+    // the Manager's.
+    let failed = if o.deployment {
+        o.progressing.as_ref().and_then(|c| c.reason.as_deref()) == Some("ProgressDeadlineExceeded")
+    } else {
+        !available && !was_available && waited >= deadline
+    };
+    let phase = if failed {
         Phase::Failed
     } else if available {
         Phase::Available
