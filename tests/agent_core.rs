@@ -110,7 +110,7 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     );
     assert_eq!(
         body["cluster"],
-        json!({"uid": f.cluster_uid(), "kubernetesVersion": "v1.37.2"})
+        json!({"uid": f.cluster_uid(), "kubernetesVersion": f.tb.version})
     );
     assert_eq!(f.sim.bound_cluster(&f.env_id), Some(f.cluster_uid()));
 
@@ -155,7 +155,7 @@ fn connect_body_and_heartbeat_inventory_match_the_cluster() {
     // The test bed has no nodes: region and zone are omitted, never guessed.
     assert_eq!(
         hb["cluster"],
-        json!({"uid": f.cluster_uid(), "name": "eu-1", "kubernetesVersion": "v1.37.2"})
+        json!({"uid": f.cluster_uid(), "name": "eu-1", "kubernetesVersion": f.tb.version})
     );
     assert_eq!(hb["pendingAcks"], json!([]));
     assert!(hb.get("inventoryErrors").is_none(), "{hb}");

@@ -2,26 +2,32 @@
 # Builds the static release binary that the image ships, with the command
 # Dockerfile.distroless runs, and prints its path on stdout.
 #
-#   CC_x86_64_unknown_linux_musl=musl-gcc \
-#     cargo build --release --locked --target x86_64-unknown-linux-musl --bin nexo-manager
+#   build-static.sh [amd64|arm64]        (default amd64)
+#
+#   amd64: CC_x86_64_unknown_linux_musl=musl-gcc \
+#            cargo build --release --locked --target x86_64-unknown-linux-musl --bin nexo-manager
+#   arm64: CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc \
+#          CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc \
+#            cargo build --release --locked --target aarch64-unknown-linux-musl --bin nexo-manager
 #
 # musl, not glibc with crt-static: the same binary is 1 MB smaller (glibc's
 # static archive drags in NSS, iconv and stdio machinery), which is most of
 # the footprint budget (see BENCHMARKS.md). It needs the Rust standard
-# library for the musl target (`rustup target add x86_64-unknown-linux-musl`)
-# and Debian's musl-tools (musl-gcc compiles ring's C code); .ci/run installs
-# both. In CI (CI=true) a missing one is an error: the tests and the
-# benchmarks must measure the binary the image ships. Elsewhere it says so
-# loudly and builds the glibc crt-static binary instead, so the tests still
-# run a static binary.
+# library for the musl target (`rustup target add <target>`) and a C
+# compiler for ring's C code: Debian's musl-tools (musl-gcc) on amd64, the
+# cross compiler gcc-aarch64-linux-gnu for arm64, which also links (Rust's
+# musl targets bring their own C library and start files); .ci/run
+# installs all of them. arm64 has no fallback: a missing piece is an error.
+# For amd64, in CI (CI=true) a missing one is an error too: the tests and
+# the benchmarks must measure the binary the image ships. Elsewhere it says
+# so loudly and builds the glibc crt-static binary instead, so the tests
+# still run a static binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-musl=x86_64-unknown-linux-musl
-gnu=x86_64-unknown-linux-gnu
-have_musl_std() { rustup target list --installed 2>/dev/null | grep -qx "$musl"; }
-in_ci() { case ${CI:-} in true | 1) return 0 ;; *) return 1 ;; esac; }
 fail() { echo "build-static.sh: $*" >&2; exit 1; }
+have_std() { rustup target list --installed 2>/dev/null | grep -qx "$1"; }
+in_ci() { case ${CI:-} in true | 1) return 0 ;; *) return 1 ;; esac; }
 # The binary cargo wrote, which must be there (a target-dir set in a cargo
 # configuration would put it elsewhere).
 print_binary() { # target
@@ -30,6 +36,28 @@ print_binary() { # target
   echo "$bin"
 }
 
+case ${1:-amd64} in
+  amd64) ;;
+  arm64)
+    target=aarch64-unknown-linux-musl cc=aarch64-linux-gnu-gcc
+    missing=()
+    have_std "$target" || missing+=("the $target standard library (rustup target add $target)")
+    command -v "$cc" >/dev/null 2>&1 || missing+=("$cc (apt-get install gcc-aarch64-linux-gnu)")
+    if [ ${#missing[@]} -gt 0 ]; then
+      for what in "${missing[@]}"; do echo "build-static.sh: missing: $what" >&2; done
+      fail "cannot build the static $target binary of the arm64 image"
+    fi
+    CC_aarch64_unknown_linux_musl=$cc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=$cc \
+      cargo build --release --locked --target "$target" --bin nexo-manager >&2 ||
+      fail "the $target build of nexo-manager failed (above)"
+    print_binary "$target"
+    exit 0 ;;
+  *) fail "unknown architecture '$1' (amd64 or arm64)" ;;
+esac
+
+musl=x86_64-unknown-linux-musl
+gnu=x86_64-unknown-linux-gnu
+have_musl_std() { have_std "$musl"; }
 if have_musl_std && command -v musl-gcc >/dev/null 2>&1; then
   CC_x86_64_unknown_linux_musl=musl-gcc \
     cargo build --release --locked --target "$musl" --bin nexo-manager >&2 ||

@@ -21,6 +21,9 @@ bash "$testbed" build --node
 # short form of the benchmark suite measures it.
 NEXO_STATIC_BINARY=$(bash tests/build-static.sh)
 export NEXO_STATIC_BINARY
+# The arm64 one, which tests/arm64.rs runs under qemu-user.
+NEXO_STATIC_BINARY_ARM64=$(bash tests/build-static.sh arm64)
+export NEXO_STATIC_BINARY_ARM64
 
 # Every test bed of this run (its own, the node tests', the sandbox's) is
 # listed here by `testbed.sh start`, which finds the file in the environment

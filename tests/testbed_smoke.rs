@@ -20,7 +20,21 @@ fn runs_the_pinned_kubernetes_release() {
     let tb = testbed();
     let version: Value = tb.admin().get("/version").expect("GET /version");
     assert_eq!(version["gitVersion"], json!(tb.version));
-    assert_eq!(tb.version, "v1.37.2");
+    // The release asked for (NEXO_K8S_VERSION), else the newest supported.
+    let supported = std::process::Command::new("bash")
+        .arg(support::script())
+        .args(["bin", "--versions"])
+        .output()
+        .expect("testbed.sh bin --versions");
+    let supported = String::from_utf8(supported.stdout).unwrap();
+    let supported: Vec<&str> = supported.split_whitespace().collect();
+    let wanted = std::env::var("NEXO_K8S_VERSION")
+        .unwrap_or_else(|_| supported.last().expect("supported releases").to_string());
+    assert!(
+        supported.contains(&wanted.as_str()),
+        "{wanted} not in {supported:?}"
+    );
+    assert_eq!(tb.version, wanted);
 }
 
 #[test]

@@ -47,9 +47,45 @@ pub fn static_binary() -> PathBuf {
     path
 }
 
+/// The static arm64 release binary (`$NEXO_STATIC_BINARY_ARM64`, built by
+/// `tests/build-static.sh arm64`); panics with what to do when it is missing.
+pub fn arm64_binary() -> PathBuf {
+    let path = std::env::var_os("NEXO_STATIC_BINARY_ARM64").unwrap_or_else(|| {
+        panic!(
+            "NEXO_STATIC_BINARY_ARM64 is not set: build the arm64 binary first with \
+             `bash tests/build-static.sh arm64` (tests/run.sh does) and point \
+             NEXO_STATIC_BINARY_ARM64 at the path it prints"
+        )
+    });
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "NEXO_STATIC_BINARY_ARM64={} does not exist",
+        path.display()
+    );
+    path
+}
+
+/// qemu-user's aarch64 emulator (`qemu-aarch64-static`, from Debian's
+/// qemu-user-static), found on `PATH`; panics with what to install when it
+/// is missing.
+pub fn qemu_aarch64() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("qemu-aarch64-static"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "qemu-aarch64-static is not on PATH: install Debian's qemu-user-static \
+                 (apt-get install qemu-user-static; .ci/run does)"
+            )
+        })
+}
+
 /// A Manager process, its output captured in files.
 pub struct Manager {
-    binary: PathBuf,
+    /// The command line it was started with (an emulator's included).
+    command: String,
     child: Option<Child>,
     status: Option<ExitStatus>,
     env: BTreeMap<String, String>,
@@ -70,11 +106,33 @@ impl Manager {
     /// Starts `binary` (the static release binary, say) with exactly `env`
     /// (plus `PATH`).
     pub fn spawn_binary(binary: &std::path::Path, env: &BTreeMap<String, String>) -> Manager {
+        Manager::spawn_command(Command::new(binary), env)
+    }
+
+    /// Starts `binary` under the user-mode emulator `emulator`
+    /// (`qemu-aarch64-static BINARY`) with exactly `env` (plus `PATH`):
+    /// signals sent to the process reach the emulated program.
+    pub fn spawn_emulated(
+        emulator: &std::path::Path,
+        binary: &std::path::Path,
+        env: &BTreeMap<String, String>,
+    ) -> Manager {
+        let mut command = Command::new(emulator);
+        command.arg(binary);
+        Manager::spawn_command(command, env)
+    }
+
+    fn spawn_command(mut command: Command, env: &BTreeMap<String, String>) -> Manager {
+        let line = std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
         let n = RUN.fetch_add(1, Ordering::Relaxed);
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let stdout = dir.join(format!("manager-{}-{n}.out", std::process::id()));
         let stderr = dir.join(format!("manager-{}-{n}.err", std::process::id()));
-        let child = Command::new(binary)
+        let child = command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(env)
@@ -84,7 +142,7 @@ impl Manager {
             .spawn()
             .expect("spawn nexo-manager");
         Manager {
-            binary: binary.to_owned(),
+            command: line,
             child: Some(child),
             status: None,
             env: env.clone(),
@@ -233,7 +291,7 @@ impl Manager {
             .unwrap_or_else(|| "(no simulator)".into());
         format!(
             "command: {}\nenvironment:\n{}\nexit status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- simulator request log ---\n{}",
-            self.binary.display(),
+            self.command,
             env.join("\n"),
             self.status,
             self.stdout(),

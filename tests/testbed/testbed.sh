@@ -57,8 +57,19 @@
 # it watches).
 set -euo pipefail
 
-K8S_VERSION=v1.37.2
-STAGING_VERSION=v0.37.2
+# The supported Kubernetes releases (README.md, "Supported Kubernetes
+# releases"): the newest patch of each minor that the Go module proxy
+# serves. The last is the default; NEXO_K8S_VERSION picks another of them
+# for `build` and `start` (tests/run.sh runs the end-to-end tests against
+# each). Each is built and cached on its own, keyed by version.
+SUPPORTED_K8S_VERSIONS="v1.34.4 v1.35.4 v1.36.3 v1.37.2"
+K8S_VERSION=${NEXO_K8S_VERSION:-${SUPPORTED_K8S_VERSIONS##* }}
+case " $SUPPORTED_K8S_VERSIONS " in
+  *" $K8S_VERSION "*) ;;
+  *) echo "testbed: NEXO_K8S_VERSION=$K8S_VERSION is not a supported release (supported: $SUPPORTED_K8S_VERSIONS)" >&2; exit 2 ;;
+esac
+# The staging modules (k8s.io/api, ...) of release v1.X.Y are published as v0.X.Y.
+STAGING_VERSION=v0.${K8S_VERSION#v1.}
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
 # The benchmarks' peer (tests/bench/peer.rs): Open Cluster Management's work agent.
@@ -963,6 +974,7 @@ case "${1:-}" in
          --node) echo "$NODE_BIN_DIR" ;;
          --helm) echo "$HELM_BIN_DIR" ;;
          --peer) echo "$PEER_DIR" ;;
+         --versions) echo "$SUPPORTED_K8S_VERSIONS" ;;
          *) echo "$BIN_DIR" ;;
        esac ;;
   leftovers) shift; cmd_leftovers "$@" ;;
