@@ -673,3 +673,43 @@ fn one_version_number_everywhere() {
     };
     assert_eq!(newest, Some(VERSION), "CHANGELOG.md's newest release");
 }
+
+/// The image the bundle pins is the one the release notes name: when the
+/// newest release's section of CHANGELOG.md lists its image digests (`###
+/// Image`, written by tests/image/stamp-release.sh with the chart's and
+/// `manifests/`' pins), its index digest is the pinned one.
+#[test]
+fn the_pinned_image_is_the_one_the_release_notes_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let values = read("charts/nexo-manager/values.yaml");
+    let pinned = yaml_scalar(&values, "digest").expect("values.yaml image.digest");
+    assert!(
+        read("manifests/deployment.yaml")
+            .contains(&format!("registry.example.com/nexo/manager@{pinned}")),
+        "manifests/deployment.yaml pins another image than values.yaml ({pinned})"
+    );
+    let changelog = read("CHANGELOG.md");
+    let release = changelog
+        .split("\n## [")
+        .skip(1)
+        .find(|s| !s.starts_with("Unreleased"))
+        .expect("a release section in CHANGELOG.md");
+    if let Some(image) = release.split("\n### Image\n").nth(1) {
+        let index = image
+            .lines()
+            .find_map(|l| l.strip_prefix("- index: `"))
+            .and_then(|l| l.strip_suffix('`'))
+            .expect("the ### Image list names the index");
+        assert_eq!(
+            index, pinned,
+            "CHANGELOG.md's image index vs the pinned digest"
+        );
+        for platform in ["linux/amd64", "linux/arm64"] {
+            assert!(
+                image.contains(&format!("- {platform}: `sha256:")),
+                "the ### Image list names the {platform} image"
+            );
+        }
+    }
+}

@@ -53,7 +53,8 @@ fn set_up_and_run_inside() -> ExitCode {
         Command::new("bash")
             .arg(root.join("tests/image/build-image.sh"))
             .arg(&binary)
-            .arg(&images_dir),
+            .arg(&images_dir)
+            .arg(support::manager::arm64_binary()),
     );
     let refs = tmp.join("images.env");
     std::fs::write(&refs, &out).unwrap();
@@ -705,11 +706,14 @@ fn archive_file(archive: &Path, name: &str) -> Vec<u8> {
     out.stdout
 }
 
-/// The image config of the Manager's archive says what the Dockerfile says:
-/// user 65532:65532, entrypoint /nexo-manager.
+/// The Manager's archive is the multi-architecture image: an OCI image
+/// index of a linux/amd64 and a linux/arm64 image. Each config says what
+/// the Dockerfile says (user 65532:65532, entrypoint /nexo-manager) and its
+/// architecture; both have the same base layer and an app layer whose
+/// /nexo-manager is an ELF executable of that architecture.
 fn image_config_matches_the_dockerfile(bed: &Bed) {
     let archive = bed.images_dir.join("manager.oci.tar");
-    let index: Value = serde_json::from_slice(&archive_file(&archive, "index.json")).unwrap();
+    let layout: Value = serde_json::from_slice(&archive_file(&archive, "index.json")).unwrap();
     let blob = |digest: &Value| {
         let hex = digest
             .as_str()
@@ -719,8 +723,12 @@ fn image_config_matches_the_dockerfile(bed: &Bed) {
             .to_owned();
         archive_file(&archive, &format!("blobs/sha256/{hex}"))
     };
-    let manifest: Value = serde_json::from_slice(&blob(&index["manifests"][0]["digest"])).unwrap();
-    let config: Value = serde_json::from_slice(&blob(&manifest["config"]["digest"])).unwrap();
+    let top = &layout["manifests"][0];
+    assert_eq!(
+        top["mediaType"], "application/vnd.oci.image.index.v1+json",
+        "the image is an index: {top}"
+    );
+    let index: Value = serde_json::from_slice(&blob(&top["digest"])).unwrap();
     let dockerfile = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile.distroless"),
     )
@@ -734,17 +742,52 @@ fn image_config_matches_the_dockerfile(bed: &Bed) {
             .trim()
             .to_owned()
     };
-    assert_eq!(
-        config["config"]["User"].as_str(),
-        Some(line("USER ").as_str())
-    );
     let entrypoint: Value = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
-    assert_eq!(config["config"]["Entrypoint"], entrypoint);
-    assert_eq!(
-        manifest["layers"].as_array().map(Vec::len),
-        Some(2),
-        "base and app layers"
-    );
+    let mut platforms = Vec::new();
+    let mut bases = Vec::new();
+    for entry in index["manifests"].as_array().unwrap() {
+        let arch = entry["platform"]["architecture"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(entry["platform"]["os"], "linux", "{entry}");
+        let manifest: Value = serde_json::from_slice(&blob(&entry["digest"])).unwrap();
+        let config: Value = serde_json::from_slice(&blob(&manifest["config"]["digest"])).unwrap();
+        assert_eq!(config["architecture"], json!(arch), "{arch}: config");
+        assert_eq!(
+            config["config"]["User"].as_str(),
+            Some(line("USER ").as_str())
+        );
+        assert_eq!(config["config"]["Entrypoint"], entrypoint);
+        let layers = manifest["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 2, "{arch}: base and app layers");
+        bases.push(layers[0]["digest"].clone());
+        // The app layer's /nexo-manager: the ELF machine of `arch`.
+        let layer = tempfile_in(
+            bed,
+            &format!("layer-{arch}.tar"),
+            &blob(&layers[1]["digest"]),
+        );
+        let elf = archive_file(&layer, "nexo-manager");
+        let machine = u16::from_le_bytes([elf[18], elf[19]]);
+        let want = match arch.as_str() {
+            "amd64" => 62,
+            "arm64" => 183,
+            other => panic!("unexpected architecture {other}"),
+        };
+        assert_eq!(machine, want, "{arch}: /nexo-manager's ELF machine");
+        platforms.push(arch);
+    }
+    platforms.sort();
+    assert_eq!(platforms, ["amd64", "arm64"]);
+    assert_eq!(bases[0], bases[1], "one base layer for both");
+}
+
+/// Writes `data` to a file of the test's temporary folder, returns its path.
+fn tempfile_in(bed: &Bed, name: &str, data: &[u8]) -> PathBuf {
+    let path = bed.images_dir.join(name);
+    std::fs::write(&path, data).unwrap();
+    path
 }
 
 fn installed(bed: &Bed) {

@@ -4,13 +4,21 @@ container engine, for `ctr images import`.
 
     oci-image.py --out IMAGE.tar --name REPO:TAG \
         [--rootfs DIR]... [--file SRC:DEST:MODE[:UID]]... \
+        [--arch ARCH | --arch-file ARCH=SRC:DEST:MODE[:UID]...] \
         [--entrypoint PATH] [--cmd ARG]... [--user UID:GID] [--env K=V]... [--label K=V]...
 
 Each --rootfs DIR becomes one layer (its files owned by root), then all
 --file entries together become one more layer. Layers are uncompressed,
 reproducible tars (sorted names, mtime 0, numeric owners), so the same
-inputs always give the same digests. Prints the manifest digest, which is
-what `REPO@sha256:...` references name.
+inputs always give the same digests.
+
+One image, for --arch (default amd64): prints its manifest digest, which
+is what `REPO@sha256:...` references name. With --arch-file, one image per
+architecture named there, whose last layer holds the --file entries and
+that architecture's files, and an OCI image index of them all (platform
+linux/ARCH each): prints the index's digest (what the reference names; a
+runtime picks its platform's image from it), then one `linux/ARCH=DIGEST`
+line per image.
 """
 import argparse
 import hashlib
@@ -87,31 +95,16 @@ def files_layer(specs):
     return out.getvalue()
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", required=True, help="REPO:TAG the image is imported as")
-    p.add_argument("--rootfs", action="append", default=[])
-    p.add_argument("--file", action="append", default=[])
-    p.add_argument("--entrypoint")
-    p.add_argument("--cmd", action="append", default=[], help="one argument of Cmd")
-    p.add_argument("--user")
-    p.add_argument("--env", action="append", default=[])
-    p.add_argument("--label", action="append", default=[])
-    a = p.parse_args()
-    if not a.rootfs and not a.file:
-        sys.exit("oci-image.py: nothing to put in the image (--rootfs or --file)")
-
-    blobs = {}
-    layers, diff_ids = [], []
-    raw_layers = [rootfs_layer(r) for r in a.rootfs]
-    if a.file:
-        raw_layers.append(files_layer(a.file))
-    for raw in raw_layers:
-        layers.append(add_blob(blobs, raw, "application/vnd.oci.image.layer.v1.tar"))
-        diff_ids.append(layers[-1]["digest"])
+def image_manifest(blobs, a, arch, base, files):
+    """The config and manifest of one image for `arch`: the `base` layers
+    and, when there are `files`, a layer of them. Returns the manifest's
+    descriptor."""
+    layers = list(base)
+    if files:
+        layers.append(add_blob(blobs, files_layer(files), "application/vnd.oci.image.layer.v1.tar"))
+    diff_ids = [layer["digest"] for layer in layers]
     config = {
-        "architecture": "amd64",
+        "architecture": arch,
         "os": "linux",
         "created": "1970-01-01T00:00:00Z",
         "config": {
@@ -133,13 +126,56 @@ def main():
                    "application/vnd.oci.image.config.v1+json")
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "config": cfg, "layers": layers}
-    man = add_blob(blobs, json.dumps(manifest, sort_keys=True).encode(),
-                   "application/vnd.oci.image.manifest.v1+json")
+    return add_blob(blobs, json.dumps(manifest, sort_keys=True).encode(),
+                    "application/vnd.oci.image.manifest.v1+json")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", required=True, help="REPO:TAG the image is imported as")
+    p.add_argument("--rootfs", action="append", default=[])
+    p.add_argument("--file", action="append", default=[])
+    p.add_argument("--entrypoint")
+    p.add_argument("--cmd", action="append", default=[], help="one argument of Cmd")
+    p.add_argument("--user")
+    p.add_argument("--env", action="append", default=[])
+    p.add_argument("--label", action="append", default=[])
+    p.add_argument("--arch", default="amd64", help="the one image's architecture")
+    p.add_argument("--arch-file", action="append", default=[],
+                   help="ARCH=SRC:DEST:MODE[:UID]: an image per ARCH, in an image index")
+    a = p.parse_args()
+    if not a.rootfs and not a.file and not a.arch_file:
+        sys.exit("oci-image.py: nothing to put in the image (--rootfs or --file)")
+
+    arch_files = {}
+    for spec in a.arch_file:
+        arch, sep, file_spec = spec.partition("=")
+        if not sep or not arch or not file_spec:
+            sys.exit(f"oci-image.py: --arch-file {spec!r} is not ARCH=SRC:DEST:MODE[:UID]")
+        arch_files.setdefault(arch, []).append(file_spec)
+
+    blobs = {}
+    base = [add_blob(blobs, rootfs_layer(r), "application/vnd.oci.image.layer.v1.tar")
+            for r in a.rootfs]
+    if not arch_files:
+        top, lines = image_manifest(blobs, a, a.arch, base, a.file), []
+    else:
+        mans = []
+        for arch in sorted(arch_files):
+            m = image_manifest(blobs, a, arch, base, a.file + arch_files[arch])
+            m["platform"] = {"architecture": arch, "os": "linux"}
+            mans.append(m)
+        index_blob = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                      "manifests": mans}
+        top = add_blob(blobs, json.dumps(index_blob, sort_keys=True).encode(),
+                       "application/vnd.oci.image.index.v1+json")
+        lines = [f"linux/{m['platform']['architecture']}={m['digest']}" for m in mans]
     tag = a.name.rsplit(":", 1)[1] if ":" in a.name.rsplit("/", 1)[-1] else "latest"
-    man["annotations"] = {"io.containerd.image.name": a.name,
+    top["annotations"] = {"io.containerd.image.name": a.name,
                           "org.opencontainers.image.ref.name": tag}
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [man]}
+             "manifests": [top]}
 
     entries = [("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode()),
                ("index.json", json.dumps(index, sort_keys=True).encode())]
@@ -151,7 +187,9 @@ def main():
             tar.addfile(info)
         for name, data in entries:
             tar.addfile(tar_info(name, 0o644, len(data)), io.BytesIO(data))
-    print(man["digest"])
+    print(top["digest"])
+    for line in lines:
+        print(line)
 
 
 if __name__ == "__main__":

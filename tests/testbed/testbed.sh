@@ -2,17 +2,22 @@
 # The test bed: a real Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager) on 127.0.0.1, for one pinned release.
 #
-#   testbed.sh build [--node] [--peer]
+#   testbed.sh build [--node] [--peer] [--kine]
 #                                 build and cache the binaries (once per version): the
 #                                 control plane, helm; with --node the node; with --peer
-#                                 the benchmarks' peer, OCM's work agent
-#   testbed.sh start DIR [--node] [--audit] [PID]
+#                                 the benchmarks' peer, OCM's work agent; with --kine kine
+#   testbed.sh start DIR [--node] [--audit] [--kine] [PID]
 #                                 start a control plane with its data in DIR (new or empty);
 #                                 when PID is given, everything is stopped and DIR removed
 #                                 as soon as that process is gone. --node: inside a network
 #                                 namespace of its own, with a node (see below). --audit:
 #                                 the API server writes an audit log (Metadata level, JSON
-#                                 lines) to DIR/logs/audit.log
+#                                 lines) to DIR/logs/audit.log. --kine: the datastore is
+#                                 kine over SQLite (what k3s runs), not etcd
+#
+# NEXO_K8S_VERSION picks the Kubernetes release of `build` and `start`
+# among SUPPORTED_K8S_VERSIONS (default: the newest); `bin --versions`
+# prints them.
 #   testbed.sh stop DIR           stop what DIR's test bed started, remove DIR; refuses a
 #                                 DIR that `start` did not create (no DIR/.nexo-testbed)
 #                                 and does nothing when DIR does not exist
@@ -24,7 +29,7 @@
 #                                 user NAME in system:masters (so the audit log tells one
 #                                 client from another), print its path
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin [--node|--helm|--peer]
+#   testbed.sh bin [--node|--helm|--peer|--kine|--versions]
 #                                 print the folder holding the cached (node, helm, peer) binaries
 #   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
 #                                 the test beds listed in RECORD; exit 1 if there are any
@@ -72,6 +77,8 @@ esac
 STAGING_VERSION=v0.${K8S_VERSION#v1.}
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
+# The k3s datastore (start --kine): kine over SQLite, in place of etcd.
+KINE_VERSION=v0.17.5
 # The benchmarks' peer (tests/bench/peer.rs): Open Cluster Management's work agent.
 OCM_VERSION=v1.2.1
 CACHE_ROOT=${NEXO_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed}
@@ -79,6 +86,7 @@ BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin
 NODE_BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-node/bin
 HELM_BIN_DIR=$CACHE_ROOT/helm-$HELM_VERSION/bin
 PEER_DIR=$CACHE_ROOT/ocm-work-$OCM_VERSION
+KINE_BIN_DIR=$CACHE_ROOT/kine-$KINE_VERSION/bin
 CNI_BIN_DIR=/usr/lib/cni
 NODE_NAME=nexo-node
 NODE_IP=10.77.0.1
@@ -308,6 +316,41 @@ GO
   mv "$PEER_DIR.tmp" "$PEER_DIR"
 }
 
+# kine, the etcd shim k3s runs its API server on, here over SQLite: the
+# main package of github.com/k3s-io/kine, built with cgo (SQLite is C).
+build_kine() {
+  local mod=$CACHE_ROOT/build-kine-$KINE_VERSION
+  rm -rf "$KINE_BIN_DIR.tmp"
+  mkdir -p "$mod" "$KINE_BIN_DIR.tmp"
+  cat >"$mod/go.mod" <<GOMOD
+module nexo.io/testbed-kine
+
+go 1.26.0
+
+require github.com/k3s-io/kine $KINE_VERSION
+GOMOD
+  cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/k3s-io/kine"
+GO
+  local upstream_mod
+  upstream_mod=$(go_download "$mod" "github.com/k3s-io/kine@$KINE_VERSION" GoMod)
+  # The upstream module's replace lines, if any, apply to a build of it.
+  if grep -q '^replace' "$upstream_mod"; then
+    sed -n '/^replace/,$p' "$upstream_mod" >>"$mod/go.mod"
+  fi
+  tidy_module "$mod" "kine $KINE_VERSION"
+  need gcc
+  log "building kine $KINE_VERSION"
+  (cd "$mod" && CGO_ENABLED=1 go build -trimpath -tags tools -ldflags "-s -w" \
+    -o "$KINE_BIN_DIR.tmp/kine" github.com/k3s-io/kine)
+  rm -rf "$KINE_BIN_DIR"
+  mv "$KINE_BIN_DIR.tmp" "$KINE_BIN_DIR"
+}
+
 need_node_packages() {
   local missing=()
   command -v containerd >/dev/null 2>&1 || missing+=(containerd)
@@ -321,12 +364,13 @@ need_node_packages() {
   [ "$(id -u)" = 0 ] || die "the node needs root (network namespace, mounts, containerd)"
 }
 
-cmd_build() { # [--node] [--peer]
-  local node= peer=
+cmd_build() { # [--node] [--peer] [--kine]
+  local node= peer= kine=
   for arg in "$@"; do
     case $arg in
       --node) node=1 ;;
       --peer) peer=1 ;;
+      --kine) kine=1 ;;
       *) die "build: unknown argument $arg" ;;
     esac
   done
@@ -354,6 +398,12 @@ cmd_build() { # [--node] [--peer]
     local started=$SECONDS
     build_helm
     log "built helm into $HELM_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ -n "$kine" ] && [ ! -x "$KINE_BIN_DIR/kine" ]; then
+    need go
+    local started=$SECONDS
+    build_kine
+    log "built kine into $KINE_BIN_DIR in $((SECONDS - started)) s"
   fi
   if [ -n "$peer" ] && ! { [ -x "$PEER_DIR/bin/work" ] && [ -f "$PEER_DIR/VERSIONS" ]; }; then
     need go
@@ -578,22 +628,23 @@ keep_logs() {
 }
 
 cmd_start() {
-  local node= watch_pid= audit=
+  local node= watch_pid= audit= kine=
   DIR=
   for arg in "$@"; do
     case $arg in
       --node) node=1 ;;
       --audit) audit=1 ;;
+      --kine) kine=1 ;;
       *) if [ -z "$DIR" ]; then DIR=$arg; else watch_pid=$arg; fi ;;
     esac
   done
-  [ -n "$DIR" ] || die "usage: testbed.sh start DIR [--node] [--audit] [PID]"
+  [ -n "$DIR" ] || die "usage: testbed.sh start DIR [--node] [--audit] [--kine] [PID]"
   need curl openssl python3
   if [ -n "$node" ]; then
     need_node_packages
-    cmd_build --node
+    cmd_build --node ${kine:+--kine}
   else
-    cmd_build
+    cmd_build ${kine:+--kine}
   fi
   mkdir -p "$DIR"
   DIR=$(cd "$DIR" && pwd)
@@ -632,6 +683,27 @@ cmd_start() {
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
   sched_port=$(free_port)
 
+  local datastore_name=etcd-$ETCD_VERSION
+  local datastore=(--etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt"
+    --etcd-certfile "$DIR/admin.crt" --etcd-keyfile "$DIR/admin.key")
+  if [ -n "$kine" ]; then
+    # kine over SQLite, as k3s runs it: the API server speaks etcd's v3
+    # API to it (plain, on loopback); ETCD_PORT and ETCD_PID are kine's.
+    "${IN[@]}" "$KINE_BIN_DIR/kine" --endpoint "sqlite://$DIR/etcd-data/state.db?_journal=WAL&cache=shared&_busy_timeout=30000" \
+      --listen-address "127.0.0.1:$etcd_port" --metrics-bind-address "" \
+      >"$DIR/logs/kine.log" 2>&1 &
+    local etcd_pid=$!
+    echo "$etcd_pid" >>"$DIR/pids"
+    local deadline=$((SECONDS + 30))
+    until "${IN[@]}" curl -fsS --max-time 2 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 ||
+      "${IN[@]}" python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $etcd_port), 1)" 2>/dev/null; do
+      kill -0 "$etcd_pid" 2>/dev/null || { tail -n 30 "$DIR/logs/kine.log" >&2; die "kine exited before it was ready (log: $DIR/logs/kine.log)"; }
+      [ $SECONDS -lt $deadline ] || { tail -n 30 "$DIR/logs/kine.log" >&2; die "kine not listening after 30 s"; }
+      sleep 0.2
+    done
+    datastore=(--etcd-servers "http://127.0.0.1:$etcd_port")
+    datastore_name=kine-$KINE_VERSION-sqlite
+  else
   "${IN[@]}" "$BIN_DIR/etcd" --name testbed --data-dir "$DIR/etcd-data" \
     --listen-client-urls "https://127.0.0.1:$etcd_port" --advertise-client-urls "https://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
@@ -642,6 +714,7 @@ cmd_start() {
   local etcd_pid=$!
   echo "$etcd_pid" >>"$DIR/pids"
   wait_ready "https://127.0.0.1:$etcd_port/health" etcd "$etcd_pid" 30
+  fi
 
   # Control-plane mode: loopback only, and no `kubernetes` endpoints (127.0.0.1
   # is not a valid endpoint). Node mode: the API server is reached at NODE_IP,
@@ -664,8 +737,7 @@ cmd_start() {
   # server again (the tests of watches broken by a restart).
   local api_cmd=("$BIN_DIR/kube-apiserver" \
     "${api_net[@]}" "${audit_args[@]}" --secure-port "$api_port" \
-    --etcd-servers "https://127.0.0.1:$etcd_port" --etcd-cafile "$DIR/ca.crt" \
-    --etcd-certfile "$DIR/admin.crt" --etcd-keyfile "$DIR/admin.key" \
+    "${datastore[@]}" \
     --tls-cert-file "$DIR/server.crt" --tls-private-key-file "$DIR/server.key" \
     --client-ca-file "$DIR/ca.crt" \
     --kubelet-client-certificate "$DIR/admin.crt" --kubelet-client-key "$DIR/admin.key" \
@@ -741,6 +813,7 @@ CONTROLLER_MANAGER_PID=$kcm_pid
 KUBECTL=$BIN_DIR/kubectl
 HELM=$HELM_BIN_DIR/helm
 K8S_VERSION=$K8S_VERSION
+DATASTORE=$datastore_name
 $node_env
 ENV
 
@@ -759,7 +832,7 @@ ENV
   if [ -n "$node" ]; then
     log "kube-apiserver $K8S_VERSION and node $NODE_NAME ready at $url in network namespace $netns in $((SECONDS - started)) s (data: $DIR)"
   else
-    log "kube-apiserver $K8S_VERSION ready at $url in $((SECONDS - started)) s (data: $DIR)"
+    log "kube-apiserver $K8S_VERSION${kine:+ on kine $KINE_VERSION (SQLite)} ready at $url in $((SECONDS - started)) s (data: $DIR)"
   fi
 }
 
@@ -974,6 +1047,7 @@ case "${1:-}" in
          --node) echo "$NODE_BIN_DIR" ;;
          --helm) echo "$HELM_BIN_DIR" ;;
          --peer) echo "$PEER_DIR" ;;
+         --kine) echo "$KINE_BIN_DIR" ;;
          --versions) echo "$SUPPORTED_K8S_VERSIONS" ;;
          *) echo "$BIN_DIR" ;;
        esac ;;
