@@ -530,8 +530,18 @@ fn measure_drift(plan: &Plan, f: &Fixture, bed: &Path, size: usize) -> DriftFigu
     }
 }
 
+/// Starts the static binary; under `$NEXO_BENCH_EMULATOR` (a user-mode
+/// emulator, `qemu-aarch64-static` for the arm64 binary) when that is set,
+/// so that the figures read off the process are the emulator's: its memory
+/// holds the emulated program's and its own (measured alone by `--only
+/// emulator`).
 fn spawn_static(f: &Fixture, env: &BTreeMap<String, String>) -> Manager {
-    Manager::spawn_binary(&static_binary(), env).with_sim(&f.sim)
+    match std::env::var_os("NEXO_BENCH_EMULATOR") {
+        Some(emulator) => {
+            Manager::spawn_emulated(Path::new(&emulator), &static_binary(), env).with_sim(&f.sim)
+        }
+        None => Manager::spawn_binary(&static_binary(), env).with_sim(&f.sim),
+    }
 }
 
 fn heartbeats_of(briefs: &[Brief]) -> Vec<&Brief> {
