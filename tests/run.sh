@@ -17,10 +17,11 @@
 #
 # Arguments go to every `cargo test` (a filter, say).
 #
-# To fit CI's time, the node tests (about 15 minutes, most of it waiting
-# for the kubelet to rotate a token) run in the background, beside the
-# others: they have a test bed, a network namespace and a simulator of
-# their own. Their output is shown when they end.
+# To fit CI's time, the runs go side by side, each with a test bed (and
+# simulators) of its own: the node tests (about 15 minutes, most of it
+# waiting for the kubelet to rotate a token), the run against the newest
+# release, and the other runs in two lanes. The tests mostly wait, so the
+# two cores are not the limit. Each run's output is shown when all end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,12 +54,13 @@ export NEXO_STATIC_BINARY NEXO_STATIC_BINARY_ARM64
 record=$(mktemp -t nexo-run-testbeds.XXXXXX)
 logs=$(mktemp -d -t nexo-run-logs.XXXXXX)
 export NEXO_TESTBED_RECORD=$record
-dir=
 node_pid=
+lane_pids=()
+# A run's test bed stops itself once this script is gone (its reaper
+# watches this process); what is still running is stopped here.
 cleanup() {
-  [ -z "$dir" ] || bash "$testbed" stop "$dir"
-  dir=
-  [ -z "$node_pid" ] || kill "$node_pid" 2>/dev/null || true
+  local pid
+  for pid in $node_pid ${lane_pids[@]+"${lane_pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
 }
 trap 'cleanup; rm -rf "$record" "$logs"' EXIT
 trap 'exit 130' INT TERM
@@ -88,66 +90,100 @@ for f in tests/*.rs; do
   e2e_targets+=(--test "$name")
 done
 
-# Per run: its label, tests passed and failed, seconds.
-labels=() passes=() fails=() times=()
-failures=0
 # Passed and failed tests in a cargo test log: the sums of its
 # `test result:` lines.
 count() { # log
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
        END { printf "%d %d\n", p, f }' "$1"
 }
-# Starts a test bed of release VERSION (with --kine: on kine), runs cargo
-# test with the remaining arguments against it, stops it, records its line.
-suite() { # label version [--kine] -- cargo-test-args...
-  local label=$1 version=$2 kine_flag=
+# One run: starts a test bed of release VERSION (--kine: on kine), runs
+# cargo test with the remaining arguments against it into $logs/N.log,
+# stops the test bed, and writes `exit-status passed failed seconds` to
+# $logs/N.result.
+suite() { # N version [--kine] -- cargo-test-args...
+  local n=$1 version=$2 kine_flag= bed rc=0 started=$SECONDS
   shift 2
   if [ "${1:-}" = --kine ]; then kine_flag=--kine; shift; fi
   [ "${1:-}" = -- ] && shift
-  local log=$logs/suite-${#labels[@]}.log started=$SECONDS rc=0
-  dir=$(mktemp -d -t nexo-testbed.XXXXXX)
-  rmdir "$dir"
-  echo "tests/run.sh: --- $label ---"
-  NEXO_K8S_VERSION=$version bash "$testbed" start "$dir" $kine_flag $$
-  NEXO_K8S_VERSION=$version NEXO_TESTBED_DIR=$dir \
-    cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log" || rc=$?
-  bash "$testbed" stop "$dir"
-  dir=
+  bed=$(mktemp -d -t nexo-testbed.XXXXXX)
+  rmdir "$bed"
+  {
+    NEXO_K8S_VERSION=$version bash "$testbed" start "$bed" $kine_flag $$ &&
+      NEXO_K8S_VERSION=$version NEXO_TESTBED_DIR=$bed cargo test --locked --no-fail-fast "$@"
+  } >"$logs/$n.log" 2>&1 || rc=$?
+  bash "$testbed" stop "$bed" >>"$logs/$n.log" 2>&1 || true
   local passed failed
-  read -r passed failed < <(count "$log")
-  if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then failed="?"; fi
-  [ "$rc" = 0 ] || failures=$((failures + 1))
-  labels+=("$label") passes+=("$passed") fails+=("$failed") times+=($((SECONDS - started)))
+  read -r passed failed < <(count "$logs/$n.log")
+  echo "$rc $passed $failed $((SECONDS - started))" >"$logs/$n.result"
 }
 
-suite "kubernetes $newest" "$newest" -- "${all_targets[@]}" "$@"
+# The runs, each on a test bed of its own, their labels by number: 0, the
+# newest release with every test target; then each older release and kine
+# with the end-to-end ones. The tests mostly wait (for heartbeats, leases,
+# the garbage collector): the node tests, the first run and two lanes of
+# the others share the two cores without contention (load under 3).
+labels=("kubernetes $newest")
+runs=()
 for v in "${versions[@]}"; do
-  [ "$v" = "$newest" ] || suite "kubernetes $v" "$v" -- "${e2e_targets[@]}" "$@"
+  [ "$v" = "$newest" ] && continue
+  labels+=("kubernetes $v")
+  runs+=("$v")
 done
-suite "$kine (SQLite) with kubernetes $newest" "$newest" --kine -- "${e2e_targets[@]}" "$@"
+labels+=("$kine (SQLite) with kubernetes $newest")
+runs+=("$newest --kine")
+lane() { # run-numbers...
+  local n
+  for n in "$@"; do
+    # shellcheck disable=SC2086 # "VERSION [--kine]"
+    suite "$n" ${runs[$((n - 1))]} -- "${e2e_targets[@]}" ${args[@]+"${args[@]}"}
+  done
+}
+args=("$@")
+lane_pids=()
+odd=() even=()
+for n in $(seq 1 ${#runs[@]}); do
+  if [ $((n % 2)) = 1 ]; then odd+=("$n"); else even+=("$n"); fi
+done
+lane "${odd[@]}" &
+lane_pids+=($!)
+[ ${#even[@]} = 0 ] || { lane "${even[@]}" & lane_pids+=($!); }
+echo "tests/run.sh: ${labels[*]:1} run in two lanes in the background, output at their end"
 
+suite 0 "$newest" -- "${all_targets[@]}" "$@"
+cat "$logs/0.log"
+for pid in "${lane_pids[@]}"; do wait "$pid" || true; done
+lane_pids=()
 node_rc=0
 wait "$node_pid" || node_rc=$?
 node_pid=
+for n in $(seq 1 ${#runs[@]}); do
+  echo "tests/run.sh: --- ${labels[$n]} ---"
+  cat "$logs/$n.log"
+done
 echo "tests/run.sh: --- the node tests (kubernetes $newest) ---"
 cat "$logs/node.log"
 read -r node_passed node_failed < <(count "$logs/node.log")
-if [ "$node_rc" != 0 ]; then
-  failures=$((failures + 1))
-  [ "$node_failed" != 0 ] || node_failed="?"
-fi
-# The newest release's line counts the node tests too.
-passes[0]=$((passes[0] + node_passed))
-case ${fails[0]}$node_failed in
-  *\?*) fails[0]="?" ;;
-  *) fails[0]=$((fails[0] + node_failed)) ;;
-esac
 
+# One line per release and datastore; the newest release's counts the
+# node tests too. A run that failed without a failed test (a test bed that
+# did not start, a build error) shows `?` failed.
+failures=0
 echo
-for i in "${!labels[@]}"; do
-  echo "${labels[$i]}: ${passes[$i]} passed, ${fails[$i]} failed"
+for n in "${!labels[@]}"; do
+  [ -f "$logs/$n.result" ] || echo "1 0 0 0" >"$logs/$n.result"
+  read -r rc passed failed seconds <"$logs/$n.result"
+  if [ "$n" = 0 ]; then
+    passed=$((passed + node_passed)) failed=$((failed + node_failed))
+    [ "$node_rc" = 0 ] || rc=1
+  fi
+  if [ "$rc" != 0 ]; then
+    failures=$((failures + 1))
+    [ "$failed" != 0 ] || failed="?"
+  fi
+  echo "${labels[$n]}: $passed passed, $failed failed"
+  times="${times:-}${labels[$n]} ${seconds} s; "
 done
-echo "(seconds per run: $(for i in "${!labels[@]}"; do printf '%s %s; ' "${labels[$i]}" "${times[$i]}"; done)node tests beside them)"
+echo "(wall time per run: ${times}the node tests beside them)"
 if [ "$failures" != 0 ]; then
   echo "tests/run.sh: $failures of the runs above failed" >&2
   exit 1
