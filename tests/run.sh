@@ -139,7 +139,6 @@ lane() { # run-numbers...
   done
 }
 args=("$@")
-lane_pids=()
 odd=() even=()
 for n in $(seq 1 ${#runs[@]}); do
   if [ $((n % 2)) = 1 ]; then odd+=("$n"); else even+=("$n"); fi

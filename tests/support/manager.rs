@@ -32,37 +32,33 @@ pub fn binary() -> PathBuf {
 /// The static release binary the image ships (`$NEXO_STATIC_BINARY`, built
 /// by tests/build-static.sh); panics with what to do when it is missing.
 pub fn static_binary() -> PathBuf {
-    let path = std::env::var_os("NEXO_STATIC_BINARY").unwrap_or_else(|| {
-        panic!(
-            "NEXO_STATIC_BINARY is not set: build the static binary first with tests/build-static.sh \
-             (tests/run.sh and tests/bench.sh do) and point NEXO_STATIC_BINARY at the path it prints"
-        )
-    });
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "NEXO_STATIC_BINARY={} does not exist",
-        path.display()
-    );
-    path
+    binary_named_by(
+        "NEXO_STATIC_BINARY",
+        "the static binary",
+        "tests/build-static.sh (tests/run.sh and tests/bench.sh do)",
+    )
 }
 
 /// The static arm64 release binary (`$NEXO_STATIC_BINARY_ARM64`, built by
 /// `tests/build-static.sh arm64`); panics with what to do when it is missing.
 pub fn arm64_binary() -> PathBuf {
-    let path = std::env::var_os("NEXO_STATIC_BINARY_ARM64").unwrap_or_else(|| {
+    binary_named_by(
+        "NEXO_STATIC_BINARY_ARM64",
+        "the arm64 binary",
+        "`bash tests/build-static.sh arm64` (tests/run.sh does)",
+    )
+}
+
+/// The file that the environment variable `var` names, which must exist;
+/// panics saying how to build `what` with `how` when it is not set.
+fn binary_named_by(var: &str, what: &str, how: &str) -> PathBuf {
+    let path = std::env::var_os(var).unwrap_or_else(|| {
         panic!(
-            "NEXO_STATIC_BINARY_ARM64 is not set: build the arm64 binary first with \
-             `bash tests/build-static.sh arm64` (tests/run.sh does) and point \
-             NEXO_STATIC_BINARY_ARM64 at the path it prints"
+            "{var} is not set: build {what} first with {how} and point {var} at the path it prints"
         )
     });
     let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "NEXO_STATIC_BINARY_ARM64={} does not exist",
-        path.display()
-    );
+    assert!(path.is_file(), "{var}={} does not exist", path.display());
     path
 }
 

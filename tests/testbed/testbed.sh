@@ -142,6 +142,25 @@ tidy_module() { # moddir what
   }
 }
 
+# The build module of one Go program: MODDIR/go.mod requiring MODULE at
+# VERSION and MODDIR/tools.go importing PKG, the command to build; with
+# --replace, the upstream module's replace lines too, which apply to a
+# build of it. Its requirements are then resolved (tidy_module).
+tool_module() { # moddir name module version pkg [--replace]
+  local mod=$1 name=$2 module=$3 version=$4 pkg=$5
+  mkdir -p "$mod"
+  printf 'module nexo.io/testbed-%s\n\ngo 1.26.0\n\nrequire %s %s\n' "$name" "$module" "$version" >"$mod/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$mod/tools.go"
+  if [ "${6:-}" = --replace ]; then
+    local upstream_mod
+    upstream_mod=$(go_download "$mod" "$module@$version" GoMod)
+    if grep -q '^replace' "$upstream_mod"; then
+      sed -n '/^replace/,$p' "$upstream_mod" >>"$mod/go.mod"
+    fi
+  fi
+  tidy_module "$mod" "$name $version"
+}
+
 # The build module: k8s.io/kubernetes at K8S_VERSION, every staging module
 # that its go.mod requires at v0.0.0 replaced by its published release.
 # Args: module dir, then the commands (k8s.io/kubernetes/cmd/...) to build
@@ -200,21 +219,7 @@ build_kubernetes() {
 build_etcd() {
   local mod=$CACHE_ROOT/build-etcd-$ETCD_VERSION
   mkdir -p "$mod"
-  cat >"$mod/go.mod" <<GOMOD
-module nexo.io/testbed-etcd
-
-go 1.26.0
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
-GOMOD
-  cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-GO
-  tidy_module "$mod" "etcd $ETCD_VERSION"
+  tool_module "$mod" etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
   log "building etcd $ETCD_VERSION"
   (cd "$mod" && go build -trimpath -tags tools -ldflags "-s -w" -o "$BIN_DIR.tmp/etcd" go.etcd.io/etcd/server/v3)
 }
@@ -245,21 +250,7 @@ build_helm() {
   local mod=$CACHE_ROOT/build-helm-$HELM_VERSION
   rm -rf "$HELM_BIN_DIR.tmp"
   mkdir -p "$mod" "$HELM_BIN_DIR.tmp"
-  cat >"$mod/go.mod" <<GOMOD
-module nexo.io/testbed-helm
-
-go 1.26.0
-
-require helm.sh/helm/v4 $HELM_VERSION
-GOMOD
-  cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "helm.sh/helm/v4/cmd/helm"
-GO
-  tidy_module "$mod" "helm $HELM_VERSION"
+  tool_module "$mod" helm helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
   log "building helm $HELM_VERSION"
   (cd "$mod" && go build -trimpath -tags tools \
     -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
@@ -277,27 +268,8 @@ build_peer() {
   local mod=$CACHE_ROOT/build-ocm-$OCM_VERSION
   rm -rf "$PEER_DIR.tmp"
   mkdir -p "$mod" "$PEER_DIR.tmp/bin" "$PEER_DIR.tmp/crds"
-  cat >"$mod/go.mod" <<GOMOD
-module nexo.io/testbed-ocm
-
-go 1.26.0
-
-require open-cluster-management.io/ocm $OCM_VERSION
-GOMOD
-  cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "open-cluster-management.io/ocm/cmd/work"
-GO
-  local upstream_mod
-  upstream_mod=$(go_download "$mod" "open-cluster-management.io/ocm@$OCM_VERSION" GoMod)
-  # The upstream module's replace lines, if any, apply to a build of it.
-  if grep -q '^replace' "$upstream_mod"; then
-    sed -n '/^replace/,$p' "$upstream_mod" >>"$mod/go.mod"
-  fi
-  tidy_module "$mod" "ocm $OCM_VERSION"
+  tool_module "$mod" ocm open-cluster-management.io/ocm "$OCM_VERSION" \
+    open-cluster-management.io/ocm/cmd/work --replace
   local api_version
   api_version=$(cd "$mod" && go list -m -f '{{.Version}}' open-cluster-management.io/api)
   local api
@@ -322,27 +294,7 @@ build_kine() {
   local mod=$CACHE_ROOT/build-kine-$KINE_VERSION
   rm -rf "$KINE_BIN_DIR.tmp"
   mkdir -p "$mod" "$KINE_BIN_DIR.tmp"
-  cat >"$mod/go.mod" <<GOMOD
-module nexo.io/testbed-kine
-
-go 1.26.0
-
-require github.com/k3s-io/kine $KINE_VERSION
-GOMOD
-  cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "github.com/k3s-io/kine"
-GO
-  local upstream_mod
-  upstream_mod=$(go_download "$mod" "github.com/k3s-io/kine@$KINE_VERSION" GoMod)
-  # The upstream module's replace lines, if any, apply to a build of it.
-  if grep -q '^replace' "$upstream_mod"; then
-    sed -n '/^replace/,$p' "$upstream_mod" >>"$mod/go.mod"
-  fi
-  tidy_module "$mod" "kine $KINE_VERSION"
+  tool_module "$mod" kine github.com/k3s-io/kine "$KINE_VERSION" github.com/k3s-io/kine --replace
   need gcc
   log "building kine $KINE_VERSION"
   (cd "$mod" && CGO_ENABLED=1 go build -trimpath -tags tools -ldflags "-s -w" \
@@ -695,8 +647,8 @@ cmd_start() {
     local etcd_pid=$!
     echo "$etcd_pid" >>"$DIR/pids"
     local deadline=$((SECONDS + 30))
-    until "${IN[@]}" curl -fsS --max-time 2 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 ||
-      "${IN[@]}" python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $etcd_port), 1)" 2>/dev/null; do
+    # Ready once it accepts connections (the API server retries what follows).
+    until "${IN[@]}" python3 -c "import socket; socket.create_connection(('127.0.0.1', $etcd_port), 1)" 2>/dev/null; do
       kill -0 "$etcd_pid" 2>/dev/null || { tail -n 30 "$DIR/logs/kine.log" >&2; die "kine exited before it was ready (log: $DIR/logs/kine.log)"; }
       [ $SECONDS -lt $deadline ] || { tail -n 30 "$DIR/logs/kine.log" >&2; die "kine not listening after 30 s"; }
       sleep 0.2
