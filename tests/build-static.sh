@@ -16,7 +16,7 @@
 # library for the musl target (`rustup target add <target>`) and a C
 # compiler for ring's C code: Debian's musl-tools (musl-gcc) on amd64, the
 # cross compiler gcc-aarch64-linux-gnu for arm64, which also links (Rust's
-# musl targets bring their own C library and start files); .ci/run
+# musl targets bring their own C library and start files); tests/install.sh
 # installs all of them. arm64 has no fallback: a missing piece is an error.
 # For amd64, in CI (CI=true) a missing one is an error too: the tests and
 # the benchmarks must measure the binary the image ships. Elsewhere it says

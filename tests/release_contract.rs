@@ -34,7 +34,7 @@ fn the_heartbeat_reports_the_installed_crds_as_jq_and_sha256sum_see_them() {
             .output();
         assert!(
             found.is_ok_and(|o| o.status.success()),
-            "this test needs {tool} (.ci/run installs it)"
+            "this test needs {tool} (tests/install.sh installs it)"
         );
     }
     let f = Fixture::new("release");

@@ -25,6 +25,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What a fresh machine lacks (Debian packages, rustup targets).
+bash tests/install.sh
+
 # First what is quick to fail: format, clippy, MSRV, licences and bans.
 bash .ci/release-check
 

@@ -16,6 +16,8 @@
 # Events, an uninstall. Ctrl-C stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What a fresh machine lacks (Debian packages, rustup targets).
+bash tests/install.sh
 
 once=false
 node=false

@@ -312,7 +312,7 @@ need_node_packages() {
   command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
   command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
-  [ ${#missing[@]} -eq 0 ] || die "the node needs Debian's ${missing[*]} (apt-get install ${missing[*]}; .ci/run installs them)"
+  [ ${#missing[@]} -eq 0 ] || die "the node needs Debian's ${missing[*]} (apt-get install ${missing[*]}; tests/install.sh installs them)"
   [ "$(id -u)" = 0 ] || die "the node needs root (network namespace, mounts, containerd)"
 }
 
