@@ -51,6 +51,11 @@ pub struct Config {
     pub cluster_zone: Option<String>,
     /// `NEXO_ALLOW_LEGACY_ADOPTION`: the cluster side of the migration gate. Default: false.
     pub allow_legacy_adoption: bool,
+    /// `NEXO_ALLOW_SELF_UPGRADE`: whether the `upgrade` command may patch
+    /// the Manager's own Deployment; when false, `command.upgrade` is not
+    /// advertised and every upgrade is refused (installs whose Deployment
+    /// a GitOps tool or Helm alone owns). Default: true.
+    pub allow_self_upgrade: bool,
     /// `NEXO_LISTEN_ADDR`: probes and metrics; `None` for `off`. Default: `0.0.0.0:8080`.
     pub listen_addr: Option<SocketAddr>,
     /// `NEXO_STATE_SECRET`. Default: `nexo-manager-state`.
@@ -236,6 +241,10 @@ impl Config {
             "NEXO_ALLOW_LEGACY_ADOPTION",
             get("NEXO_ALLOW_LEGACY_ADOPTION"),
         )?;
+        let allow_self_upgrade = match get("NEXO_ALLOW_SELF_UPGRADE") {
+            None => true,
+            value => parse_bool("NEXO_ALLOW_SELF_UPGRADE", value)?,
+        };
 
         let listen_addr =
             match get("NEXO_LISTEN_ADDR").as_deref() {
@@ -308,6 +317,7 @@ impl Config {
             cluster_region: get("NEXO_CLUSTER_REGION"),
             cluster_zone: get("NEXO_CLUSTER_ZONE"),
             allow_legacy_adoption,
+            allow_self_upgrade,
             listen_addr,
             state_secret,
             lease_name,

@@ -35,6 +35,9 @@ ENVIRONMENT:
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
     NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
+    NEXO_ALLOW_SELF_UPGRADE      whether the upgrade command may patch the Manager's own
+                                 Deployment; false: command.upgrade is not advertised
+                                 [default: true]
     NEXO_BUNDLE_VERSION          the installed bundle (chart) version, reported in the
                                  heartbeat's releaseContract [default: absent]
     NEXO_COMMAND_KEYS_FILE       Ed25519 keys commands must be signed with, lines of

@@ -631,6 +631,49 @@ fn a_rotated_token_file_is_picked_up_without_restart() {
 }
 
 #[test]
+fn a_rotated_ca_bundle_is_picked_up_without_restart() {
+    let f = Fixture::new("core-ca");
+    // The bundle names another CA than the one that signed the CP's
+    // certificate, as after the CP moved to a new CA before the bundle
+    // (a ConfigMap) had it.
+    let ca_file = f.dir.join("cp-ca.pem");
+    let other = nexo_cpsim::Simulator::start(SimConfig::default());
+    other.write_ca(&ca_file);
+    let mut m = f.spawn(&f.env());
+    let log = m.log_reader();
+    m.wait_until(WAIT, "a connect refused by the TLS handshake", || {
+        log().contains("control plane unreachable")
+    });
+    m.check(heartbeat_count(&f) == 0, "no heartbeat without trust");
+    f.sim.write_ca(&ca_file);
+    m.wait_until(
+        Duration::from_secs(60),
+        "a heartbeat with the new bundle",
+        || heartbeat_count(&f) >= 1,
+    );
+    m.check(
+        m.stderr()
+            .contains("NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its 1 certificate(s)"),
+        "the log says the bundle was taken",
+    );
+    // A broken bundle later keeps the last good one: the Manager goes on.
+    std::fs::write(&ca_file, "not a certificate").unwrap();
+    f.sim
+        .inject(Fault::new(Endpoint::Heartbeat, FaultAction::Reset).times(1));
+    let before = heartbeat_count(&f);
+    m.wait_until(
+        Duration::from_secs(60),
+        "heartbeats after a broken bundle",
+        || heartbeat_count(&f) > before + 1,
+    );
+    m.check(
+        m.stderr().contains("NEXO_CONTROL_PLANE_CA_FILE holds no PEM certificate: the last bundle read stays trusted"),
+        "the log says the broken bundle was not taken",
+    );
+    m.stop_expecting_exit_0();
+}
+
+#[test]
 fn sigterm_while_idle_ends_the_wait_and_exits_0() {
     let f = Fixture::new("core-term");
     let mut env = f.env();

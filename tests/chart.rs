@@ -1,86 +1,29 @@
 //! The Helm chart (`charts/nexo-manager/`) with the test bed's `helm`:
 //! it lints; bad values fail at install and change nothing; it renders the
 //! kustomize base's objects (the two must not drift); the API server takes
-//! what it renders; and installed with `helm install`, the Manager runs under
-//! the chart's RBAC, heartbeats, deploys and uninstalls, survives a
-//! `helm upgrade` to the next chart version, and `helm uninstall` leaves the
-//! CRDs and the NexoProxies it deployed.
+//! what it renders, with every option and with the values of the usual
+//! chart conventions (the ServiceMonitor and PodMonitor against
+//! prometheus-operator's own CRDs); the pod's UID is the platform's on
+//! OpenShift; a CA bundle change restarts the pods; and installed with
+//! `helm install`, the Manager runs under the chart's RBAC, heartbeats,
+//! deploys and uninstalls, survives a `helm upgrade` to the next chart
+//! version, and `helm uninstall` leaves the NexoProxies it deployed.
+//! Upgrades over time are chart_upgrade.rs's, packaging chart_package.rs's.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
-
-use base64::Engine as _;
 
 use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
-use support::manager::Manager;
-use support::{Testbed, run_ok_with_input as ok, run_with_input as run, testbed};
-
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/nexo-manager");
-const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
-const WAIT: Duration = Duration::from_secs(60);
-/// The labels Helm's chart puts on every object and the kustomize base does not.
-const HELM_LABELS: [&str; 2] = ["helm.sh/chart", "app.kubernetes.io/managed-by"];
-
-/// `helm` against the test bed, with its caches in a folder of this test binary.
-fn helm(tb: &Testbed) -> Command {
-    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
-    let mut c = Command::new(&tb.helm);
-    c.arg("--kubeconfig").arg(&tb.kubeconfig);
-    for (var, sub) in [
-        ("HELM_CACHE_HOME", "cache"),
-        ("HELM_CONFIG_HOME", "config"),
-        ("HELM_DATA_HOME", "data"),
-    ] {
-        c.env(var, home.join(sub));
-    }
-    c
-}
-
-/// The objects of a YAML stream, as `kubectl` reads them (no server
-/// defaults), keyed by kind, namespace and name.
-fn objects(tb: &Testbed, yaml: &str) -> BTreeMap<String, Value> {
-    let json = ok(
-        tb.kubectl_cmd()
-            .args(["create", "--dry-run=client", "-o", "json", "-f", "-"]),
-        Some(yaml.as_bytes()),
-    );
-    let mut map = BTreeMap::new();
-    for v in serde_json::Deserializer::from_str(&json).into_iter::<Value>() {
-        let v = v.unwrap();
-        let key = format!(
-            "{} {}/{}",
-            v["kind"].as_str().unwrap(),
-            v["metadata"]["namespace"].as_str().unwrap_or("-"),
-            v["metadata"]["name"].as_str().unwrap()
-        );
-        assert!(map.insert(key.clone(), v).is_none(), "{key} twice");
-    }
-    map
-}
-
-/// `helm template` of the chart with `args`, CRDs included.
-fn template(tb: &Testbed, release: &str, namespace: &str, args: &[&str]) -> String {
-    ok(
-        helm(tb)
-            .args([
-                "template",
-                release,
-                CHART,
-                "--namespace",
-                namespace,
-                "--include-crds",
-            ])
-            .args(args),
-        None,
-    )
-}
+use support::chart::{
+    CHART, HELM_LABELS, MANIFESTS, VERSION, chart_at, command, deploy, exists, heartbeat_after,
+    helm, next_patch, objects, send, start_as_installed, template, yaml_scalar,
+};
+use support::{run_ok_with_input as ok, run_with_input as run, testbed};
 
 #[test]
 fn helm_lint_passes_strictly() {
@@ -105,7 +48,7 @@ fn helm_lint_passes_strictly() {
 fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
     let tb = testbed();
     let ns = tb.namespace("chart-bad");
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 16] = [
         (&[], "connectToken.value is required"),
         (&["--set", "image.digest=latest"], "/image/digest"),
         (
@@ -124,6 +67,32 @@ fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
         (&["--set", "heartbeatInterval=soon"], "/heartbeatInterval"),
         (&["--set", "proxyImage=proxy@md5:00"], "/proxyImage"),
         (&["--set", "replicas=2"], "replicas"),
+        // Values of the usual chart conventions, checked as strictly.
+        (
+            &["--set", "extraEnv[0].name=NEXO_CONTROL_PLANE_URL"],
+            "/extraEnv/0/name",
+        ),
+        (&["--set", "runAsUser=root"], "/runAsUser"),
+        (&["--set", "replicaCount=-1"], "/replicaCount"),
+        (&["--set", "image.tag=a b"], "/image/tag"),
+        (
+            &["--set", "networkPolicy.enabled=true"],
+            "networkPolicy.controlPlaneCIDRs is required",
+        ),
+        (
+            &[
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+                "--set",
+                "metrics.service.enabled=false",
+            ],
+            "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+        ),
+        // (Helm 4.3.2 misplaces a propertyNames error: the key names it.)
+        (
+            &["--set", "podLabels.b/c/d=x"],
+            "invalid propertyName 'b/c/d'",
+        ),
     ];
     for (i, (args, named)) in cases.iter().enumerate() {
         let mut cmd = helm(tb);
@@ -171,54 +140,77 @@ fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
 #[test]
 fn the_chart_renders_the_kustomize_base_objects() {
     let tb = testbed();
-    let base = objects(
-        tb,
-        &ok(tb.kubectl_cmd().args(["kustomize", MANIFESTS]), None),
-    );
-    // The base's connect-token Secret is a template; the chart needs the value.
-    let placeholder = base["Secret nexo-system/nexo-connect-token"]["stringData"]["connect-token"]
-        .as_str()
-        .expect("the base's connect-token placeholder")
-        .to_owned();
+    let kustomize = |dir: &str| objects(tb, &ok(tb.kubectl_cmd().args(["kustomize", dir]), None));
+    // The base, its CRDs' base and its namespace: what the chart installs
+    // with its defaults, but for the token Secret (made by hand beside the
+    // base, by the chart from connectToken.value unless existingSecret).
+    let mut base = kustomize(MANIFESTS);
+    base.extend(kustomize(&format!("{MANIFESTS}/crds")));
     let chart = objects(
         tb,
         &template(
             tb,
             "nexo-manager",
             "nexo-system",
-            &["--set", &format!("connectToken.value={placeholder}")],
+            &["--set", "connectToken.existingSecret=nexo-connect-token"],
         ),
     );
 
-    let mut base = base;
-    // The release namespace is Helm's (`helm install --create-namespace`); the
-    // base creates it with the restricted Pod Security label, which the
-    // chart's NOTES.txt asks for.
-    let ns = base
-        .remove("Namespace -/nexo-system")
-        .expect("the base's Namespace");
-    assert_eq!(
-        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
-        "restricted"
-    );
+    // The release namespace is Helm's (`helm install --create-namespace`);
+    // manifests/namespace.yaml creates it with the restricted Pod Security
+    // label, which the chart's NOTES.txt asks for.
+    let ns = std::fs::read_to_string(format!("{MANIFESTS}/namespace.yaml")).unwrap();
+    assert!(ns.contains("pod-security.kubernetes.io/enforce: restricted"));
     let notes = std::fs::read_to_string(Path::new(CHART).join("templates/NOTES.txt")).unwrap();
     assert!(notes.contains("pod-security.kubernetes.io/enforce=restricted"));
+
+    // The base names the lease and the state Secret after
+    // NEXO_SELF_DEPLOYMENT (for an overlay's namePrefix); the kubelet
+    // expands them to the names the chart writes out.
+    for object in base.values_mut() {
+        if object["kind"] != "Deployment" {
+            continue;
+        }
+        let mut defined = BTreeMap::new();
+        for e in object["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if let Some(v) = e["value"].as_str() {
+                let v = support::expand_env(v, &defined);
+                e["value"] = json!(v);
+                defined.insert(e["name"].as_str().unwrap().to_owned(), v);
+            }
+        }
+    }
 
     let mut chart = chart;
     for (key, object) in chart.iter_mut() {
         let labels = object["metadata"]["labels"]
             .as_object_mut()
             .unwrap_or_else(|| panic!("{key} has no labels"));
-        if key.starts_with("CustomResourceDefinition ") {
-            // crds/ is not templated: the base's files themselves.
-            continue;
-        }
         assert_eq!(
             labels.remove(HELM_LABELS[0]),
             Some(json!(format!("nexo-manager-{VERSION}"))),
             "{key}"
         );
         assert_eq!(labels.remove(HELM_LABELS[1]), Some(json!("Helm")), "{key}");
+        if key.starts_with("CustomResourceDefinition ") {
+            // The base's files, with the release's labels, and kept by
+            // helm uninstall.
+            for label in ["app.kubernetes.io/instance", "app.kubernetes.io/version"] {
+                assert!(labels.remove(label).is_some(), "{key}: {label}");
+            }
+            let annotations = object["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("annotations");
+            assert_eq!(
+                annotations,
+                Some(json!({"helm.sh/resource-policy": "keep"})),
+                "{key}"
+            );
+        }
     }
 
     let base_keys: Vec<_> = base.keys().collect();
@@ -322,6 +314,12 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
     ] {
         assert_eq!(env.get(var).copied(), Some(want), "{var} in {env:?}");
     }
+    assert_the_api_server_takes(tb, &rendered, objects.len());
+}
+
+/// `kubectl apply --dry-run=server` of `rendered` accepts each of its
+/// `count` objects.
+fn assert_the_api_server_takes(tb: &support::Testbed, rendered: &str, count: usize) {
     let out = ok(
         tb.kubectl_cmd()
             .args(["apply", "--dry-run=server", "-f", "-"]),
@@ -331,135 +329,298 @@ fn the_api_server_takes_what_the_chart_renders_with_every_option() {
         .lines()
         .filter(|l| l.ends_with("(server dry run)"))
         .count();
-    assert_eq!(
-        accepted,
-        objects.len(),
-        "kubectl apply --dry-run=server:\n{out}"
+    assert_eq!(accepted, count, "kubectl apply --dry-run=server:\n{out}");
+}
+
+/// prometheus-operator's ServiceMonitor and PodMonitor CRDs, from its Go
+/// module (testbed.sh), applied to the test bed once.
+fn install_monitoring_crds(tb: &support::Testbed) {
+    ok(
+        tb.kubectl_cmd()
+            .args(["apply", "--server-side", "--force-conflicts", "-f"])
+            .arg(&tb.monitoring_crds),
+        None,
     );
-}
-
-/// The next patch release of `version`: 0.3.0 → 0.3.1.
-fn next_patch(version: &str) -> String {
-    let (head, patch) = version.rsplit_once('.').expect("major.minor.patch");
-    format!(
-        "{head}.{}",
-        patch.parse::<u32>().expect("a numeric patch") + 1
-    )
-}
-
-/// A copy of the chart at `version` (the next release, for `helm upgrade`).
-fn chart_at(version: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("chart-{version}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = ok(Command::new("cp").args(["-rL", CHART]).arg(&dir), None);
-    assert_eq!(out, "");
-    let path = dir.join("Chart.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let bumped = text.replace(
-        &format!("version: {VERSION}"),
-        &format!("version: {version}"),
-    );
-    assert_ne!(text, bumped, "Chart.yaml has no `version: {VERSION}`");
-    std::fs::write(&path, bumped).unwrap();
-    dir
-}
-
-/// Starts the Manager as the installed Deployment `namespace/name` would run
-/// it, with the chart's ServiceAccount token; only what points at the
-/// simulator and the API server from outside a pod differs.
-fn start_as_installed(
-    tb: &Testbed,
-    sim: &Arc<Simulator>,
-    dir: &Path,
-    namespace: &str,
-    name: &str,
-) -> Manager {
-    let mut env = tb.deployment_env(namespace, name);
-    assert_eq!(env["NEXO_CONTROL_PLANE_URL"], sim.url());
-    let token: Value = tb
-        .admin()
-        .get(&format!(
-            "/api/v1/namespaces/{namespace}/secrets/nexo-connect-token"
-        ))
-        .unwrap();
-    let token = base64::engine::general_purpose::STANDARD
-        .decode(token["data"]["connect-token"].as_str().unwrap())
-        .unwrap();
-    std::fs::write(dir.join("connect-token"), token).unwrap();
-    for (k, v) in [
-        (
-            "NEXO_CONTROL_PLANE_CA_FILE",
-            dir.join("cp-ca.pem").display().to_string(),
-        ),
-        (
-            "NEXO_CONNECT_TOKEN_FILE",
-            dir.join("connect-token").display().to_string(),
-        ),
-        (
-            "NEXO_COMMAND_KEYS_FILE",
-            dir.join("no-command-keys").display().to_string(),
-        ),
-        ("NEXO_LISTEN_ADDR", support::PROBES_ON_ANY_PORT.to_owned()),
-        (
-            "KUBECONFIG",
-            tb.kubeconfig_for_token(&tb.token(namespace, name), name)
-                .display()
-                .to_string(),
-        ),
-        ("RUST_LOG", "debug".to_owned()),
-    ] {
-        env.insert(k.into(), v);
+    for crd in ["servicemonitors", "podmonitors"] {
+        ok(
+            tb.kubectl_cmd().args([
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{crd}.monitoring.coreos.com"),
+            ]),
+            None,
+        );
     }
-    Manager::spawn(&env).with_sim(sim)
 }
 
-fn command(id: &str, class: &str, payload: Value) -> Value {
-    json!({"id": format!("{id}-{}", std::process::id()), "class": class,
-           "issuedAt": "2026-12-03T00:00:00Z", "payload": payload})
-}
-
-fn deploy(name: &str, namespace: &str) -> Value {
-    command(
-        &format!("deploy-{name}"),
-        "deploy",
-        json!({"deployment": {"name": name, "namespace": namespace}, "format": "crd",
-               "manifests": [{"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "metadata": {"name": name},
-                              "spec": {"image": "registry.example.com/nexo/proxy:1.4.2",
-                                       "mongodb": {"secretRef": {"name": format!("{name}-db")}}}}]}),
-    )
-}
-
-/// Sends `cmd` and returns its ack once it came.
-fn send(m: &mut Manager, sim: &Simulator, env_id: &str, cmd: Value) -> Value {
-    let id = cmd["id"].as_str().unwrap().to_owned();
-    sim.enqueue_command(env_id, cmd);
-    m.wait_until(WAIT, &format!("the ack of {id}"), || {
-        sim.acks().iter().any(|a| a["commandId"] == id.as_str())
-    });
-    sim.acks()
-        .into_iter()
-        .find(|a| a["commandId"] == id.as_str())
+#[test]
+fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
+    let tb = testbed();
+    install_monitoring_crds(tb);
+    let ns = tb.namespace("chart-conv");
+    let rendered = template(
+        tb,
+        "conv",
+        &ns.name,
+        &[
+            "--set",
+            "connectToken.existingSecret=my-token",
+            "--set",
+            "global.imageRegistry=mirror.example.com",
+            "--set",
+            "crds.install=false",
+            "--set",
+            "image.digest=",
+            "--set",
+            "replicaCount=2",
+            "--set",
+            "selfUpgrade=false",
+            "--set",
+            "podAnnotations.team/owner=db",
+            "--set",
+            "podLabels.team=db",
+            "--set",
+            "imagePullSecrets[0].name=regcred",
+            "--set-json",
+            r#"extraEnv=[{"name":"RUST_LOG","value":"debug"},{"name":"NO_PROXY","value":".svc"}]"#,
+            "--set-json",
+            r#"extraVolumes=[{"name":"extra-ca","configMap":{"name":"extra-ca"}}]"#,
+            "--set-json",
+            r#"extraVolumeMounts=[{"name":"extra-ca","mountPath":"/etc/extra-ca","readOnly":true}]"#,
+            "--set",
+            "serviceAccount.create=false",
+            "--set",
+            "serviceAccount.name=shared-sa",
+            "--set",
+            "priorityClassName=system-cluster-critical",
+            "--set-json",
+            r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"nexo-manager"}}}]"#,
+            "--set",
+            "runAsUser=platform",
+            "--set-string",
+            "metrics.service.annotations.prometheus\\.io/scrape=true",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.serviceMonitor.interval=30s",
+            "--set",
+            "metrics.serviceMonitor.labels.release=prom",
+            "--set",
+            "metrics.podMonitor.enabled=true",
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.controlPlaneCIDRs={203.0.113.0/24}",
+            "--set",
+            "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
+            "--set",
+            "networkPolicy.apiServer.port=6443",
+        ],
+    );
+    let objects = objects(tb, &rendered);
+    let key = |kind: &str, name: &str| format!("{kind} {}/{name}", ns.name);
+    let d = &objects[&key("Deployment", "conv-nexo-manager")];
+    let pod = &d["spec"]["template"];
+    let spec = &pod["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(
+        c["image"],
+        format!("registry.example.com/nexo/manager:{VERSION}"),
+        "image.tag defaults to appVersion"
+    );
+    assert_eq!(pod["metadata"]["annotations"]["team/owner"], "db");
+    assert_eq!(pod["metadata"]["labels"]["team"], "db");
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/name"],
+        "nexo-manager"
+    );
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(spec["serviceAccountName"], "shared-sa");
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        spec["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        spec["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}),
+        "the platform assigns the UID"
+    );
+    let env: BTreeMap<&str, &str> = c["env"]
+        .as_array()
         .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    assert_eq!(env.get("RUST_LOG"), Some(&"debug"));
+    assert_eq!(env.get("NO_PROXY"), Some(&".svc"));
+    assert_eq!(env.get("NEXO_ALLOW_SELF_UPGRADE"), Some(&"false"));
+    assert!(
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "extra-ca")
+            && c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["mountPath"] == "/etc/extra-ca"),
+        "the extra volume and its mount: {d}"
+    );
+    // More than one pod: a PodDisruptionBudget of one at a time.
+    let pdb = &objects[&key("PodDisruptionBudget", "conv-nexo-manager")];
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "conv"
+    );
+    // No ServiceAccount of the chart's; the RBAC binds the one named.
+    assert!(!objects.keys().any(|k| k.starts_with("ServiceAccount ")));
+    assert!(
+        !objects
+            .keys()
+            .any(|k| k.starts_with("CustomResourceDefinition "))
+    );
+    for (k, o) in &objects {
+        if k.starts_with("RoleBinding ") || k.starts_with("ClusterRoleBinding ") {
+            assert_eq!(o["subjects"][0]["name"], "shared-sa", "{k}");
+        }
+    }
+    // The monitors select what is there, by the port names there.
+    let service = &objects[&key("Service", "conv-nexo-manager-metrics")];
+    assert_eq!(
+        service["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
+    let sm = &objects[&key("ServiceMonitor", "conv-nexo-manager")];
+    assert_eq!(sm["metadata"]["labels"]["release"], "prom");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(sm["spec"]["endpoints"][0]["interval"], "30s");
+    for (label, value) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &service["metadata"]["labels"][label], value,
+            "the ServiceMonitor selects the Service by {label}"
+        );
+    }
+    let pm = &objects[&key("PodMonitor", "conv-nexo-manager")];
+    assert_eq!(
+        pm["spec"]["podMetricsEndpoints"][0]["port"],
+        c["ports"][0]["name"]
+    );
+    for (label, value) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &pod["metadata"]["labels"][label], value,
+            "the PodMonitor selects the pods by {label}"
+        );
+    }
+    // Egress to the CP, the API server's endpoints and the cluster DNS only.
+    let np = &objects[&key("NetworkPolicy", "conv-nexo-manager")];
+    let egress = np["spec"]["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 3, "{np}");
+    assert_eq!(
+        egress[0]["to"],
+        json!([{"ipBlock": {"cidr": "203.0.113.0/24"}}])
+    );
+    assert_eq!(
+        egress[0]["ports"],
+        json!([{"port": 443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        egress[1]["to"],
+        json!([{"ipBlock": {"cidr": "10.0.0.1/32"}}])
+    );
+    assert_eq!(
+        egress[1]["ports"],
+        json!([{"port": 6443, "protocol": "TCP"}])
+    );
+    assert_eq!(egress[2]["ports"][0]["port"], 53);
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([{"ports": [{"port": "probes", "protocol": "TCP"}]}])
+    );
+
+    assert_the_api_server_takes(tb, &rendered, objects.len());
 }
 
-/// Waits for a heartbeat of the current process (after `after` heartbeats)
-/// and returns it.
-fn heartbeat_after(m: &mut Manager, sim: &Simulator, after: usize) -> Value {
-    m.wait_until(WAIT, "a heartbeat", || sim.heartbeat_count() > after);
-    sim.last_heartbeat().unwrap()
+#[test]
+fn the_pods_uid_is_fixed_unless_the_platform_assigns_one() {
+    let tb = testbed();
+    let context = |args: &[&str]| -> Value {
+        let mut all = vec!["--set", "connectToken.existingSecret=t"];
+        all.extend_from_slice(args);
+        let objects = objects(tb, &template(tb, "uid", "nexo-system", &all));
+        objects["Deployment nexo-system/uid-nexo-manager"]["spec"]["template"]["spec"]["securityContext"].clone()
+    };
+    let fixed = json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                       "seccompProfile": {"type": "RuntimeDefault"}});
+    let assigned = json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
+    assert_eq!(
+        context(&[]),
+        fixed,
+        "auto, on a cluster without OpenShift's API"
+    );
+    assert_eq!(
+        context(&["--api-versions", "security.openshift.io/v1"]),
+        assigned,
+        "auto, on OpenShift"
+    );
+    assert_eq!(
+        context(&[
+            "--set",
+            "runAsUser=fixed",
+            "--api-versions",
+            "security.openshift.io/v1"
+        ]),
+        fixed
+    );
+    assert_eq!(context(&["--set", "runAsUser=platform"]), assigned);
 }
 
-fn exists(tb: &Testbed, path: &str) -> bool {
-    tb.admin()
-        .get_opt::<Value>(path)
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-        .is_some()
+#[test]
+fn a_ca_bundle_change_through_helm_restarts_the_pods() {
+    let tb = testbed();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let annotations = |ca: Option<&Simulator>| -> Value {
+        let mut args = vec![
+            "--set".to_owned(),
+            "connectToken.existingSecret=t".to_owned(),
+        ];
+        if let Some(sim) = ca {
+            let path = dir.join(format!(
+                "ca-{}-{}.pem",
+                std::process::id(),
+                sim.addr().port()
+            ));
+            sim.write_ca(&path);
+            args.push("--set-file".into());
+            args.push(format!("controlPlane.caBundle={}", path.display()));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let objects = objects(tb, &template(tb, "ca", "nexo-system", &args));
+        objects["Deployment nexo-system/ca-nexo-manager"]["spec"]["template"]["metadata"]["annotations"].clone()
+    };
+    let (one, two) = (
+        Simulator::start(SimConfig::default()),
+        Simulator::start(SimConfig::default()),
+    );
+    let first = annotations(Some(&one));
+    let again = annotations(Some(&one));
+    let second = annotations(Some(&two));
+    let sum = |a: &Value| a["checksum/cp-ca"].as_str().map(str::to_owned);
+    assert!(sum(&first).is_some_and(|s| s.len() == 64), "{first}");
+    assert_eq!(sum(&first), sum(&again), "the same bundle, the same pods");
+    assert_ne!(sum(&first), sum(&second), "another bundle, new pods");
+    assert_eq!(annotations(None), Value::Null, "no bundle, no annotation");
 }
 
 #[test]
 fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
     let tb = testbed();
+    tb.install_crds();
     let sim = Arc::new(Simulator::start(SimConfig::default()));
     let env_id = format!("env-chart-{}", std::process::id());
     let token = sim.add_environment(&env_id);
@@ -474,6 +635,10 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
         format!("controlPlane.url={}", sim.url()),
         format!("managedNamespaces={{{}}}", shop.name),
         "heartbeatInterval=1s".to_owned(),
+        // The shared test bed's CRDs are no release's: the CRDs' own
+        // install, upgrade and uninstall are chart_crds.rs's, on a test bed
+        // of their own.
+        "crds.install=false".to_owned(),
     ];
     let set = |cmd: &mut Command| {
         for v in &values {
@@ -570,8 +735,8 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
     );
     m.stop_expecting_exit_0();
 
-    // helm uninstall: the chart's objects go; the CRDs (crds/) and the
-    // NexoProxies the Manager deployed stay.
+    // helm uninstall: the chart's objects go; the NexoProxies the Manager
+    // deployed stay.
     ok(
         helm(tb).args(["uninstall", "nm", "--namespace", &rel.name]),
         None,
@@ -588,20 +753,10 @@ fn helm_install_upgrade_and_uninstall_with_the_manager_under_the_charts_rbac() {
     ] {
         assert!(!exists(tb, &gone), "{gone} is left after helm uninstall");
     }
-    for kept in [
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nexoproxies.nexo.io".to_owned(),
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nexopipelines.nexo.io".to_owned(),
-        proxy("kept"),
-    ] {
-        assert!(exists(tb, &kept), "{kept} is gone after helm uninstall");
-    }
-}
-
-/// The value of `key: value` on the first line of `text` that has `key`.
-fn yaml_scalar<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'))
-        .map(|v| v.trim().trim_matches('"'))
+    assert!(
+        exists(tb, &proxy("kept")),
+        "the NexoProxy kept is gone after helm uninstall"
+    );
 }
 
 #[test]

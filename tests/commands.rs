@@ -299,6 +299,105 @@ fn upgrade_patches_the_managers_own_deployment_only_with_a_digest() {
         .unwrap();
     assert_eq!(cs[0]["image"], json!(image));
     assert_eq!(cs[1]["image"], "s:1", "the other container is untouched");
+    // The new pod reports, and compares downgrades with, the bundle it runs;
+    // the chart reads the annotation (a helm upgrade never takes it back).
+    assert_eq!(
+        cs[0]["env"],
+        json!([{"name": "NEXO_BUNDLE_VERSION", "value": "0.3.0"}]),
+        "{d}"
+    );
+    assert!(
+        cs[1].get("env").is_none(),
+        "the other container has no env: {d}"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["nexo.io/upgraded-bundle"],
+        "0.3.0"
+    );
+    // And it owns none of it: a server-side apply of a newer chart (Helm 4)
+    // would otherwise conflict with nexo-manager.
+    let managers: Vec<(&str, &str)> = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap(),
+                e["operation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        !managers.contains(&("nexo-manager", "Update")),
+        "the Manager handed its fields back: {managers:?}"
+    );
+}
+
+#[test]
+fn with_self_upgrade_off_upgrade_is_not_advertised_and_refused() {
+    let f = Fixture::new("cmd-no-upgrade");
+    let mut m = f.spawn_with_probes(&[("NEXO_ALLOW_SELF_UPGRADE", "false")]);
+    let c = f.tb.admin();
+    let mut own = legacy_deployment("nexo-manager");
+    own["spec"]["template"]["spec"]["containers"] =
+        json!([{"name": "manager", "image": "registry.example.com/nexo/manager:0.2.0"}]);
+    let own = c
+        .create(
+            &format!("/apis/apps/v1/namespaces/{}/deployments", f.ns.name),
+            &own,
+        )
+        .unwrap();
+    let image = format!("registry.example.com/nexo/manager@{DIGEST}");
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "up-off",
+            "upgrade",
+            json!({"bundleVersion": "0.9.0", "managerImage": image}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "up-off");
+    assert_eq!(ack["result"], "failed", "{ack}");
+    assert_eq!(
+        ack["message"], "unsupported capability: command.upgrade",
+        "{ack}"
+    );
+    // The deployment controller writes status; the spec's generation
+    // tells a change.
+    let d = get(&c, &ns_path(&f, "Deployment", "nexo-manager")).unwrap();
+    assert_eq!(
+        (
+            &d["metadata"]["generation"],
+            &d["metadata"]["annotations"]["nexo.io/upgraded-bundle"]
+        ),
+        (&own["metadata"]["generation"], &Value::Null),
+        "a refused upgrade changes nothing: {d}"
+    );
+    for (what, body) in [
+        (
+            "connect",
+            f.sim
+                .requests()
+                .into_iter()
+                .find(|r| r.path.ends_with("/connect")),
+        ),
+        (
+            "heartbeat",
+            f.sim
+                .requests()
+                .into_iter()
+                .find(|r| r.path.ends_with("/heartbeat")),
+        ),
+    ] {
+        let body: Value =
+            serde_json::from_slice(&body.unwrap_or_else(|| panic!("no {what}")).body).unwrap();
+        let caps = body["manager"]["capabilities"].as_array().unwrap();
+        assert!(
+            !caps.contains(&json!("command.upgrade")) && caps.contains(&json!("command.rollout")),
+            "the {what} advertises {caps:?}"
+        );
+    }
+    m.stop_expecting_exit_0();
 }
 
 #[test]

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for tool in curl openssl python3 pgrep strace jq musl-gcc aarch64-linux-gnu-gcc qemu-aarch64-static containerd runc iptables conntrack ip nsenter flock git; do
+for tool in curl openssl python3 pgrep strace jq musl-gcc aarch64-linux-gnu-gcc qemu-aarch64-static containerd runc iptables conntrack ip nsenter flock git gpg; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 # The CNI plugins of the test bed's node (bridge, host-local, portmap).
@@ -23,6 +23,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       qemu-aarch64-static) pkgs+=(qemu-user-static) ;;
       ip) pkgs+=(iproute2) ;;
       nsenter | flock) pkgs+=(util-linux) ;;
+      gpg) pkgs+=(gnupg) ;;
       cni) pkgs+=(containernetworking-plugins) ;;
       *) pkgs+=("$tool") ;;
     esac

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 use support::manager::Manager;
-use support::testbed;
+use support::{run_ok_with_input as ok, testbed};
 
 const NS: &str = "nexo-system";
 const WAIT: Duration = Duration::from_secs(60);
@@ -36,18 +36,19 @@ fn install() {
         Err(e) if e.is_not_found() => {}
         Err(e) => panic!("cannot delete {deployment} a previous run left: {e}"),
     }
-    let out = tb
-        .kubectl_cmd()
-        .args(["apply", "-k"])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl apply -k manifests/ failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // README.md's order: the CRDs' base, the namespace, the Manager's base.
+    for args in [
+        ["apply", "-k", "manifests/crds"],
+        ["apply", "-f", "manifests/namespace.yaml"],
+        ["apply", "-k", "manifests"],
+    ] {
+        ok(
+            tb.kubectl_cmd()
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(args),
+            None,
+        );
+    }
     *done = true;
 }
 
@@ -374,4 +375,175 @@ fn the_pod_template_meets_the_restricted_pod_security_standard() {
         )
         .unwrap_err();
     assert_eq!(e.status(), Some(403), "{e}");
+}
+
+/// The path of `to` relative to the folder `from` (both absolute), as a
+/// kustomization's `resources` entry needs it.
+fn relative(from: &std::path::Path, to: &std::path::Path) -> String {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<String> = vec!["..".into(); from.len() - common];
+    parts.extend(
+        to[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
+}
+
+/// An overlay with a namePrefix, as a user installs a second Manager:
+/// every name the Manager is told and the Role grants follows the prefix,
+/// so it binds, leads, keeps its state and deploys under the base's RBAC;
+/// applying the overlay again leaves the token created by hand; `kubectl
+/// delete -k` leaves the CRDs, the token and the state.
+#[test]
+fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
+    let tb = testbed();
+    tb.install_crds();
+    let admin = tb.admin();
+    let ns = tb.namespace("kz-prefix");
+    let overlay = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let base = relative(
+        &overlay,
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests")),
+    );
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamePrefix: team-\nnamespace: {}\nresources:\n  - {base}\n",
+            ns.name
+        ),
+    )
+    .unwrap();
+    let rendered = ok(tb.kubectl_cmd().arg("kustomize").arg(&overlay), None);
+    assert!(
+        !rendered.contains("kind: Secret") && !rendered.contains("kind: Namespace"),
+        "the base creates no Secret and no namespace:\n{rendered}"
+    );
+    ok(tb.kubectl_cmd().arg("apply").arg("-k").arg(&overlay), None);
+    let name = "team-nexo-manager";
+
+    let sim = Arc::new(Simulator::start(SimConfig::default()));
+    let env_id = format!("env-prefix-{}", std::process::id());
+    let token = sim.add_environment(&env_id);
+    // The token Secret, created once by hand (README.md).
+    ok(
+        tb.kubectl_cmd().args([
+            "-n",
+            &ns.name,
+            "create",
+            "secret",
+            "generic",
+            "nexo-connect-token",
+            &format!("--from-literal=connect-token={token}"),
+        ]),
+        None,
+    );
+    let token_path = format!("/api/v1/namespaces/{}/secrets/nexo-connect-token", ns.name);
+    let token_rv = admin.get::<Value>(&token_path).unwrap()["metadata"]["resourceVersion"].clone();
+
+    let dir = overlay.join("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    sim.write_ca(&dir.join("cp-ca.pem"));
+    std::fs::write(dir.join("connect-token"), &token).unwrap();
+    let mut env = tb.deployment_env(&ns.name, name);
+    assert_eq!(env["NEXO_SELF_DEPLOYMENT"], name);
+    assert_eq!(env["NEXO_LEASE_NAME"], name);
+    assert_eq!(env["NEXO_STATE_SECRET"], format!("{name}-state"));
+    for (k, v) in [
+        ("NEXO_CONTROL_PLANE_URL", sim.url()),
+        (
+            "NEXO_CONTROL_PLANE_CA_FILE",
+            dir.join("cp-ca.pem").display().to_string(),
+        ),
+        (
+            "NEXO_CONNECT_TOKEN_FILE",
+            dir.join("connect-token").display().to_string(),
+        ),
+        ("NEXO_HEARTBEAT_INTERVAL", "1s".into()),
+        ("NEXO_LISTEN_ADDR", support::PROBES_ON_ANY_PORT.into()),
+        (
+            "KUBECONFIG",
+            tb.kubeconfig_for_token(&tb.token(&ns.name, name), name)
+                .display()
+                .to_string(),
+        ),
+        ("RUST_LOG", "debug".into()),
+    ] {
+        env.insert(k.into(), v);
+    }
+    let mut m = Manager::spawn(&env).with_sim(&sim);
+    let id = format!("kz-deploy-{}", std::process::id());
+    sim.enqueue_command(
+        &env_id,
+        json!({"id": id, "class": "deploy", "issuedAt": "2026-12-06T00:00:00Z",
+               "payload": {"deployment": {"name": "orders", "namespace": ns.name},
+                           "format": "crd", "manifests": [proxy("orders")]}}),
+    );
+    m.wait_until(WAIT, "the deploy's ack", || {
+        sim.acks().iter().any(|a| a["commandId"] == id.as_str())
+    });
+    let ack = sim
+        .acks()
+        .into_iter()
+        .find(|a| a["commandId"] == id.as_str())
+        .unwrap();
+    m.check(
+        ack["result"] == "applied",
+        &format!("deployed under the prefixed RBAC: {ack}"),
+    );
+    let lease = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{name}",
+        ns.name
+    );
+    let state = format!("/api/v1/namespaces/{}/secrets/{name}-state", ns.name);
+    m.check(
+        admin.get_opt::<Value>(&lease).unwrap().is_some()
+            && admin.get_opt::<Value>(&state).unwrap().is_some(),
+        "the prefixed Lease and state Secret exist",
+    );
+    m.stop_expecting_exit_0();
+
+    // Applied again: the token created by hand is untouched.
+    ok(tb.kubectl_cmd().arg("apply").arg("-k").arg(&overlay), None);
+    assert_eq!(
+        admin.get::<Value>(&token_path).unwrap()["metadata"]["resourceVersion"],
+        token_rv,
+        "applying the base again changed the token Secret"
+    );
+    // Deleted: the Manager's objects go, the CRDs, token and state stay.
+    ok(
+        tb.kubectl_cmd()
+            .arg("delete")
+            .arg("-k")
+            .arg(&overlay)
+            .arg("--wait=false"),
+        None,
+    );
+    for gone in [
+        format!("/apis/apps/v1/namespaces/{}/deployments/{name}", ns.name),
+        format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}-cluster"),
+    ] {
+        assert!(
+            admin.get_opt::<Value>(&gone).unwrap().is_none(),
+            "{gone} is left"
+        );
+    }
+    for kept in [
+        token_path.clone(),
+        state,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nexoproxies.nexo.io".into(),
+        format!(
+            "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/orders",
+            ns.name
+        ),
+    ] {
+        assert!(
+            admin.get_opt::<Value>(&kept).unwrap().is_some(),
+            "{kept} is gone"
+        );
+    }
 }

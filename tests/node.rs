@@ -429,7 +429,11 @@ fn install(bed: &mut Bed) {
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
+# README.md's order: the CRDs' base, the namespace, the Manager's base; the
+# token Secret beside them (here generated, as a user's overlay may).
 resources:
+  - base/crds
+  - base/namespace.yaml
   - base
 images:
   - name: registry.example.com/nexo/manager
@@ -440,31 +444,20 @@ configMapGenerator:
     namespace: {NS}
     files:
       - ca.crt
+secretGenerator:
+  - name: nexo-connect-token
+    namespace: {NS}
+    literals:
+      - connect-token={token}
 generatorOptions:
   disableNameSuffixHash: true
 patches:
   - path: deployment-patch.yaml
-  - path: token-patch.yaml
 "
         ),
     )
     .unwrap();
     std::fs::write(overlay.join("ca.crt"), bed.sim.ca_pem()).unwrap();
-    // The connect token in the Secret template, as a user fills it in.
-    std::fs::write(
-        overlay.join("token-patch.yaml"),
-        format!(
-            "apiVersion: v1
-kind: Secret
-metadata:
-  name: nexo-connect-token
-  namespace: {NS}
-stringData:
-  connect-token: {token}
-"
-        ),
-    )
-    .unwrap();
     std::fs::write(
         overlay.join("deployment-patch.yaml"),
         format!(
@@ -1371,6 +1364,17 @@ fn helm_install(bed: &Bed) {
         format!("connectToken.value={token}"),
         format!("proxyImage={}", bed.images.proxy),
         format!("heartbeatInterval={}s", INTERVAL.as_secs()),
+        // The CRDs are the kustomize install's (manifests/crds), no
+        // release's: a second release leaves them alone.
+        "crds.install=false".to_owned(),
+        // A NetworkPolicy (this node's CNI, the bridge plugin, does not
+        // enforce one): its API server egress is read at install from the
+        // endpoints the API server publishes.
+        "networkPolicy.enabled=true".to_owned(),
+        format!(
+            "networkPolicy.controlPlaneCIDRs={{{}/32}}",
+            bed.sim.addr().ip()
+        ),
     ];
     let mut args = vec![
         "install",
@@ -1391,6 +1395,21 @@ fn helm_install(bed: &Bed) {
     helm(&args);
 
     let release = "app.kubernetes.io/instance=nm";
+    let slice = bed.json(&["-n", "default", "get", "endpointslice", "kubernetes"]);
+    let policy = bed.json(&["-n", HNS, "get", "networkpolicy", "nm-nexo-manager"]);
+    let api = &policy["spec"]["egress"][1];
+    assert_eq!(
+        api["to"][0]["ipBlock"]["cidr"],
+        format!(
+            "{}/32",
+            slice["endpoints"][0]["addresses"][0].as_str().unwrap()
+        ),
+        "the API server's endpoint, read at install: {policy}"
+    );
+    assert_eq!(
+        api["ports"][0]["port"], slice["ports"][0]["port"],
+        "{policy}"
+    );
     let pods = bed.pods_of(HNS, release);
     assert_eq!(pods.len(), 1, "one pod of the release: {pods:?}");
     assert!(ready(&pods[0]), "helm --wait left a Ready pod");

@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 use serde_json::value::RawValue;
 
 use super::session::Renewal;
-use super::{Agent, CAPABILITIES, Next};
+use super::{Agent, Next};
 use crate::acks;
 use crate::apply::{self, Outcome, Permitted};
 use crate::backoff::Jitter;
@@ -219,8 +219,14 @@ impl Agent {
             environment_id: self.me.token.environment_id(),
             now: SystemTime::now(),
         };
-        let received =
-            commands::receive(raw, outer, id, &trust, CAPABILITIES, &self.me.namespaces)?;
+        let received = commands::receive(
+            raw,
+            outer,
+            id,
+            &trust,
+            &self.me.capabilities,
+            &self.me.namespaces,
+        )?;
         // From here the command is valid: what it names is known, and a
         // refusal is told on those of them that are owned.
         let targets = received.command.action.targets().to_vec();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Agent, CAPABILITIES};
+use super::Agent;
 use crate::apply::{self, Outcome};
 use crate::commands::{Action, Command};
 use crate::cp::wire::{AckResult, DriftEntry, DriftObject};
@@ -412,14 +412,17 @@ impl Agent {
     ) -> (AckResult, Option<String>) {
         let ignore = &kept.settings.ignore;
         let payload = kept.payload(ns, |i, m| drift::keeping_ignored(&m, live.get(&i), ignore));
-        let deploy =
-            match crate::commands::deploy_payload(&payload, CAPABILITIES, &self.me.namespaces) {
-                Ok(d) => d,
-                Err(e) => {
-                    let e = format!("the record is not a valid deploy: {e}");
-                    return (AckResult::Failed, Some(crate::text::clip(&e, 256)));
-                }
-            };
+        let deploy = match crate::commands::deploy_payload(
+            &payload,
+            &self.me.capabilities,
+            &self.me.namespaces,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                let e = format!("the record is not a valid deploy: {e}");
+                return (AckResult::Failed, Some(crate::text::clip(&e, 256)));
+            }
+        };
         let command = Command {
             id: format!("drift-{}", kept.name),
             action: Action::Deploy(deploy),

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::session::Renewal;
-use super::{Agent, CAPABILITIES, Pace, round_ms};
+use super::{Agent, Pace, round_ms};
 use crate::acks;
 use crate::config::Config;
 use crate::cp::client::HeartbeatAnswer;
@@ -104,7 +104,10 @@ pub fn body(
             version: crate::VERSION.into(),
             build: crate::BUILD.into(),
             protocol_version: wire::PROTOCOL_VERSION,
-            capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+            capabilities: super::advertised(cfg)
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
         },
         proxy_image: cfg.proxy_image.to_string(),
         managed_proxy_count: inv.deployments.len(),

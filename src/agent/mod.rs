@@ -42,7 +42,8 @@ use heartbeat::Beats;
 use session::Session;
 pub use state_store::StateStore;
 
-/// The capabilities this build advertises: only what is implemented and tested.
+/// The capabilities this build implements and has tested; what a Manager
+/// advertises is [`advertised`] of them.
 pub const CAPABILITIES: &[&str] = &[
     "heartbeat.inventory.v1",
     "command.deploy.crd",
@@ -61,6 +62,18 @@ pub const CAPABILITIES: &[&str] = &[
     "status.v1",
     "drift.v1",
 ];
+
+/// The capabilities advertised under `cfg`: [`CAPABILITIES`] but for
+/// `command.upgrade` when self-upgrade is turned off
+/// (`NEXO_ALLOW_SELF_UPGRADE=false`), so an upgrade is then refused as
+/// `unsupported capability: command.upgrade`.
+pub fn advertised(cfg: &Config) -> Vec<&'static str> {
+    CAPABILITIES
+        .iter()
+        .copied()
+        .filter(|c| cfg.allow_self_upgrade || *c != "command.upgrade")
+        .collect()
+}
 
 /// The process's connections, and what its probes answer from.
 struct Link {
@@ -87,6 +100,8 @@ impl Link {
 /// is re-read from its file after a 401.
 struct Identity {
     cfg: Config,
+    /// What this Manager advertises and accepts ([`advertised`]).
+    capabilities: Vec<&'static str>,
     /// The command keys, read again before each batch.
     keys: crate::trust::KeyFile,
     token: ConnectToken,

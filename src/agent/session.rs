@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{Agent, CAPABILITIES, round_ms};
+use super::{Agent, round_ms};
 use crate::backoff::Backoff;
 use crate::cp::wire::{self, ConnectRequest, ConnectResponse, ManagerInfo};
 use crate::cp::{CpError, Retry};
@@ -214,7 +214,7 @@ impl Agent {
             manager: ManagerInfo {
                 version: crate::VERSION.into(),
                 build: crate::BUILD.into(),
-                capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+                capabilities: self.me.capabilities.iter().map(|c| c.to_string()).collect(),
             },
             instance: self.me.instance.clone(),
             cluster: self.me.cluster.clone(),

@@ -104,6 +104,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         },
         store,
         me: Identity {
+            capabilities: super::advertised(&cfg),
             cfg,
             keys,
             token,
@@ -241,16 +242,19 @@ fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Health>>), Fatal> {
 
 fn control_plane(cfg: &Config) -> Result<CpClient, Fatal> {
     let ca = match &cfg.control_plane_ca_file {
-        Some(path) => Some(std::fs::read(path).map_err(|source| Fatal::ReadFile {
-            variable: "NEXO_CONTROL_PLANE_CA_FILE",
+        Some(path) => Some(crate::cp::CaBundle {
             path: path.clone(),
-            source,
-        })?),
+            pem: std::fs::read(path).map_err(|source| Fatal::ReadFile {
+                variable: "NEXO_CONTROL_PLANE_CA_FILE",
+                path: path.clone(),
+                source,
+            })?,
+        }),
         None => None,
     };
     CpClient::new(
         &cfg.control_plane_url,
-        ca.as_deref(),
+        ca,
         cfg.https_proxy.as_deref(),
         (cfg.cp_connect_timeout, cfg.cp_request_timeout),
     )

@@ -444,12 +444,22 @@ impl fmt::Display for UpgradeStop {
     }
 }
 
-/// Plans an upgrade of the Manager's own Deployment to `image`, within
-/// `policy`: the image stays in the repository the Manager runs from (or
-/// the one configured).
+/// The annotation of the Manager's Deployment naming the bundle a
+/// self-upgrade moved it to: the chart reads it (`lookup`) so that a
+/// `helm upgrade` to an older or the same chart keeps the newer Manager
+/// (charts/nexo-manager/README.md, "Self-upgrade and Helm").
+pub const UPGRADED_BUNDLE_ANNOTATION: &str = "nexo.io/upgraded-bundle";
+
+/// Plans an upgrade of the Manager's own Deployment to `image` of bundle
+/// `bundle_version`, within `policy`: the image stays in the repository
+/// the Manager runs from (or the one configured). The patch sets the
+/// image, the container's `NEXO_BUNDLE_VERSION` (so the new pod reports,
+/// and compares downgrades with, the bundle it runs) and
+/// [`UPGRADED_BUNDLE_ANNOTATION`].
 pub fn upgrade(
     deployment: &Value,
     image: &ImageRef,
+    bundle_version: &str,
     policy: &Policy,
 ) -> Result<UpgradePlan, UpgradeStop> {
     let (container, current) =
@@ -461,9 +471,34 @@ pub fn upgrade(
     if current == Some(image.as_str()) {
         return Ok(UpgradePlan::Unchanged);
     }
-    Ok(UpgradePlan::Patch(
-        json!({"spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}}}),
-    ))
+    Ok(UpgradePlan::Patch(json!({
+        "metadata": {"annotations": {UPGRADED_BUNDLE_ANNOTATION: bundle_version}},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": container,
+            "image": image,
+            "env": [{"name": "NEXO_BUNDLE_VERSION", "value": bundle_version}],
+        }]}}},
+    })))
+}
+
+/// After a self-upgrade: a JSON patch that removes the Manager's own
+/// field-manager entries (`nexo-manager`, `Update`) from its Deployment,
+/// guarded by the `resourceVersion` it was read at, or `None` when it has
+/// none. Without it the Manager would own the image it set, and the next
+/// server-side apply of a newer chart (Helm 4) would conflict with it; the
+/// fields are left owned by whoever else owns them, or by no one.
+pub fn hand_back(deployment: &Value, field_manager: &str) -> Option<Value> {
+    let entries = deployment["metadata"]["managedFields"].as_array()?;
+    let mine = |e: &Value| e["manager"] == field_manager && e["operation"] == "Update";
+    if !entries.iter().any(mine) {
+        return None;
+    }
+    let kept: Vec<&Value> = entries.iter().filter(|e| !mine(e)).collect();
+    let rv = deployment["metadata"]["resourceVersion"].as_str()?;
+    Some(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "replace", "path": "/metadata/managedFields", "value": kept},
+    ]))
 }
 
 /// One delete of an uninstall, guarded by where the object was read.

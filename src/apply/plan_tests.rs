@@ -269,19 +269,24 @@ fn upgrade_picks_the_manager_container() {
     let policy = Policy::default();
     let running = dep(json!([{"name": "manager", "image": one}]));
     assert_eq!(
-        upgrade(&running, &image(&one), &policy),
+        upgrade(&running, &image(&one), "0.5.0", &policy),
         Ok(UpgradePlan::Unchanged)
     );
-    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, &image(&other), &policy) else {
+    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, &image(&other), "0.5.0", &policy) else {
         panic!("a new image is a patch");
     };
     assert_eq!(
         patch["spec"]["template"]["spec"]["containers"][0],
-        json!({"name": "manager", "image": other})
+        json!({"name": "manager", "image": other,
+               "env": [{"name": "NEXO_BUNDLE_VERSION", "value": "0.5.0"}]})
     );
-    assert!(upgrade(&two, &image(&other), &policy).is_err());
+    assert_eq!(
+        patch["metadata"]["annotations"]["nexo.io/upgraded-bundle"],
+        "0.5.0"
+    );
+    assert!(upgrade(&two, &image(&other), "0.5.0", &policy).is_err());
     let elsewhere = format!("evil.example.com/m@sha256:{}", "2".repeat(64));
-    let refused = upgrade(&running, &image(&elsewhere), &policy)
+    let refused = upgrade(&running, &image(&elsewhere), "0.5.0", &policy)
         .unwrap_err()
         .to_string();
     assert!(refused.starts_with("policy: managerImage"), "{refused}");
@@ -417,4 +422,26 @@ fn downgrades_are_refused_unless_the_command_allows_them() {
             .unwrap();
         assert!(note.contains("could not be compared"), "{note}");
     }
+}
+
+#[test]
+fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
+    let helm = json!({"manager": "helm", "operation": "Apply", "fieldsV1": {"f:spec": {}}});
+    let kcm = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"});
+    let mine =
+        json!({"manager": "nexo-manager", "operation": "Update", "fieldsV1": {"f:spec": {}}});
+    let mine_applied = json!({"manager": "nexo-manager", "operation": "Apply"});
+    let dep = json!({"metadata": {"resourceVersion": "42",
+        "managedFields": [helm, mine, kcm, mine_applied]}});
+    assert_eq!(
+        hand_back(&dep, "nexo-manager"),
+        Some(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+            {"op": "replace", "path": "/metadata/managedFields",
+             "value": [helm, kcm, mine_applied]},
+        ]))
+    );
+    let none_of_mine = json!({"metadata": {"resourceVersion": "42", "managedFields": [helm]}});
+    assert_eq!(hand_back(&none_of_mine, "nexo-manager"), None);
+    assert_eq!(hand_back(&json!({"metadata": {}}), "nexo-manager"), None);
 }

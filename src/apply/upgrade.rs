@@ -1,4 +1,5 @@
-//! An upgrade: the Manager's own Deployment patched to the new image.
+//! An upgrade: the Manager's own Deployment patched to the new image, then
+//! its field ownership handed back ([`plan::hand_back`]).
 
 use serde_json::Value;
 
@@ -7,7 +8,7 @@ use super::outcome::{Outcome, StepError};
 use super::plan::{self, UpgradePlan, UpgradeStop};
 use crate::commands::Upgrade;
 use crate::cp::wire::ResourceAction;
-use crate::kube::client::STRATEGIC_MERGE_PATCH;
+use crate::kube::client::{FIELD_MANAGER, JSON_PATCH, STRATEGIC_MERGE_PATCH};
 use crate::resource::{Kind, ObjectRef};
 
 pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Outcome {
@@ -24,7 +25,7 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
         }
     };
     let image = u.manager_image.to_string();
-    let patch = match plan::upgrade(&deployment, &u.manager_image, ctx.policy) {
+    let patch = match plan::upgrade(&deployment, &u.manager_image, &u.bundle_version, ctx.policy) {
         Ok(UpgradePlan::Patch(patch)) => patch,
         Ok(UpgradePlan::Unchanged) => {
             return Outcome::applied(
@@ -38,16 +39,36 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
         Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
     };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
-        Ok(_) => Outcome::applied(
-            with_note(format!(
-                "bundle {}: the Manager's Deployment now runs {image}",
-                u.bundle_version
-            )),
-            vec![r.ack(ResourceAction::Configured)],
-        ),
+        Ok(patched) => {
+            hand_back(ctx, &r, &patched);
+            Outcome::applied(
+                with_note(format!(
+                    "bundle {}: the Manager's Deployment now runs {image}",
+                    u.bundle_version
+                )),
+                vec![r.ack(ResourceAction::Configured)],
+            )
+        }
         Err(e) => Outcome::failed(
             StepError::api("cannot patch", &r, e).to_string(),
             vec![r.ack(ResourceAction::Refused)],
         ),
+    }
+}
+
+/// Drops the Manager's field-manager entries from its Deployment once
+/// patched. The upgrade is done either way: a failure here (the Deployment
+/// changed meanwhile, say) is only logged, and a later `helm upgrade` with
+/// a newer chart under server-side apply then names `nexo-manager` in its
+/// conflict.
+fn hand_back(ctx: &Context<'_>, r: &ObjectRef, patched: &Value) {
+    let Some(patch) = plan::hand_back(patched, FIELD_MANAGER) else {
+        return;
+    };
+    if let Err(e) = ctx.kube.patch(&r.path(), JSON_PATCH, &patch) {
+        log::warn!(
+            "{}",
+            StepError::api("cannot hand the field ownership back on", r, e)
+        );
     }
 }

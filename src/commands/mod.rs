@@ -402,6 +402,17 @@ fn from_fields(
         return Err(Refusal::UnsupportedClass(clip(class, 64)));
     }
     requires(env.requires, capabilities)?;
+    // A class whose capability is not advertised (an upgrade with
+    // self-upgrade turned off) is refused as its `requires` would be.
+    let needs = match class {
+        "rollout" => Some("command.rollout"),
+        "upgrade" => Some("command.upgrade"),
+        "uninstall" => Some("command.uninstall"),
+        _ => None,
+    };
+    if let Some(needed) = needs.filter(|c| !capabilities.contains(c)) {
+        return Err(Refusal::UnsupportedCapability(needed.to_owned()));
+    }
     let payload: Value = match env.payload {
         // Duplicate keys refused: the policy judges what the API server reads.
         Some(raw) => crate::strict_json::parse(raw.get()).map_err(invalid)?,

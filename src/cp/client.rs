@@ -3,9 +3,14 @@
 //! One ureq agent, so the TLS connection is reused across heartbeats. Every
 //! call has a connect and a whole-request timeout (10 s and 30 s unless
 //! configured); bodies over 8 MiB are refused without being buffered whole.
+//! The extra trust anchors (`NEXO_CONTROL_PLANE_CA_FILE`) are re-read after
+//! a call fails to connect, as the connect token is after a 401: a CA
+//! bundle rotated in its ConfigMap is taken without a restart.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -242,42 +247,32 @@ impl fmt::Display for SetupError {
 
 impl std::error::Error for SetupError {}
 
-/// The Control Plane client.
-pub struct CpClient {
-    agent: ureq::Agent,
-    /// The agent's configuration, for the handshake check's own agent.
-    config: ureq::config::Config,
-    base: String,
-    /// The whole-request timeout; a held heartbeat has its hold on top.
-    request_timeout: Duration,
-}
+/// The largest CA bundle read: a ConfigMap holds at most 1 MiB.
+pub const MAX_CA_BUNDLE: u64 = 1024 * 1024;
 
-impl fmt::Debug for CpClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CpClient")
-            .field("base", &self.base)
-            .finish()
+/// A file's bytes, refused when over `max`.
+pub fn read_bounded(path: &std::path::Path, max: u64) -> Result<Vec<u8>, &'static str> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|_| "cannot be read")?;
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|_| "cannot be read")?;
+    if bytes.len() as u64 > max {
+        return Err("is over 1 MiB");
     }
+    Ok(bytes)
 }
 
-impl CpClient {
-    /// A client for `base` trusting the public roots plus `extra_ca_pem`,
-    /// through `https_proxy` when given, with the given timeouts.
-    pub fn new(
-        base: &str,
-        extra_ca_pem: Option<&[u8]>,
-        https_proxy: Option<&str>,
+impl Tls {
+    fn new(
+        extra: Vec<ureq::tls::Certificate<'static>>,
+        proxy: Option<ureq::Proxy>,
         timeouts: (Duration, Duration),
-    ) -> Result<CpClient, SetupError> {
+    ) -> Tls {
         let mut roots = crate::tls::public_roots();
-        if let Some(pem) = extra_ca_pem {
-            roots.extend(crate::tls::certs_from_pem(pem).map_err(SetupError::CaFile)?);
-        }
-        let proxy = match https_proxy {
-            Some(p) => Some(ureq::Proxy::new(p).map_err(|_| SetupError::Proxy)?),
-            None => None,
-        };
-        let agent_config = ureq::Agent::config_builder()
+        roots.extend(extra);
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(timeouts.0))
             .timeout_global(Some(timeouts.1))
@@ -295,13 +290,126 @@ impl CpClient {
             ().chain(ConnectProxyConnector::default())
                 .chain(crate::net::PollTcpConnector)
                 .chain(RustlsConnector::default());
-        let agent = crate::resolve::agent_with(agent_config.clone(), chain);
+        let agent = crate::resolve::agent_with(config.clone(), chain);
+        Tls { agent, config }
+    }
+}
+
+/// The Control Plane client.
+pub struct CpClient {
+    /// The agent and its configuration, rebuilt when the CA bundle changes.
+    tls: RefCell<Tls>,
+    /// Where the extra trust anchors come from, re-read after a failed
+    /// connection; `None`: the public roots only.
+    ca: Option<RefCell<CaBundle>>,
+    proxy: Option<ureq::Proxy>,
+    base: String,
+    /// The connect timeout and the whole-request timeout; a held heartbeat
+    /// has its hold on top of the second.
+    timeouts: (Duration, Duration),
+}
+
+/// The agent of every call, and its configuration for the handshake
+/// check's own agent.
+struct Tls {
+    agent: ureq::Agent,
+    config: ureq::config::Config,
+}
+
+/// `NEXO_CONTROL_PLANE_CA_FILE`: its path and the bytes the agent trusts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaBundle {
+    pub path: PathBuf,
+    pub pem: Vec<u8>,
+}
+
+/// What a re-read of the CA bundle found ([`CpClient::reread_ca`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaReread {
+    /// No file is configured, or its bytes are those already trusted.
+    Unchanged,
+    /// New certificates, now trusted: this many.
+    Changed(usize),
+    /// The file cannot be read or holds no certificate: the last good
+    /// bundle stays trusted.
+    Kept(&'static str),
+}
+
+impl fmt::Debug for CpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpClient")
+            .field("base", &self.base)
+            .finish()
+    }
+}
+
+impl CpClient {
+    /// A client for `base` trusting the public roots plus the certificates
+    /// of `ca`, through `https_proxy` when given, with the given timeouts.
+    pub fn new(
+        base: &str,
+        ca: Option<CaBundle>,
+        https_proxy: Option<&str>,
+        timeouts: (Duration, Duration),
+    ) -> Result<CpClient, SetupError> {
+        let proxy = match https_proxy {
+            Some(p) => Some(ureq::Proxy::new(p).map_err(|_| SetupError::Proxy)?),
+            None => None,
+        };
+        let extra = match &ca {
+            Some(ca) => crate::tls::certs_from_pem(&ca.pem).map_err(SetupError::CaFile)?,
+            None => Vec::new(),
+        };
+        let tls = Tls::new(extra, proxy.clone(), timeouts);
         Ok(CpClient {
-            agent,
-            config: agent_config,
+            tls: RefCell::new(tls),
+            ca: ca.map(RefCell::new),
+            proxy,
             base: base.to_owned(),
-            request_timeout: timeouts.1,
+            timeouts,
         })
+    }
+
+    /// Reads the CA bundle's file again; when it holds other certificates
+    /// than those trusted, the client trusts them from the next call on
+    /// (pooled connections are dropped with the old agent). A file that
+    /// cannot be read or parsed keeps the last good bundle. Called after
+    /// every call that failed to connect (a CP certificate from a new CA
+    /// fails the handshake until the bundle has it), and logged there.
+    pub fn reread_ca(&self) -> CaReread {
+        let Some(ca) = &self.ca else {
+            return CaReread::Unchanged;
+        };
+        let mut ca = ca.borrow_mut();
+        let pem = match read_bounded(&ca.path, MAX_CA_BUNDLE) {
+            Ok(pem) => pem,
+            Err(why) => return CaReread::Kept(why),
+        };
+        if pem == ca.pem {
+            return CaReread::Unchanged;
+        }
+        let extra = match crate::tls::certs_from_pem(&pem) {
+            Ok(certs) => certs,
+            Err(why) => return CaReread::Kept(why),
+        };
+        let n = extra.len();
+        *self.tls.borrow_mut() = Tls::new(extra, self.proxy.clone(), self.timeouts);
+        ca.pem = pem;
+        CaReread::Changed(n)
+    }
+
+    /// After a call that could not connect: the CA bundle re-read, and
+    /// what came of it logged.
+    fn after_failed_connection(&self) {
+        match self.reread_ca() {
+            CaReread::Unchanged => {}
+            CaReread::Changed(n) => log::info!(
+                "NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its {n} certificate(s) besides the public roots"
+            ),
+            CaReread::Kept(why) => {
+                log::warn!("NEXO_CONTROL_PLANE_CA_FILE {why}: the last bundle read stays trusted")
+            }
+        }
     }
 
     /// `POST /api/v2/manager/connect` with the connect token.
@@ -322,12 +430,13 @@ impl CpClient {
     pub fn handshake(&self) -> Result<(), CpError> {
         let gate = HandshakeGate::default();
         let established = Arc::clone(&gate.established);
-        let agent =
-            crate::resolve::agent_with(self.config.clone(), DefaultConnector::new().chain(gate));
+        let config = self.tls.borrow().config.clone();
+        let agent = crate::resolve::agent_with(config, DefaultConnector::new().chain(gate));
         let result = agent.head(format!("{}{HANDSHAKE_PATH}", self.base)).call();
         if established.load(Ordering::Relaxed) {
             return Ok(());
         }
+        self.after_failed_connection();
         match result {
             Err(e) => Err(CpError::Handshake(e)),
             Ok(_) => Err(CpError::Handshake(ureq::Error::ConnectionFailed)),
@@ -348,7 +457,7 @@ impl CpClient {
         // Written as it is sent, never whole in memory (body.rs).
         let mut json = HeartbeatBody::new(body).map_err(|_| CpError::BadRequest)?;
         let len = json.len();
-        let timeout = hold.saturating_add(self.request_timeout);
+        let timeout = hold.saturating_add(self.timeouts.1);
         let bytes = crate::net::stoppable(|| {
             self.send_within(
                 "/api/v2/manager/heartbeat",
@@ -374,7 +483,7 @@ impl CpClient {
 
     fn post(&self, path: &str, bearer: &Secret, body: &impl Serialize) -> Result<Vec<u8>, CpError> {
         let json = serde_json::to_vec(body).map_err(|_| CpError::BadRequest)?;
-        self.send_within(path, bearer, Payload::Whole(json), self.request_timeout)
+        self.send_within(path, bearer, Payload::Whole(json), self.timeouts.1)
     }
 
     /// POSTs a JSON body within `timeout`; returns the 2xx body.
@@ -411,15 +520,16 @@ impl CpClient {
             Some("ack") => "ack",
             _ => "other",
         };
-        let req = self
-            .agent
+        let agent = self.tls.borrow().agent.clone();
+        let req = agent
             .configure_request(req)
             .timeout_global(Some(timeout))
             .build();
-        let mut resp = match self.agent.run(req) {
+        let mut resp = match agent.run(req) {
             Ok(r) => r,
             Err(e) => {
                 crate::metrics::request("cp", endpoint, None);
+                self.after_failed_connection();
                 return Err(CpError::Transport(e));
             }
         };
@@ -483,6 +593,62 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CpError> {
 mod tests {
     use super::*;
     use crate::backoff::Jitter;
+
+    /// A PEM bundle of the first `n` public roots (real certificates).
+    fn pem_of_roots(n: usize) -> Vec<u8> {
+        use base64::Engine as _;
+        let mut pem = String::new();
+        for der in webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().take(n) {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+            pem.push_str("-----BEGIN CERTIFICATE-----\n");
+            for line in b64.as_bytes().chunks(64) {
+                pem.push_str(std::str::from_utf8(line).unwrap());
+                pem.push('\n');
+            }
+            pem.push_str("-----END CERTIFICATE-----\n");
+        }
+        pem.into_bytes()
+    }
+
+    #[test]
+    fn the_ca_bundle_is_taken_again_when_its_file_changes_and_kept_when_it_breaks() {
+        let dir = std::env::temp_dir().join(format!("nexo-ca-reread-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ca.crt");
+        let one = pem_of_roots(1);
+        std::fs::write(&path, &one).unwrap();
+        let timeouts = (Duration::from_secs(1), Duration::from_secs(1));
+        let bundle = CaBundle {
+            path: path.clone(),
+            pem: one.clone(),
+        };
+        let cp = CpClient::new("https://cp.example", Some(bundle), None, timeouts).unwrap();
+        assert_eq!(cp.reread_ca(), CaReread::Unchanged);
+        std::fs::write(&path, pem_of_roots(3)).unwrap();
+        assert_eq!(cp.reread_ca(), CaReread::Changed(3));
+        assert_eq!(cp.reread_ca(), CaReread::Unchanged);
+        // A broken or missing file keeps the last good bundle.
+        std::fs::write(&path, b"not pem").unwrap();
+        assert_eq!(cp.reread_ca(), CaReread::Kept("holds no PEM certificate"));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(cp.reread_ca(), CaReread::Kept("cannot be read"));
+        let trusted = cp.ca.as_ref().unwrap().borrow().pem.clone();
+        assert_eq!(trusted, pem_of_roots(3));
+        // No file configured: nothing to re-read.
+        let plain = CpClient::new("https://cp.example", None, None, timeouts).unwrap();
+        assert_eq!(plain.reread_ca(), CaReread::Unchanged);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_oversized_ca_bundle_is_refused() {
+        let dir = std::env::temp_dir().join(format!("nexo-ca-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, vec![b'a'; MAX_CA_BUNDLE as usize + 1]).unwrap();
+        assert_eq!(read_bounded(&path, MAX_CA_BUNDLE), Err("is over 1 MiB"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn retry_decisions() {

@@ -109,6 +109,10 @@ pub fn to_json(what: &'static str, value: &impl serde::Serialize) -> Result<Vec<
 /// Content type of a strategic merge patch (built-in kinds only).
 pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 
+/// Content type of a JSON patch (RFC 6902): its `test` operation guards a
+/// write by a value read before.
+pub const JSON_PATCH: &str = "application/json-patch+json";
+
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nexo-manager";
 

@@ -5,7 +5,8 @@
 # Dockerfile.distroless: an OCI image index of the linux/amd64 and
 # linux/arm64 images), and writes the index's digest into
 # charts/nexo-manager/values.yaml (image.digest) and
-# manifests/deployment.yaml (the container's image), and the three
+# manifests/deployment.yaml (the container's image) and Chart.yaml
+# (Artifact Hub's artifacthub.io/images), and the three
 # digests into the release notes: the `### Image` list of the newest
 # release's section of CHANGELOG.md. Pushing that archive as is keeps the
 # digests: they are its OCI index's and manifests'. Prints the index
@@ -24,9 +25,10 @@ digest=$(ref manager) digest_amd64=$(ref manager_amd64) digest_arm64=$(ref manag
 [ -n "$digest" ] && [ -n "$digest_amd64" ] && [ -n "$digest_arm64" ] ||
   { printf '%s\n' "$refs" >&2; echo "stamp-release.sh: build-image.sh gave no index and per-architecture digests" >&2; exit 1; }
 sed -i "s|^  digest: \"sha256:[0-9a-f]\{64\}\"|  digest: \"$digest\"|" charts/nexo-manager/values.yaml
-sed -i "s|\(image: registry.example.com/nexo/manager@\)sha256:[0-9a-f]\{64\}|\1$digest|" manifests/deployment.yaml
-grep -q "$digest" charts/nexo-manager/values.yaml && grep -q "$digest" manifests/deployment.yaml ||
-  { echo "stamp-release.sh: the digest was not written into both files" >&2; exit 1; }
+sed -i "s|\(image: registry.example.com/nexo/manager@\)sha256:[0-9a-f]\{64\}|\1$digest|" manifests/deployment.yaml charts/nexo-manager/Chart.yaml
+for f in charts/nexo-manager/values.yaml manifests/deployment.yaml charts/nexo-manager/Chart.yaml; do
+  grep -q "$digest" "$f" || { echo "stamp-release.sh: the digest was not written into $f" >&2; exit 1; }
+done
 # The release notes: the newest `## [X.Y.Z]` section's `### Image` list,
 # replaced or added at the section's end.
 python3 - "$digest" "$digest_amd64" "$digest_arm64" <<'PY'

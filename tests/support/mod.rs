@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod commands;
 pub mod fixture;
 pub mod manager;
@@ -35,8 +36,16 @@ pub struct Testbed {
     pub server: String,
     /// The `kubectl` built with the test bed.
     pub kubectl: PathBuf,
-    /// The `helm` built with the test bed.
+    /// The `helm` built with the test bed (Helm 4).
     pub helm: PathBuf,
+    /// Helm 3, built beside it.
+    pub helm3: PathBuf,
+    /// The CNCF distribution registry's `registry` command.
+    pub registry: PathBuf,
+    /// `helm-docs`.
+    pub helm_docs: PathBuf,
+    /// The folder of prometheus-operator's ServiceMonitor and PodMonitor CRDs.
+    pub monitoring_crds: PathBuf,
     /// The Kubernetes version it runs, `v1.37.2`.
     pub version: String,
 }
@@ -156,6 +165,10 @@ pub fn read_env(dir: &Path) -> Result<Testbed, String> {
         server: get("APISERVER_URL")?,
         kubectl: PathBuf::from(get("KUBECTL")?),
         helm: PathBuf::from(get("HELM")?),
+        helm3: PathBuf::from(get("HELM3")?),
+        registry: PathBuf::from(get("REGISTRY")?),
+        helm_docs: PathBuf::from(get("HELM_DOCS")?),
+        monitoring_crds: PathBuf::from(get("MONITORING_CRDS")?),
         version: get("K8S_VERSION")?,
     })
 }
@@ -249,7 +262,10 @@ impl Testbed {
                 &e["value"],
                 e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
             ) {
-                (Value::String(v), _) => v.clone(),
+                // `$(VAR)` of a variable defined before, expanded as the
+                // kubelet does (manifests/deployment.yaml names the lease
+                // and state Secret after NEXO_SELF_DEPLOYMENT so).
+                (Value::String(v), _) => expand_env(v, &env),
                 (_, Some("metadata.name")) => format!("{name}-5d8f-e2e"),
                 (_, Some("metadata.namespace")) => namespace.to_owned(),
                 (_, Some("metadata.uid")) => "0b5e6d0e-e2e0-4c1e-9d1a-000000000001".into(),
@@ -514,4 +530,32 @@ pub fn wakeups(lines: &[&str]) -> Wakeups {
         }
     }
     w
+}
+
+/// `value` with each `$(NAME)` of a variable in `defined` replaced by its
+/// value, as the kubelet expands a container's env (`$$` escapes, unknown
+/// references stay as they are).
+pub fn expand_env(value: &str, defined: &std::collections::BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some((name, tail)) = after
+            .strip_prefix('(')
+            .and_then(|a| a.split_once(')'))
+            .filter(|(name, _)| defined.contains_key(*name))
+        {
+            out.push_str(&defined[name]);
+            rest = tail;
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }

@@ -4,7 +4,8 @@
 #
 #   testbed.sh build [--node] [--peer] [--kine]
 #                                 build and cache the binaries (once per version): the
-#                                 control plane, helm; with --node the node; with --peer
+#                                 control plane, helm 4 and 3, the OCI registry,
+#                                 helm-docs, the monitoring CRDs; with --node the node; with --peer
 #                                 the benchmarks' peer, OCM's work agent; with --kine kine
 #   testbed.sh start DIR [--node] [--audit] [--kine] [PID]
 #                                 start a control plane with its data in DIR (new or empty);
@@ -29,8 +30,8 @@
 #                                 user NAME in system:masters (so the audit log tells one
 #                                 client from another), print its path
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin [--node|--helm|--peer|--kine|--versions]
-#                                 print the folder holding the cached (node, helm, peer) binaries
+#   testbed.sh bin [--node|--helm|--helm3|--registry|--helm-docs|--monitoring-crds|--peer|--kine|--versions]
+#                                 print the folder holding the cached binaries (or CRDs)
 #   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
 #                                 the test beds listed in RECORD; exit 1 if there are any
 #
@@ -52,7 +53,8 @@
 #
 # The binaries come from the official Go modules through the Go module proxy:
 # k8s.io/kubernetes (its staging modules replaced by their published versions)
-# and go.etcd.io/etcd/server/v3, and helm from helm.sh/helm/v4. They are cached, keyed by version, in
+# and go.etcd.io/etcd/server/v3, helm from helm.sh/helm/v4 and v3, and the
+# chart's other tools from theirs (HELM3_VERSION and below). They are cached, keyed by version, in
 # $NEXO_TESTBED_CACHE (default: ${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed).
 #
 # After `start`, DIR holds: admin.kubeconfig, ca.crt, admin.crt/admin.key,
@@ -77,6 +79,15 @@ esac
 STAGING_VERSION=v0.${K8S_VERSION#v1.}
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
+# The chart's tools (tests/chart.rs, tests/chart_registry.rs): Helm 3, which
+# most clusters are still driven by, beside Helm 4; the CNCF distribution
+# registry, the OCI registry the chart is pushed to and installed from;
+# helm-docs, which writes the chart's README; the prometheus-operator CRDs
+# (ServiceMonitor, PodMonitor) the monitoring templates are applied against.
+HELM3_VERSION=v3.21.4
+REGISTRY_VERSION=v3.1.2
+HELM_DOCS_VERSION=v1.14.2
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The k3s datastore (start --kine): kine over SQLite, in place of etcd.
 KINE_VERSION=v0.17.5
 # The benchmarks' peer (tests/bench/peer.rs): Open Cluster Management's work agent.
@@ -85,6 +96,10 @@ CACHE_ROOT=${NEXO_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexo-testbed}
 BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin
 NODE_BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION-node/bin
 HELM_BIN_DIR=$CACHE_ROOT/helm-$HELM_VERSION/bin
+HELM3_BIN_DIR=$CACHE_ROOT/helm-$HELM3_VERSION/bin
+REGISTRY_BIN_DIR=$CACHE_ROOT/distribution-$REGISTRY_VERSION/bin
+HELM_DOCS_BIN_DIR=$CACHE_ROOT/helm-docs-$HELM_DOCS_VERSION/bin
+MONITORING_CRDS_DIR=$CACHE_ROOT/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds
 PEER_DIR=$CACHE_ROOT/ocm-work-$OCM_VERSION
 KINE_BIN_DIR=$CACHE_ROOT/kine-$KINE_VERSION/bin
 CNI_BIN_DIR=/usr/lib/cni
@@ -244,19 +259,66 @@ build_node() {
   mv "$NODE_BIN_DIR.tmp" "$NODE_BIN_DIR"
 }
 
-# Helm, for the chart's tests (tests/chart.rs): the helm command of the
-# helm.sh/helm/v4 module, its version stamped in as its Makefile does.
+# One command of a Go module, built into OUTDIR/BINARY (what was there
+# replaced once it built), with "-s -w" and LDFLAGS; --replace as in
+# tool_module.
+build_go_command() { # name module version pkg outdir binary ldflags [--replace]
+  local name=$1 module=$2 version=$3 pkg=$4 out=$5 binary=$6 ldflags=$7
+  local mod=$CACHE_ROOT/build-$name-$version
+  rm -rf "$out.tmp"
+  mkdir -p "$mod" "$out.tmp"
+  tool_module "$mod" "$name" "$module" "$version" "$pkg" ${8:-}
+  log "building $name $version"
+  (cd "$mod" && go build -trimpath -tags tools -ldflags "-s -w $ldflags" -o "$out.tmp/$binary" "$pkg")
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+}
+
+# Helm, for the chart's tests (tests/chart*.rs): the helm command of the
+# helm.sh/helm/v4 module, its version stamped in as its Makefile does; and
+# Helm 3's, of helm.sh/helm/v3, beside it.
 build_helm() {
-  local mod=$CACHE_ROOT/build-helm-$HELM_VERSION
-  rm -rf "$HELM_BIN_DIR.tmp"
-  mkdir -p "$mod" "$HELM_BIN_DIR.tmp"
-  tool_module "$mod" helm helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
-  log "building helm $HELM_VERSION"
-  (cd "$mod" && go build -trimpath -tags tools \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
-    -o "$HELM_BIN_DIR.tmp/helm" helm.sh/helm/v4/cmd/helm)
-  rm -rf "$HELM_BIN_DIR"
-  mv "$HELM_BIN_DIR.tmp" "$HELM_BIN_DIR"
+  build_go_command helm helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "$HELM_BIN_DIR" helm \
+    "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
+
+build_helm3() {
+  build_go_command helm helm.sh/helm/v3 "$HELM3_VERSION" helm.sh/helm/v3/cmd/helm "$HELM3_BIN_DIR" helm \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+}
+
+# The CNCF distribution registry (its `registry` command), a local OCI
+# registry for `helm push` and `helm install oci://`.
+build_registry() {
+  build_go_command distribution github.com/distribution/distribution/v3 "$REGISTRY_VERSION" \
+    github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_BIN_DIR" registry \
+    "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" --replace
+}
+
+# helm-docs, which writes a chart's README.md from its values.yaml's comments.
+build_helm_docs() {
+  build_go_command helm-docs github.com/norwoodj/helm-docs "$HELM_DOCS_VERSION" \
+    github.com/norwoodj/helm-docs/cmd/helm-docs "$HELM_DOCS_BIN_DIR" helm-docs \
+    "-X main.version=${HELM_DOCS_VERSION#v}" --replace
+}
+
+# The ServiceMonitor and PodMonitor CRDs, as the prometheus-operator
+# module of that release ships them (example/prometheus-operator-crd);
+# nothing is built.
+fetch_monitoring_crds() {
+  local mod=$CACHE_ROOT/build-prometheus-operator-$PROMETHEUS_OPERATOR_VERSION
+  rm -rf "$MONITORING_CRDS_DIR.tmp"
+  mkdir -p "$mod" "$MONITORING_CRDS_DIR.tmp"
+  printf 'module nexo.io/testbed-prometheus-operator\n\ngo 1.26.0\n' >"$mod/go.mod"
+  local src
+  src=$(go_download "$mod" "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" Dir)
+  for kind in servicemonitors podmonitors; do
+    local f=$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml
+    [ -f "$f" ] || die "no $f in prometheus-operator $PROMETHEUS_OPERATOR_VERSION"
+    cp "$f" "$MONITORING_CRDS_DIR.tmp/"
+  done
+  rm -rf "$MONITORING_CRDS_DIR"
+  mv "$MONITORING_CRDS_DIR.tmp" "$MONITORING_CRDS_DIR"
 }
 
 # The peer of the benchmarks, built only by `build --peer` (tests/bench.sh):
@@ -350,6 +412,29 @@ cmd_build() { # [--node] [--peer] [--kine]
     local started=$SECONDS
     build_helm
     log "built helm into $HELM_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -x "$HELM3_BIN_DIR/helm" ]; then
+    need go
+    local started=$SECONDS
+    build_helm3
+    log "built helm $HELM3_VERSION into $HELM3_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -x "$REGISTRY_BIN_DIR/registry" ]; then
+    need go
+    local started=$SECONDS
+    build_registry
+    log "built the distribution registry into $REGISTRY_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -x "$HELM_DOCS_BIN_DIR/helm-docs" ]; then
+    need go
+    local started=$SECONDS
+    build_helm_docs
+    log "built helm-docs into $HELM_DOCS_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -f "$MONITORING_CRDS_DIR/monitoring.coreos.com_podmonitors.yaml" ]; then
+    need go
+    fetch_monitoring_crds
+    log "fetched the prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs into $MONITORING_CRDS_DIR"
   fi
   if [ -n "$kine" ] && [ ! -x "$KINE_BIN_DIR/kine" ]; then
     need go
@@ -764,6 +849,10 @@ APISERVER_PID=$api_pid
 CONTROLLER_MANAGER_PID=$kcm_pid
 KUBECTL=$BIN_DIR/kubectl
 HELM=$HELM_BIN_DIR/helm
+HELM3=$HELM3_BIN_DIR/helm
+REGISTRY=$REGISTRY_BIN_DIR/registry
+HELM_DOCS=$HELM_DOCS_BIN_DIR/helm-docs
+MONITORING_CRDS=$MONITORING_CRDS_DIR
 K8S_VERSION=$K8S_VERSION
 DATASTORE=$datastore_name
 $node_env
@@ -998,6 +1087,10 @@ case "${1:-}" in
   bin) case ${2:-} in
          --node) echo "$NODE_BIN_DIR" ;;
          --helm) echo "$HELM_BIN_DIR" ;;
+         --helm3) echo "$HELM3_BIN_DIR" ;;
+         --registry) echo "$REGISTRY_BIN_DIR" ;;
+         --helm-docs) echo "$HELM_DOCS_BIN_DIR" ;;
+         --monitoring-crds) echo "$MONITORING_CRDS_DIR" ;;
          --peer) echo "$PEER_DIR" ;;
          --kine) echo "$KINE_BIN_DIR" ;;
          --versions) echo "$SUPPORTED_K8S_VERSIONS" ;;

@@ -39,3 +39,55 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- list .Release.Namespace | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "nexo-manager.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else -}}
+{{- include "nexo-manager.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The chart's Manager image: repository@digest, else repository:tag
+(the tag defaulting to appVersion). */}}
+{{- define "nexo-manager.chartImage" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What the Manager runs, as JSON {"image", "bundle"}: the chart's, unless
+the live Deployment records a self-upgrade (the nexo.io/upgraded-bundle
+annotation the upgrade command writes) to a newer bundle than this chart,
+whose image and bundle are then kept, so that a helm upgrade never takes the
+Manager back (README.md, "Self-upgrade and Helm"). lookup finds nothing in
+helm template and client dry runs: the chart's then. */}}
+{{- define "nexo-manager.running" -}}
+{{- $running := dict "image" (include "nexo-manager.chartImage" .) "bundle" .Chart.Version -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "nexo-manager.fullname" .) -}}
+{{- $upgraded := "" -}}
+{{- if $live -}}
+{{- $upgraded = index ($live.metadata.annotations | default dict) "nexo.io/upgraded-bundle" | default "" -}}
+{{- end -}}
+{{- if and (regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$" $upgraded) (semverCompare (printf "> %s" .Chart.Version) $upgraded) -}}
+{{- range $live.spec.template.spec.containers -}}
+{{- if eq .name "manager" -}}
+{{- $_ := set $running "image" .image -}}
+{{- $_ := set $running "bundle" $upgraded -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $running | toJson -}}
+{{- end -}}
+
+{{/* Whether the pods' UID is the platform's to assign (runAsUser). */}}
+{{- define "nexo-manager.platformUid" -}}
+{{- if eq .Values.runAsUser "platform" -}}
+true
+{{- else if and (eq .Values.runAsUser "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1") -}}
+true
+{{- end -}}
+{{- end -}}
