@@ -5,8 +5,9 @@
 # test bed of the newest supported release (see tests/testbed/testbed.sh),
 # the node tests (tests/node.rs) on a test bed with a node of their own;
 # then the end-to-end tests against the API server (every tests/*.rs that
-# talks to one, but for the node's, the arm64 run and the empty-root run,
-# which are about the binary rather than the release) once more against
+# talks to one, but for the node's, the arm64 run, the empty-root run and
+# the chart's packaging, which are about the binary and the package rather
+# than the release) once more against
 # each older supported release, and once against kube-apiserver on kine
 # over SQLite (the k3s datastore); then the sandbox scenario once.
 # It prints one line per release and datastore:

@@ -482,23 +482,29 @@ pub fn upgrade(
 }
 
 /// After a self-upgrade: a JSON patch that removes the Manager's own
-/// field-manager entries (`nexo-manager`, `Update`) from its Deployment,
-/// guarded by the `resourceVersion` it was read at, or `None` when it has
-/// none. Without it the Manager would own the image it set, and the next
-/// server-side apply of a newer chart (Helm 4) would conflict with it; the
-/// fields are left owned by whoever else owns them, or by no one.
+/// field-manager entries (`field_manager`, `Update`) from its Deployment's
+/// `managedFields`, or `None` when it has none. Each removal is guarded by
+/// `test`s of that entry's manager and operation (the API server keeps the
+/// entries in an order of its own, which another writer may change: a
+/// failed test is a 422, and the caller reads again). Without it the
+/// Manager would own the image it set, and the next server-side apply of
+/// a newer chart (Helm 4) would conflict with it; the fields are left
+/// owned by whoever else owns them, or by no one.
 pub fn hand_back(deployment: &Value, field_manager: &str) -> Option<Value> {
     let entries = deployment["metadata"]["managedFields"].as_array()?;
-    let mine = |e: &Value| e["manager"] == field_manager && e["operation"] == "Update";
-    if !entries.iter().any(mine) {
-        return None;
+    let mut ops = Vec::new();
+    // From the last, so that each index is still that entry's when removed.
+    for (i, e) in entries.iter().enumerate().rev() {
+        if e["manager"] == field_manager && e["operation"] == "Update" {
+            let at = format!("/metadata/managedFields/{i}");
+            ops.push(
+                json!({"op": "test", "path": format!("{at}/manager"), "value": field_manager}),
+            );
+            ops.push(json!({"op": "test", "path": format!("{at}/operation"), "value": "Update"}));
+            ops.push(json!({"op": "remove", "path": at}));
+        }
     }
-    let kept: Vec<&Value> = entries.iter().filter(|e| !mine(e)).collect();
-    let rv = deployment["metadata"]["resourceVersion"].as_str()?;
-    Some(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "replace", "path": "/metadata/managedFields", "value": kept},
-    ]))
+    (!ops.is_empty()).then_some(Value::Array(ops))
 }
 
 /// One delete of an uninstall, guarded by where the object was read.

@@ -432,16 +432,23 @@ fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
         json!({"manager": "nexo-manager", "operation": "Update", "fieldsV1": {"f:spec": {}}});
     let mine_applied = json!({"manager": "nexo-manager", "operation": "Apply"});
     let dep = json!({"metadata": {"resourceVersion": "42",
-        "managedFields": [helm, mine, kcm, mine_applied]}});
+        "managedFields": [mine.clone(), helm, kcm, mine, mine_applied]}});
+    let test = |i: usize, field: &str, value: &str| json!({"op": "test", "path": format!("/metadata/managedFields/{i}/{field}"), "value": value});
+    let remove = |i: usize| json!({"op": "remove", "path": format!("/metadata/managedFields/{i}")});
     assert_eq!(
         hand_back(&dep, "nexo-manager"),
         Some(json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
-            {"op": "replace", "path": "/metadata/managedFields",
-             "value": [helm, kcm, mine_applied]},
-        ]))
+            test(3, "manager", "nexo-manager"),
+            test(3, "operation", "Update"),
+            remove(3),
+            test(0, "manager", "nexo-manager"),
+            test(0, "operation", "Update"),
+            remove(0),
+        ])),
+        "the last first; its Apply entry (none is made) and everyone else's kept"
     );
-    let none_of_mine = json!({"metadata": {"resourceVersion": "42", "managedFields": [helm]}});
+    let none_of_mine =
+        json!({"metadata": {"managedFields": [{"manager": "helm", "operation": "Apply"}]}});
     assert_eq!(hand_back(&none_of_mine, "nexo-manager"), None);
     assert_eq!(hand_back(&json!({"metadata": {}}), "nexo-manager"), None);
 }

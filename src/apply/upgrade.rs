@@ -57,18 +57,35 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
 }
 
 /// Drops the Manager's field-manager entries from its Deployment once
-/// patched. The upgrade is done either way: a failure here (the Deployment
-/// changed meanwhile, say) is only logged, and a later `helm upgrade` with
-/// a newer chart under server-side apply then names `nexo-manager` in its
+/// patched, reading it again when another writer moved the entries (a 422
+/// of the patch's tests), three times at most. The upgrade is done either
+/// way: a failure here is only logged, and a later `helm upgrade` with a
+/// newer chart under server-side apply then names `nexo-manager` in its
 /// conflict.
 fn hand_back(ctx: &Context<'_>, r: &ObjectRef, patched: &Value) {
-    let Some(patch) = plan::hand_back(patched, FIELD_MANAGER) else {
-        return;
-    };
-    if let Err(e) = ctx.kube.patch(&r.path(), JSON_PATCH, &patch) {
-        log::warn!(
-            "{}",
-            StepError::api("cannot hand the field ownership back on", r, e)
-        );
+    const ATTEMPTS: usize = 3;
+    let mut read = patched.clone();
+    for attempt in 1..=ATTEMPTS {
+        let Some(patch) = plan::hand_back(&read, FIELD_MANAGER) else {
+            return;
+        };
+        let e = match ctx.kube.patch(&r.path(), JSON_PATCH, &patch) {
+            Ok(_) => return,
+            Err(e) => e,
+        };
+        if e.status() != Some(422) || attempt == ATTEMPTS {
+            log::warn!(
+                "{}",
+                StepError::api("cannot hand the field ownership back on", r, e)
+            );
+            return;
+        }
+        read = match ctx.kube.get(&r.path()) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("{}", StepError::api("cannot read again", r, e));
+                return;
+            }
+        };
     }
 }
