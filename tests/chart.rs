@@ -416,6 +416,11 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
             "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
             "--set",
             "networkPolicy.apiServer.port=6443",
+            // OpenShift's DNS.
+            "--set-json",
+            r#"networkPolicy.dns.to=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"openshift-dns"}}}]"#,
+            "--set-json",
+            r#"networkPolicy.dns.ports=[{"port":5353,"protocol":"UDP"}]"#,
         ],
     );
     let objects = objects(tb, &rendered);
@@ -537,7 +542,11 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
         egress[1]["ports"],
         json!([{"port": 6443, "protocol": "TCP"}])
     );
-    assert_eq!(egress[2]["ports"][0]["port"], 53);
+    assert_eq!(
+        egress[2],
+        json!({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "openshift-dns"}}}],
+               "ports": [{"port": 5353, "protocol": "UDP"}]})
+    );
     assert_eq!(
         np["spec"]["ingress"],
         json!([{"ports": [{"port": "probes", "protocol": "TCP"}]}])

@@ -253,8 +253,13 @@ fn self_upgrade_then_helm_upgrade(helm_bin: &Path, label: &str) {
         );
     }
 
-    // The Control Plane upgrades the Manager to the next bundle.
-    let upgraded = next_patch(VERSION);
+    // The Control Plane upgrades the Manager to the next bundle: a
+    // pre-release of it with Helm 3 (newer than this chart by SemVer
+    // precedence, as a plain `> 0.4.0` constraint would not say).
+    let upgraded = match label {
+        "helm3" => format!("{}-rc.1", next_patch(VERSION)),
+        _ => next_patch(VERSION),
+    };
     let mut m = start_as_installed(tb, &sim, &dir, &ns.name, name);
     heartbeat_after(&mut m, &sim, 0);
     let ack = send(
@@ -289,8 +294,26 @@ fn self_upgrade_then_helm_upgrade(helm_bin: &Path, label: &str) {
         "{label}: helm upgrade with an older chart kept the self-upgraded Manager"
     );
 
+    // The operator's way back, whatever bundle the CP recorded: self-upgrade
+    // off, the chart's image.
+    helm(
+        "upgrade",
+        Path::new(CHART),
+        &[
+            "--set",
+            &format!("image.digest=sha256:{}", "1".repeat(64)),
+            "--set",
+            "selfUpgrade=false",
+        ],
+    );
+    assert_eq!(
+        running(&deployment(tb, &ns.name, name)),
+        (image('1'), VERSION.to_owned()),
+        "{label}: helm upgrade with selfUpgrade=false installed the chart's Manager"
+    );
+
     // A newer chart than the self-upgrade: its Manager.
-    let newer = next_patch(&upgraded);
+    let newer = next_patch(&next_patch(VERSION));
     let chart = chart_at(&newer);
     helm(
         "upgrade",

@@ -164,7 +164,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-upgrade",
                 "upgrade",
-                json!({"bundleVersion": "0.3.1", "managerImage": format!("registry.example.com/nexo/manager@{DIGEST}")}),
+                json!({"bundleVersion": support::chart::next_patch(env!("CARGO_PKG_VERSION")), "managerImage": format!("registry.example.com/nexo/manager@{DIGEST}")}),
             ),
             "applied",
         ),
@@ -392,13 +392,14 @@ fn relative(from: &std::path::Path, to: &std::path::Path) -> String {
     parts.join("/")
 }
 
-/// An overlay with a namePrefix, as a user installs a second Manager:
+/// An overlay with a namePrefix and a nameSuffix, as a user installs a
+/// second Manager:
 /// every name the Manager is told and the Role grants follows the prefix,
 /// so it binds, leads, keeps its state and deploys under the base's RBAC;
 /// applying the overlay again leaves the token created by hand; `kubectl
 /// delete -k` leaves the CRDs, the token and the state.
 #[test]
-fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
+fn an_overlay_with_a_name_prefix_and_suffix_installs_a_manager_that_works() {
     let tb = testbed();
     tb.install_crds();
     let admin = tb.admin();
@@ -413,7 +414,7 @@ fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamePrefix: team-\nnamespace: {}\nresources:\n  - {base}\n",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamePrefix: team-\nnameSuffix: -blue\nnamespace: {}\nresources:\n  - {base}\n",
             ns.name
         ),
     )
@@ -424,7 +425,7 @@ fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
         "the base creates no Secret and no namespace:\n{rendered}"
     );
     ok(tb.kubectl_cmd().arg("apply").arg("-k").arg(&overlay), None);
-    let name = "team-nexo-manager";
+    let name = "team-nexo-manager-blue";
 
     let sim = Arc::new(Simulator::start(SimConfig::default()));
     let env_id = format!("env-prefix-{}", std::process::id());
@@ -452,7 +453,7 @@ fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
     let mut env = tb.deployment_env(&ns.name, name);
     assert_eq!(env["NEXO_SELF_DEPLOYMENT"], name);
     assert_eq!(env["NEXO_LEASE_NAME"], name);
-    assert_eq!(env["NEXO_STATE_SECRET"], format!("{name}-state"));
+    assert_eq!(env["NEXO_STATE_SECRET"], "team-nexo-manager-state-blue");
     for (k, v) in [
         ("NEXO_CONTROL_PLANE_URL", sim.url()),
         (
@@ -499,7 +500,10 @@ fn an_overlay_with_a_name_prefix_installs_a_manager_that_works() {
         "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{name}",
         ns.name
     );
-    let state = format!("/api/v1/namespaces/{}/secrets/{name}-state", ns.name);
+    let state = format!(
+        "/api/v1/namespaces/{}/secrets/team-nexo-manager-state-blue",
+        ns.name
+    );
     m.check(
         admin.get_opt::<Value>(&lease).unwrap().is_some()
             && admin.get_opt::<Value>(&state).unwrap().is_some(),

@@ -955,7 +955,8 @@ fn upgrade(bed: &Bed, id: &str, image: &str) -> Value {
     bed.command(
         id,
         "upgrade",
-        json!({"bundleVersion": "0.3.0", "managerImage": image}),
+        // The bundle it runs (manifests/): another digest, no downgrade.
+        json!({"bundleVersion": env!("CARGO_PKG_VERSION"), "managerImage": image}),
     );
     bed.wait_ack(id, Duration::from_secs(30))
 }

@@ -78,7 +78,7 @@ repo=$(image manager); digest=${repo#*@}; repo=${repo%@*}
 cat >"$overlay/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-resources: [base, keys.yaml]
+resources: [base/crds, base/namespace.yaml, base, keys.yaml, token.yaml]
 images:
   - {name: registry.example.com/nexo/manager, newName: $repo, digest: $digest}
 configMapGenerator:
@@ -86,7 +86,6 @@ configMapGenerator:
 generatorOptions: {disableNameSuffixHash: true}
 patches:
   - path: patch.yaml
-  - path: token.yaml
 YAML
 cat >"$overlay/patch.yaml" <<YAML
 apiVersion: apps/v1
@@ -107,6 +106,7 @@ spec:
       volumes:
         - {name: cp-ca, configMap: {name: nexo-cp-ca}}
 YAML
+# The connect-token Secret, made once beside the base (README.md).
 cat >"$overlay/token.yaml" <<YAML
 apiVersion: v1
 kind: Secret
@@ -173,7 +173,9 @@ k -n "$ns" get pods -l app=billing -o wide
 
 say "self-upgrade to $(image manager_b) (same binary, another digest)"
 before=$(curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-send upgrade-b upgrade "{\"bundleVersion\": \"0.3.0\", \"managerImage\": \"$(image manager_b)\"}"
+# The bundle it runs (Cargo.toml's version, as manifests/ says): no downgrade.
+bundle=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+send upgrade-b upgrade "{\"bundleVersion\": \"$bundle\", \"managerImage\": \"$(image manager_b)\"}"
 last=""
 for _ in $(seq 1 240); do
   now=$(k -n "$ns" get pods -l app.kubernetes.io/name=nexo-manager --no-headers \

@@ -64,7 +64,9 @@ else
 fi
 k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
-say "installing manifests/ (CRDs, namespace, ServiceAccount, RBAC, Deployment)"
+say "installing manifests/crds, manifests/namespace.yaml and manifests/ (ServiceAccount, RBAC, Deployment, metrics Service)"
+k apply -k manifests/crds >/dev/null
+k apply -f manifests/namespace.yaml >/dev/null
 k apply -k manifests/ >/dev/null
 ns=nexo-system
 

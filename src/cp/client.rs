@@ -357,6 +357,9 @@ impl CpClient {
             None => None,
         };
         let extra = match &ca {
+            Some(ca) if ca.pem.len() as u64 > MAX_CA_BUNDLE => {
+                return Err(SetupError::CaFile("is over 1 MiB"));
+            }
             Some(ca) => crate::tls::certs_from_pem(&ca.pem).map_err(SetupError::CaFile)?,
             None => Vec::new(),
         };
@@ -645,8 +648,17 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nexo-ca-big-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ca.crt");
-        std::fs::write(&path, vec![b'a'; MAX_CA_BUNDLE as usize + 1]).unwrap();
+        let big = vec![b'a'; MAX_CA_BUNDLE as usize + 1];
+        std::fs::write(&path, &big).unwrap();
         assert_eq!(read_bounded(&path, MAX_CA_BUNDLE), Err("is over 1 MiB"));
+        let timeouts = (Duration::from_secs(1), Duration::from_secs(1));
+        let at_start = CpClient::new(
+            "https://cp.example",
+            Some(CaBundle { path, pem: big }),
+            None,
+            timeouts,
+        );
+        assert_eq!(at_start.err(), Some(SetupError::CaFile("is over 1 MiB")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

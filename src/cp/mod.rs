@@ -5,4 +5,4 @@ pub mod client;
 pub mod proxy;
 pub mod wire;
 
-pub use client::{AckOutcome, CaBundle, CaReread, CpClient, CpError, Retry};
+pub use client::{AckOutcome, CaBundle, CaReread, CpClient, CpError, MAX_CA_BUNDLE, Retry};

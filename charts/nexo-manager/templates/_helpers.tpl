@@ -60,19 +60,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/* What the Manager runs, as JSON {"image", "bundle"}: the chart's, unless
-the live Deployment records a self-upgrade (the nexo.io/upgraded-bundle
-annotation the upgrade command writes) to a newer bundle than this chart,
-whose image and bundle are then kept, so that a helm upgrade never takes the
-Manager back (README.md, "Self-upgrade and Helm"). lookup finds nothing in
+self-upgrade is on and the live Deployment records a self-upgrade (the
+nexo.io/upgraded-bundle annotation the upgrade command writes) to a newer
+bundle than this chart (SemVer precedence: a pre-release is older than its
+release, build metadata counts for nothing), whose image and bundle are then
+kept, so that a helm upgrade never takes the Manager back (README.md,
+"Self-upgrade and Helm"). With selfUpgrade=false the chart's image always
+wins: the operator's way back from any self-upgrade. lookup finds nothing in
 helm template and client dry runs: the chart's then. */}}
 {{- define "nexo-manager.running" -}}
 {{- $running := dict "image" (include "nexo-manager.chartImage" .) "bundle" .Chart.Version -}}
 {{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "nexo-manager.fullname" .) -}}
 {{- $upgraded := "" -}}
-{{- if $live -}}
+{{- if and $live .Values.selfUpgrade -}}
 {{- $upgraded = index ($live.metadata.annotations | default dict) "nexo.io/upgraded-bundle" | default "" -}}
 {{- end -}}
-{{- if and (regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$" $upgraded) (semverCompare (printf "> %s" .Chart.Version) $upgraded) -}}
+{{- if and (regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?(\\+[0-9A-Za-z.-]+)?$" $upgraded) ((semver $upgraded).GreaterThan (semver .Chart.Version)) -}}
 {{- range $live.spec.template.spec.containers -}}
 {{- if eq .name "manager" -}}
 {{- $_ := set $running "image" .image -}}
