@@ -19,7 +19,9 @@ use nexo_manager::refusal::Refusal;
 use nexo_manager::trust::{self, Keys};
 
 const CASES: usize = 3000;
-const CAPABILITIES: &[&str] = &["deploy.crd.v1", "rollout.v1"];
+/// What a Manager advertises (a class whose capability is not among them is
+/// refused before its payload is read).
+const CAPABILITIES: &[&str] = nexo_manager::agent::CAPABILITIES;
 
 /// xorshift64*: reproducible, so a failure names its seed. `.1` is the
 /// byte budget of the value being generated (about 1 MiB), so that nesting
