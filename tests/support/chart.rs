@@ -98,8 +98,12 @@ pub fn next_patch(version: &str) -> String {
 
 /// A copy of the chart at `version` (the next release, for `helm upgrade`).
 pub fn chart_at(version: &str) -> PathBuf {
+    // A folder of each call's own: tests running side by side may ask for
+    // the same version.
+    static COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("chart-{version}-{}", std::process::id()));
+        .join(format!("chart-{version}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = ok(Command::new("cp").args(["-rL", CHART]).arg(&dir), None);
     assert_eq!(out, "");
