@@ -5,6 +5,12 @@
 //! a text message are escaped ([`escape`](crate::text::escape)), and JSON escapes them anyway.
 //! While a command runs ([`CommandScope`]), JSON lines carry its
 //! `commandId` and `deploymentName` as fields. Timestamps have milliseconds.
+//!
+//! No level reaches the HTTP and TLS libraries' wire: at `trace`, ureq-proto
+//! dumps every byte it sends and receives in hex (an `Authorization` header
+//! with it) and ureq writes whole URIs. Their records above `debug` are
+//! dropped whatever `RUST_LOG` says ([`wire_capped`]); their `debug` lines
+//! redact headers themselves.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -68,7 +74,42 @@ pub fn line(format: LogFormat, ts: &str, level: log::Level, target: &str, messag
     }
 }
 
-/// Installs the logger. `RUST_LOG` filters (default `info`).
+/// The crates whose `trace` records carry the wire (bytes, headers, URIs):
+/// a target equal to one of these or under it (`ureq_proto::util`).
+const WIRE_CRATES: [&str; 3] = ["ureq", "ureq_proto", "rustls"];
+
+/// Whether a record of `level` from `target` is dropped, whatever the
+/// filter: a wire crate's `trace`.
+pub fn wire_capped(target: &str, level: log::Level) -> bool {
+    level > log::Level::Debug
+        && WIRE_CRATES.iter().any(|c| {
+            target
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
+/// `RUST_LOG`'s logger, less the wire crates' `trace`.
+struct Capped(env_logger::Logger);
+
+impl log::Log for Capped {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        !wire_capped(metadata.target(), metadata.level()) && self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !wire_capped(record.target(), record.level()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
+/// Installs the logger. `RUST_LOG` filters (default `info`), never past
+/// [`wire_capped`].
 pub fn init(format: LogFormat) {
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -81,7 +122,11 @@ pub fn init(format: LogFormat) {
             line(format, &ts, record.level(), record.target(), &message)
         )
     });
-    builder.init();
+    let logger = builder.build();
+    let max = logger.filter();
+    if log::set_boxed_logger(Box::new(Capped(logger))).is_ok() {
+        log::set_max_level(max);
+    }
 }
 
 #[cfg(test)]
@@ -100,6 +145,23 @@ mod tests {
         assert_eq!(text.lines().count(), 1, "{text}");
         let json = line(LogFormat::Json, "t", log::Level::Warn, "x", "a\nb");
         assert_eq!(json.lines().count(), 1, "{json}");
+    }
+
+    #[test]
+    fn the_wire_crates_never_log_at_trace() {
+        use log::Level::{Debug, Trace};
+        for target in [
+            "ureq_proto::util",
+            "ureq_proto",
+            "ureq::run",
+            "rustls::conn",
+        ] {
+            assert!(wire_capped(target, Trace), "{target}");
+            assert!(!wire_capped(target, Debug), "{target}");
+        }
+        for target in ["nexo_manager::agent", "ureqx", "rustls_pemfile"] {
+            assert!(!wire_capped(target, Trace), "{target}");
+        }
     }
 
     #[test]

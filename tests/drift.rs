@@ -3,7 +3,10 @@
 //! garbage collector); a `kubectl edit` is reported, then corrected under
 //! `enforce`; a deleted object is recreated; `ignore`d fields are neither
 //! reported nor restored; a rollout's image is kept, never rolled back;
-//! an object of the same name that is another's is never touched.
+//! an object of the same name that is another's is never touched, and
+//! does not keep the deployment's own objects from being restored; a
+//! record goes with its deployment's uninstall, and one a finalizer holds
+//! is never enforced.
 
 mod support;
 
@@ -373,6 +376,157 @@ fn enforce_restores_edits_recreates_deletions_keeps_rollouts_and_never_touches_a
         p["spec"]["image"] == "registry.example.com/nexo/proxy:1.4.3",
         &format!("nothing applied: {}", p["spec"]),
     );
+    m.stop_expecting_exit_0();
+}
+
+/// Replaces the owned `name` with a tenant's ConfigMap of the same name
+/// (the Manager may recreate its own in between: then it is deleted again).
+fn squat(f: &Fixture, m: &mut Manager, name: &str) {
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"team": "theirs"}}, "data": {"listen": "9"}});
+    let collection = format!("/api/v1/namespaces/{}/configmaps", f.ns.name);
+    let mut made = false;
+    m.wait_until(WAIT, "the tenant's ConfigMap in place", || {
+        let _ =
+            f.tb.admin()
+                .delete(&ns_path(f, "ConfigMap", name), "Background");
+        made = f.tb.admin().create(&collection, &theirs).is_ok();
+        made
+    });
+}
+
+#[test]
+fn a_squatted_name_is_left_alone_and_the_deployments_own_objects_are_restored() {
+    let f = Fixture::new("drift-squat");
+    let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
+    deploy(&f, &mut m, "ds-deploy", json!({"mode": "enforce"}));
+    squat(&f, &mut m, "orders-config");
+    edit(
+        &f,
+        "NexoProxy",
+        "orders",
+        json!({"spec": {"image": "registry.example.com/nexo/proxy:0.0.1"}}),
+    );
+    let start = f.sim.heartbeats().len();
+    let (_, d) = wait_drift(
+        &f,
+        &mut m,
+        start,
+        "orders",
+        "the proxy restored beside the squatted ConfigMap",
+        |d| {
+            d.is_some_and(|d| {
+                let objects = d["objects"].as_array().unwrap();
+                objects
+                    .iter()
+                    .any(|o| o["kind"] == "NexoProxy" && o["action"] == "corrected")
+                    && objects
+                        .iter()
+                        .any(|o| o["kind"] == "ConfigMap" && o["action"] == "failed")
+            })
+        },
+    );
+    let d = d.unwrap();
+    let failed = d["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .unwrap();
+    m.check(
+        failed["name"] == "orders-config"
+            && failed["gone"] == true
+            && failed["message"]
+                .as_str()
+                .is_some_and(|s| s.contains("not managed by nexo-manager")),
+        &format!("the squatted object failed with the reason: {d}"),
+    );
+    let p = get(&f, "NexoProxy", "orders").unwrap();
+    m.check(
+        p["spec"]["image"] == support::fixture::PROXY_IMAGE,
+        &format!("the deployment's own object restored: {}", p["spec"]),
+    );
+    let cm = get(&f, "ConfigMap", "orders-config").unwrap();
+    m.check(
+        cm["data"]["listen"] == "9" && cm["metadata"]["labels"] == json!({"team": "theirs"}),
+        &format!("the tenant's object untouched: {cm}"),
+    );
+    // Reported while it lasts, and not tried again (no reads, no dry
+    // runs) while nothing changed.
+    let now = f.sim.heartbeats().len();
+    wait_drift(&f, &mut m, now + 3, "orders", "three checks later", |d| {
+        d.is_some_and(|d| {
+            d["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|o| o["action"] == "failed")
+        })
+    });
+    let held = m
+        .stderr()
+        .matches("failed before and nothing changed; not tried again")
+        .count();
+    m.check(
+        held >= 2,
+        &format!("the failed enforcement held, {held} times"),
+    );
+    m.stop_expecting_exit_0();
+}
+
+#[test]
+fn an_uninstall_deletes_the_record_and_one_a_finalizer_holds_is_never_enforced() {
+    let f = Fixture::new("drift-uninstall");
+    let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
+    deploy(&f, &mut m, "du-deploy", json!({"mode": "enforce"}));
+    // A backup tool's finalizer holds the record.
+    let record = ns_path(&f, "Secret", "nexo-applied-orders");
+    f.tb.admin()
+        .patch(
+            &record,
+            MERGE_PATCH,
+            &json!({"metadata": {"finalizers": ["backup.example.com/hold"]}}),
+        )
+        .unwrap();
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "du-uninstall",
+            "uninstall",
+            json!({"deployment": {"name": "orders", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "du-uninstall");
+    m.check(ack["result"] == "applied", &format!("uninstall: {ack}"));
+    let held = get(&f, "Secret", "nexo-applied-orders");
+    m.check(
+        held.as_ref()
+            .is_some_and(|r| !r["metadata"]["deletionTimestamp"].is_null()),
+        &format!("the uninstall deleted the record (held by the finalizer): {held:?}"),
+    );
+    // Checks go on for five seconds: the NexoProxy stays uninstalled.
+    let now = f.sim.heartbeats().len();
+    wait_heartbeat(&f, &mut m, now + 5, "five heartbeats later", |_| Some(()));
+    m.check(
+        get(&f, "NexoProxy", "orders")
+            .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        "the uninstalled NexoProxy never comes back",
+    );
+    m.check(
+        f.sim
+            .heartbeats()
+            .iter()
+            .skip(now)
+            .all(|hb| drift_of(hb, "orders").is_none()),
+        "nothing reported of an uninstalled deployment",
+    );
+    f.tb.admin()
+        .patch(
+            &record,
+            MERGE_PATCH,
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .unwrap();
     m.stop_expecting_exit_0();
 }
 

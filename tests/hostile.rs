@@ -196,7 +196,7 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         self_deployment: "nexo-manager",
         policy: &policy,
         own: &own,
-        force_conflicts: false,
+        enforcing: false,
     };
     let rules = nexo_manager::apply::Rules {
         policy: &policy,

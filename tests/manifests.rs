@@ -118,7 +118,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             .display()
             .to_string(),
     );
-    env.insert("RUST_LOG".into(), "debug".into());
+    env.insert("RUST_LOG".into(), "trace".into());
     let mut m = Manager::spawn(&env).with_sim(&sim);
 
     let wait_ack = |m: &mut Manager, id: &str| -> Value {
@@ -472,7 +472,7 @@ fn an_overlay_with_a_name_prefix_and_suffix_installs_a_manager_that_works() {
                 .display()
                 .to_string(),
         ),
-        ("RUST_LOG", "debug".into()),
+        ("RUST_LOG", "trace".into()),
     ] {
         env.insert(k.into(), v);
     }

@@ -141,8 +141,9 @@ fn a_proxys_phase_follows_its_status_and_its_commands_end_once() {
     m.check(
         e["status"]["command"]
             == json!({"id": "st-rollout", "class": "rollout", "phase": "failed"})
-            && message.starts_with("not available 4s after the change"),
-        &format!("failed, with the rollout's end: {e}"),
+            && e["status"]["reason"] == "ProgressDeadlineExceeded"
+            && message == "2 of 2 pods ready",
+        &format!("failed, with the rollout's end, the deadline as the reason and the condition's message: {e}"),
     );
     let (_, later) = wait_entry(&f, &mut m, k + 1, "orders", "a heartbeat later", |_| true);
     m.check(

@@ -21,6 +21,23 @@ use crate::refusal::Refusal;
 use crate::state::LedgerEntry;
 use crate::trust::Trust;
 
+/// How many times a command the lease fence stopped is taken up again in
+/// one batch, each time after the lease was held again and the state read
+/// again (an API server that keeps freezing leaves it to the CP, which
+/// sends unacknowledged commands again).
+const FENCED_RETRIES: u32 = 3;
+
+/// How one command ended for the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handled {
+    /// Acknowledged (or attempted), recorded when it ran.
+    Done,
+    /// Stopped by the lease fence: nothing recorded, no ack. It is taken
+    /// up again, before any later command, once this process holds the
+    /// lease again and has read the state again.
+    Fenced,
+}
+
 /// Whether the batch goes on to its next command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Go {
@@ -40,14 +57,53 @@ impl Agent {
             self.me.keys.refresh();
             self.ratchet_signatures();
         }
-        for (i, command) in commands.taken.into_iter().enumerate() {
-            match self.go_on(i == 0) {
-                Go::On => self.handle_command(command),
-                Go::Leave => break,
-                Go::Stop => return Next::Stop,
+        'batch: for (i, command) in commands.taken.into_iter().enumerate() {
+            let mut first = i == 0;
+            let mut fenced = 0;
+            loop {
+                match self.go_on(first) {
+                    Go::On => {}
+                    Go::Leave => break 'batch,
+                    Go::Stop => return Next::Stop,
+                }
+                if fenced > 0 && !self.resume_after_fence() {
+                    break 'batch;
+                }
+                match self.handle_command(command) {
+                    Handled::Done => break,
+                    Handled::Fenced if fenced < FENCED_RETRIES => {
+                        fenced += 1;
+                        first = true;
+                    }
+                    Handled::Fenced => {
+                        log::warn!(
+                            "the lease fence stopped the same command {} times; leaving the rest of the batch to the CP",
+                            fenced + 1
+                        );
+                        break 'batch;
+                    }
+                }
             }
         }
         Next::Wait(self.pace.interval)
+    }
+
+    /// After the fence stopped a command: the lease held again (`go_on`
+    /// renewed it) and the state read again, whatever the term (another
+    /// leader may have run the command meanwhile: then its result is
+    /// acknowledged from the ledger, never run twice). Whether the command
+    /// may be taken up again.
+    fn resume_after_fence(&mut self) -> bool {
+        if !self.elector().leading() {
+            return false;
+        }
+        match self.read_state_again() {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("leading again after the fence but cannot read the state: {e}");
+                false
+            }
+        }
     }
 
     /// Before each command: probes are answered (once the last wait is
@@ -114,7 +170,7 @@ impl Agent {
 
     /// Verifies, validates, executes (once), records and acknowledges one
     /// command.
-    fn handle_command(&mut self, raw: &RawValue) {
+    fn handle_command(&mut self, raw: &RawValue) -> Handled {
         let started = Instant::now();
         // The command's fields are read once, here: its id, then its trust
         // and its payload from the same reading.
@@ -126,7 +182,7 @@ impl Agent {
                 let bytes = raw.get().len();
                 log::error!("skipping a command without a valid id ({no_id}; {bytes} bytes)");
                 crate::metrics::refused(no_id.reason());
-                return;
+                return Handled::Done;
             }
         };
         let checked = self.checked(raw.get(), outer, &id);
@@ -143,7 +199,8 @@ impl Agent {
                 "command {id} already finished ({}); acknowledging its recorded result again",
                 entry.result
             );
-            return self.deliver(entry, true);
+            self.deliver(entry, true);
+            return Handled::Done;
         }
         let class = checked
             .as_ref()
@@ -173,11 +230,13 @@ impl Agent {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
                     // the fence; its outcome is not this process's to
-                    // record or acknowledge.
+                    // record or acknowledge as it stands: the batch takes
+                    // it up again once the lease and the state are held
+                    // again (or leaves it to the next leader).
                     log::warn!(
-                        "command {id}: the lease may have been lost while it ran; nothing recorded, no ack (the next leader runs it or acknowledges its result)"
+                        "command {id}: the lease may have been lost while it ran; nothing recorded, no ack yet (run again, or acknowledged from the ledger, once the lease and the state are held again)"
                     );
-                    return;
+                    return Handled::Fenced;
                 }
                 self.record_applied(permitted.command(), &outcome);
                 (outcome, keep_until)
@@ -195,13 +254,15 @@ impl Agent {
                     completed_at: super::now_rfc3339(),
                     ..LedgerEntry::default()
                 };
-                return self.deliver(entry, false);
+                self.deliver(entry, false);
+                return Handled::Done;
             }
             Err(Rejected { refusal, .. }) => (Outcome::refused(refusal, Vec::new()), None),
         };
         self.command_events(&id, action, &outcome, regarding);
         self.finished(&id, class, outcome, keep_until);
         crate::metrics::command_duration(class, started.elapsed());
+        Handled::Done
     }
 
     /// Every check made before anything is read from the cluster: the
@@ -271,7 +332,7 @@ impl Agent {
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
             own: &self.me.own,
-            force_conflicts: false,
+            enforcing: false,
         }
     }
 

@@ -21,11 +21,60 @@ use crate::events::{Event, Reason};
 use crate::kube::ApplyParams;
 use crate::resource::{Kind, SECRETS};
 
+/// How long an enforcement that failed is not tried again while nothing
+/// it was decided from changed: an object of the record that became
+/// another's is not listed (not owned), so its leaving is seen only by
+/// trying again.
+const REFUSED_FOR: Duration = Duration::from_secs(3600);
+
 /// When the next check is due, and what the heartbeat reports.
 #[derive(Debug)]
 pub(super) struct Drift {
     next: Instant,
     pub(super) report: drift::Report,
+    /// Enforcements that failed, by deployment: not tried again (no reads,
+    /// no dry runs) until the record, a differing object or a command
+    /// changes it, or [`REFUSED_FOR`] has passed.
+    refused: HashMap<(String, String), Held>,
+}
+
+/// An enforcement's result as it is held.
+#[derive(Debug, Clone)]
+struct Held {
+    /// What it was decided from ([`fingerprint`]).
+    fingerprint: u64,
+    since: Instant,
+    enforced: Enforced,
+}
+
+/// What an enforcement did: failed whole (the message), or applied with
+/// some objects left alone (each with the reason).
+#[derive(Debug, Clone, Default)]
+struct Enforced {
+    failed: Option<String>,
+    skipped: Vec<(&'static str, String, String)>,
+}
+
+impl Enforced {
+    fn refused_anything(&self) -> bool {
+        self.failed.is_some() || !self.skipped.is_empty()
+    }
+
+    /// The action and message of one differing object.
+    fn of(&self, f: &Found) -> (drift::Action, Option<String>) {
+        if let Some((_, _, why)) = self
+            .skipped
+            .iter()
+            .find(|(kind, name, _)| *kind == f.kind && *name == f.name)
+        {
+            return (drift::Action::Failed, Some(why.clone()));
+        }
+        match &self.failed {
+            Some(m) => (drift::Action::Failed, Some(m.clone())),
+            None if f.gone => (drift::Action::Recreated, None),
+            None => (drift::Action::Corrected, None),
+        }
+    }
 }
 
 impl Drift {
@@ -35,6 +84,7 @@ impl Drift {
         Drift {
             next: Instant::now() + interval,
             report: drift::Report::default(),
+            refused: HashMap::new(),
         }
     }
 
@@ -68,6 +118,11 @@ impl Drift {
 /// found of its objects.
 struct Recorded {
     kept: drift::Kept,
+    /// The uid of the NexoProxy or Deployment that owns the record: the
+    /// deployment it was written for.
+    owner: Option<String>,
+    /// The record's `resourceVersion`.
+    version: String,
     /// The manifests whose object was listed, a bit each (at most 64).
     seen: u64,
     /// The manifests whose object differs: index, fields, and the object
@@ -83,6 +138,17 @@ impl Agent {
     pub(super) fn record_applied(&mut self, command: &Command, outcome: &Outcome) {
         if outcome.result != AckResult::Applied {
             return;
+        }
+        // A command about a deployment is a change: enforcement may try again.
+        match &command.action {
+            Action::Deploy(d) => self.forget_refusal(&d.deployment.namespace, &d.deployment.name),
+            Action::Uninstall(t) => self.forget_refusal(&t.namespace, &t.name),
+            Action::Rollout(_) => {
+                for w in &outcome.workloads {
+                    self.forget_refusal(&w.namespace, &w.name);
+                }
+            }
+            Action::Upgrade(_) => {}
         }
         match &command.action {
             Action::Deploy(d) => {
@@ -115,8 +181,41 @@ impl Agent {
                     }
                 }
             }
-            Action::Uninstall(t) => self.drift.report.forget(&t.namespace, &t.name),
+            Action::Uninstall(t) => {
+                self.drift.report.forget(&t.namespace, &t.name);
+                self.delete_record(&t.namespace, &t.name);
+            }
             Action::Upgrade(_) => {}
+        }
+    }
+
+    fn forget_refusal(&mut self, namespace: &str, name: &str) {
+        self.drift
+            .refused
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Deletes a deployment's record after its uninstall (protocol.md,
+    /// `drift.v1`: the garbage collector would, but a finalizer may hold
+    /// it); only a record of this environment, as read.
+    fn delete_record(&mut self, namespace: &str, name: &str) {
+        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
+        let secret = match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
+            Ok(_) => return,
+            Err(e) => {
+                log::warn!("drift: cannot read the record of {namespace}/{name} to delete it: {e}");
+                return;
+            }
+        };
+        let Some(read_at) = crate::apply::plan::ReadAt::of(&secret) else {
+            return;
+        };
+        let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
+        match self.link.kube.delete_if(&path, "Background", guard) {
+            Ok(_) => log::debug!("drift: the record of {namespace}/{name} deleted with it"),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => log::warn!("drift: cannot delete the record of {namespace}/{name}: {e}"),
         }
     }
 
@@ -227,9 +326,20 @@ impl Agent {
             crate::inventory::PAGE,
             |s| {
                 if drift::is_record(&s, &env) {
+                    // A record being deleted is never enforced, nor read.
+                    if !s["metadata"]["deletionTimestamp"].is_null() {
+                        return;
+                    }
                     match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p, ns)) {
                         Ok(kept) => records.push(Recorded {
                             kept,
+                            owner: s["metadata"]["ownerReferences"][0]["uid"]
+                                .as_str()
+                                .map(str::to_owned),
+                            version: s["metadata"]["resourceVersion"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
                             seen: 0,
                             found: Vec::new(),
                             skipped: false,
@@ -251,12 +361,22 @@ impl Agent {
         // A list restarted after 410 Gone shows items again.
         records.sort_unstable_by(|a, b| a.kept.name.cmp(&b.kept.name));
         records.dedup_by(|a, b| a.kept.name == b.kept.name);
+        // A record whose deployment is gone (its owner is not the owned
+        // NexoProxy or Deployment of that name the inventory holds) is the
+        // garbage collector's, never enforced; nor is one whose mode is off.
         records.retain(|r| {
-            let off = r.kept.settings.mode == Mode::Off;
-            if off {
+            let alive = self
+                .link
+                .index
+                .borrow()
+                .owned(ns, &r.kept.name)
+                .iter()
+                .any(|o| r.owner.as_deref() == Some(o.uid.as_str()));
+            let checked = alive && r.kept.settings.mode != Mode::Off;
+            if !checked {
                 self.drift.report.forget(ns, &r.kept.name);
             }
-            !off
+            checked
         });
         if records.is_empty() {
             return;
@@ -330,16 +450,36 @@ impl Agent {
         }
         let mode = r.kept.settings.mode;
         let name = r.kept.name.clone();
+        let key = (ns.to_owned(), name.clone());
         if !found.is_empty() && mode == Mode::Enforce {
-            let (action, message) = self.enforce(ns, &r.kept, &live);
+            let print = fingerprint(&r.version, &found, &live);
+            let enforced = match self.drift.refused.get(&key) {
+                Some(h) if h.fingerprint == print && h.since.elapsed() < REFUSED_FOR => {
+                    log::debug!(
+                        "drift: enforcement of {ns}/{name} failed before and nothing changed; not tried again"
+                    );
+                    h.enforced.clone()
+                }
+                _ => {
+                    let enforced = self.enforce(ns, &r.kept, &live);
+                    if enforced.refused_anything() {
+                        let held = Held {
+                            fingerprint: print,
+                            since: Instant::now(),
+                            enforced: enforced.clone(),
+                        };
+                        self.drift.refused.insert(key.clone(), held);
+                    } else {
+                        self.drift.refused.remove(&key);
+                    }
+                    enforced
+                }
+            };
             for f in &mut found {
-                f.action = match action {
-                    AckResult::Applied if f.gone => drift::Action::Recreated,
-                    AckResult::Applied => drift::Action::Corrected,
-                    AckResult::Failed => drift::Action::Failed,
-                };
-                f.message.clone_from(&message);
+                (f.action, f.message) = enforced.of(f);
             }
+        } else {
+            self.drift.refused.remove(&key);
         }
         for f in &found {
             crate::metrics::drifted(mode.as_str(), f.action.as_str());
@@ -404,12 +544,11 @@ impl Agent {
     /// Applies a record again: what drift ignores kept as it is now, the
     /// same checks as a deploy command, fields taken back from other field
     /// managers. The result, and the message of a failure.
-    fn enforce(
-        &mut self,
-        ns: &str,
-        kept: &drift::Kept,
-        live: &HashMap<usize, Value>,
-    ) -> (AckResult, Option<String>) {
+    fn enforce(&mut self, ns: &str, kept: &drift::Kept, live: &HashMap<usize, Value>) -> Enforced {
+        let failed = |message: String| Enforced {
+            failed: Some(crate::text::clip(&message, 256)),
+            skipped: Vec::new(),
+        };
         let ignore = &kept.settings.ignore;
         let payload = kept.payload(ns, |i, m| drift::keeping_ignored(&m, live.get(&i), ignore));
         let deploy = match crate::commands::deploy_payload(
@@ -418,10 +557,7 @@ impl Agent {
             &self.me.namespaces,
         ) {
             Ok(d) => d,
-            Err(e) => {
-                let e = format!("the record is not a valid deploy: {e}");
-                return (AckResult::Failed, Some(crate::text::clip(&e, 256)));
-            }
+            Err(e) => return failed(format!("the record is not a valid deploy: {e}")),
         };
         let command = Command {
             id: format!("drift-{}", kept.name),
@@ -429,24 +565,51 @@ impl Agent {
         };
         let permitted = match apply::permit(command, &self.rules()) {
             Ok(p) => p,
-            Err(refusal) => {
-                return (
-                    AckResult::Failed,
-                    Some(crate::text::clip(&refusal.to_string(), 256)),
-                );
-            }
+            Err(refusal) => return failed(refusal.to_string()),
         };
         let mut ctx = self.execution();
-        ctx.force_conflicts = true;
+        ctx.enforcing = true;
         let outcome = apply::run(&ctx, &permitted);
-        match outcome.result {
-            AckResult::Applied => (AckResult::Applied, None),
-            AckResult::Failed => (
-                AckResult::Failed,
-                Some(crate::text::clip(&outcome.message, 256)),
-            ),
+        let skipped = outcome
+            .skipped
+            .into_iter()
+            .map(|(r, why)| {
+                let why = crate::text::clip(&format!("{r} {why}; left alone"), 256);
+                (r.kind.name(), r.name, why)
+            })
+            .collect();
+        Enforced {
+            failed: (outcome.result == AckResult::Failed)
+                .then(|| crate::text::clip(&outcome.message, 256)),
+            skipped,
         }
     }
+}
+
+/// What an enforcement is decided from: the record's version and, for
+/// each differing object, its fields, whether it is gone, and the version
+/// it was listed at.
+fn fingerprint(record_version: &str, found: &[Found], live: &HashMap<usize, Value>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    record_version.hash(&mut h);
+    for f in found {
+        (f.kind, &f.name, &f.fields, f.gone).hash(&mut h);
+    }
+    let mut versions: Vec<(usize, &str)> = live
+        .iter()
+        .map(|(i, o)| {
+            (
+                *i,
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    versions.sort_unstable();
+    versions.hash(&mut h);
+    h.finish()
 }
 
 /// `fields /data/mode` or `gone`.

@@ -100,6 +100,35 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             }
         }
     }
+    // Drift enforcement leaves the objects that became another's alone
+    // and restores the rest; a command is refused whole by any of them.
+    let skipped = if ctx.enforcing {
+        plan::not_the_deployments(d, &existing, ctx.environment_id, |r, o| {
+            ctx.own
+                .refusal(r.kind.name(), &r.namespace, &r.name, o)
+                .map(|refusal| refusal.to_string())
+        })
+    } else {
+        Vec::new()
+    };
+    let rest;
+    let d = if skipped.is_empty() {
+        d
+    } else {
+        let (manifests, kept): (Vec<_>, Vec<_>) = d
+            .manifests
+            .iter()
+            .zip(existing)
+            .filter(|(m, _)| !skipped.iter().any(|(r, _)| *r == m.reference))
+            .map(|(m, o)| (m.clone(), o))
+            .unzip();
+        existing = kept;
+        rest = Deploy {
+            manifests,
+            ..d.clone()
+        };
+        &rest
+    };
     for (m, o) in d.manifests.iter().zip(&existing) {
         if let Some(refused) = own_object(ctx, &m.reference, o.as_ref()) {
             return Ok(refused);
@@ -120,7 +149,7 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     drop(existing);
     let mut fields = Vec::with_capacity(writes.len());
     for w in &mut writes {
-        w.force |= ctx.force_conflicts;
+        w.force |= ctx.enforcing;
         if w.owned_by_proxy
             && let Some(uid) = &proxy_uid
         {
@@ -132,5 +161,12 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             Err(outcome) => return outcome,
         }
     }
-    write_all(ctx, d, writes, fields, proxy_uid)
+    let mut written = write_all(ctx, d, writes, fields, proxy_uid)?;
+    for (r, why) in skipped {
+        written
+            .resources
+            .push(r.ack(crate::cp::wire::ResourceAction::Refused));
+        written.skipped.push((r, why));
+    }
+    Ok(written)
 }

@@ -40,9 +40,12 @@ pub struct Context<'a> {
     pub policy: &'a crate::policy::Policy,
     /// The Manager's own objects: never a target.
     pub own: &'a crate::ownership::OwnObjects,
-    /// A deploy's writes take fields from other field managers (drift
-    /// `enforce`); a command's never do.
-    pub force_conflicts: bool,
+    /// Drift enforcement, not a command: the deploy's writes take fields
+    /// back from other field managers, and an object of the record that
+    /// became another's is skipped ([`Outcome::skipped`]) while the
+    /// deployment's own are written (protocol.md, `drift.v1`). A command's
+    /// writes never take fields, and one such object refuses it whole.
+    pub enforcing: bool,
 }
 
 /// Runs a permitted command.

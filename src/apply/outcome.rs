@@ -24,6 +24,10 @@ pub struct Outcome {
     /// The owned NexoProxies and Deployments it wrote, with the generation
     /// written: their progress is reported (`status.v1`).
     pub workloads: Vec<Workload>,
+    /// Drift enforcement only ([`super::Context::enforcing`]): the objects
+    /// of the record left alone because they are not the deployment's
+    /// own, each with the reason.
+    pub skipped: Vec<(ObjectRef, String)>,
 }
 
 impl Outcome {
@@ -35,6 +39,7 @@ impl Outcome {
             resources,
             refusal: None,
             workloads: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 
@@ -46,6 +51,7 @@ impl Outcome {
             resources,
             refusal: Some(Box::new(refusal)),
             workloads: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 
@@ -57,6 +63,7 @@ impl Outcome {
             resources,
             refusal: None,
             workloads: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 }

@@ -80,6 +80,33 @@ pub fn refusal_for(
     })
 }
 
+/// Drift enforcement's choice (protocol.md, `drift.v1`): the objects of a
+/// record, other than the deployment's NexoProxy or Deployment, that exist
+/// and are not the deployment's own (`own`: the Manager's own object, as
+/// read; else another environment's, another deployment's, a legacy or an
+/// unrelated object, the migration gate closed), each with the reason.
+/// They are left alone; the rest is restored.
+pub fn not_the_deployments(
+    d: &Deploy,
+    existing: &[Option<Value>],
+    environment_id: &str,
+    own: impl Fn(&ObjectRef, Option<&Value>) -> Option<String>,
+) -> Vec<(ObjectRef, String)> {
+    d.manifests
+        .iter()
+        .zip(existing)
+        .filter(|(m, _)| {
+            m.reference.kind != d.format.primary() || m.reference.name != d.deployment.name
+        })
+        .filter_map(|(m, o)| {
+            let o = o.as_ref()?;
+            let why = own(&m.reference, Some(o))
+                .or_else(|| refusal_for(o, environment_id, &d.deployment.name, false))?;
+            Some((m.reference.clone(), why))
+        })
+        .collect()
+}
+
 /// The uid and resourceVersion an object was read at: a write or delete
 /// guarded by them fails if it was replaced or changed since.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -452,3 +452,40 @@ fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
     assert_eq!(hand_back(&none_of_mine, "nexo-manager"), None);
     assert_eq!(hand_back(&json!({"metadata": {}}), "nexo-manager"), None);
 }
+
+#[test]
+fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
+    let d = d(false);
+    let with = |labels: Value| obj("ConfigMap", "orders-config", labels);
+    let mine = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV, "nexo.io/deployment": "orders"});
+    let none = |_: &ObjectRef, _: Option<&Value>| None;
+    // Absent or the deployment's own: restored.
+    assert!(not_the_deployments(&d, &[None, None], ENV, none).is_empty());
+    assert!(not_the_deployments(&d, &[Some(with(mine.clone())), None], ENV, none).is_empty());
+    // A tenant's object of the same name, another deployment's, a legacy
+    // one (enforcement never adopts): left alone, each with its reason.
+    for (labels, why) in [
+        (json!({"team": "x"}), "not managed by nexo-manager"),
+        (
+            json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV, "nexo.io/deployment": "billing"}),
+            "belongs to deployment billing",
+        ),
+        (json!({"app.kubernetes.io/part-of": "nexo"}), "legacy"),
+    ] {
+        let left = not_the_deployments(&d, &[Some(with(labels)), None], ENV, none);
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0.name, "orders-config");
+        assert!(left[0].1.contains(why), "{}", left[0].1);
+    }
+    // The Manager's own object, by the caller's rule.
+    let own =
+        |r: &ObjectRef, _: Option<&Value>| (r.name == "orders-config").then(|| "own".to_owned());
+    assert_eq!(
+        not_the_deployments(&d, &[Some(with(mine)), None], ENV, own)[0].1,
+        "own"
+    );
+    // The deployment's NexoProxy is never left out: a proxy that became
+    // another's refuses the enforcement whole (by the planner).
+    let foreign_proxy = obj("NexoProxy", "orders", json!({"team": "x"}));
+    assert!(not_the_deployments(&d, &[None, Some(foreign_proxy)], ENV, none).is_empty());
+}

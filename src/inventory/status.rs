@@ -13,6 +13,10 @@ use crate::cp::wire::Phase;
 /// Messages are cut to this many bytes.
 pub const MESSAGE_BYTES: usize = 256;
 
+/// The reason of a NexoProxy that failed by `NEXO_PROGRESS_DEADLINE` (a
+/// Deployment's controller says the same of its own deadline).
+pub const DEADLINE_REASON: &str = "ProgressDeadlineExceeded";
+
 /// The fields of a condition the status reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Condition {
@@ -137,15 +141,15 @@ pub fn judge(
         };
         (reason, said)
     };
-    let message = if phase == Phase::Failed && !o.deployment {
-        let m = format!(
-            "not available {} after the change: {said}",
-            humantime::format_duration(deadline)
-        );
-        shared.get(crate::text::clip_bytes(&m, MESSAGE_BYTES))
+    // A NexoProxy failed by the Manager's deadline: the deadline is the
+    // reason (as a Deployment's controller says it), the message stays the
+    // condition's, clipped (protocol.md); without a status, `NoStatus`.
+    let reason = if phase == Phase::Failed && !o.deployment && o.has_status {
+        Some(shared.get(DEADLINE_REASON))
     } else {
-        said
+        reason
     };
+    let message = said;
     // Only a NexoProxy still waiting can turn with nothing observed.
     let recheck_in =
         (!o.deployment && phase == Phase::Progressing).then(|| deadline.saturating_sub(waited));
@@ -448,9 +452,18 @@ mod tests {
             (v.phase, v.reason.as_deref(), &*v.message),
             (
                 Phase::Failed,
-                Some("ImagePullBackOff"),
-                "not available 10m after the change: Back-off pulling image"
+                Some(DEADLINE_REASON),
+                "Back-off pulling image"
             )
+        );
+        // The condition's message clipped to 256 bytes at a character,
+        // nothing of the Manager's before it.
+        let long = format!("{}é", "x".repeat(MESSAGE_BYTES - 1));
+        o.ready_condition = cond("False", "CrashLoop", &long);
+        let v = judge(&o, None, DEADLINE, DEADLINE);
+        assert_eq!(
+            (v.phase, v.reason.as_deref(), v.message.len()),
+            (Phase::Failed, Some(DEADLINE_REASON), MESSAGE_BYTES - 1)
         );
         let v = judge(&proxy(2, None, 1, 0), None, DEADLINE, DEADLINE);
         assert_eq!(

@@ -160,7 +160,7 @@ pub fn start_as_installed(
                 .display()
                 .to_string(),
         ),
-        ("RUST_LOG", "debug".to_owned()),
+        ("RUST_LOG", "trace".to_owned()),
     ] {
         env.insert(k.into(), v);
     }

@@ -74,7 +74,8 @@ impl Fixture {
     }
 
     /// The Manager's environment: the admin kubeconfig, a 1 s interval,
-    /// probes off, no command keys, debug logs.
+    /// probes off, no command keys, `trace` logs (the run's log is
+    /// searched for every token when it ends: [`Manager`]'s drop).
     pub fn env(&self) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         let mut set = |k: &str, v: String| {
@@ -103,7 +104,7 @@ impl Fixture {
             "NEXO_COMMAND_KEYS_FILE",
             self.dir.join("no-command-keys").display().to_string(),
         );
-        set("RUST_LOG", "debug".to_owned());
+        set("RUST_LOG", "trace".to_owned());
         env
     }
 

@@ -91,6 +91,9 @@ pub struct Manager {
     probe: Option<SocketAddr>,
     /// The simulator it talks to, for reports.
     pub sim_log: Option<Box<dyn Fn() -> String + Send>>,
+    /// The bearer tokens the simulator was sent (connect and session
+    /// tokens), searched for in the log.
+    sim_tokens: Option<Box<dyn Fn() -> Vec<String> + Send>>,
 }
 
 impl Manager {
@@ -146,13 +149,23 @@ impl Manager {
             stderr,
             probe: None,
             sim_log: None,
+            sim_tokens: None,
         }
     }
 
     /// Attaches the simulator whose log goes into failure reports.
     pub fn with_sim(mut self, sim: &std::sync::Arc<Simulator>) -> Manager {
+        let log = sim.clone();
+        self.sim_log = Some(Box::new(move || log.log_dump()));
         let sim = sim.clone();
-        self.sim_log = Some(Box::new(move || sim.log_dump()));
+        self.sim_tokens = Some(Box::new(move || {
+            sim.requests()
+                .iter()
+                .flat_map(|r| r.headers.iter())
+                .filter(|(name, _)| name == "authorization")
+                .filter_map(|(_, v)| v.strip_prefix("Bearer ").map(str::to_owned))
+                .collect()
+        }));
         self
     }
 
@@ -214,6 +227,53 @@ impl Manager {
             status.success(),
             &format!("exit 0 on SIGTERM, got {status:?}"),
         );
+        self.check_no_secret_in_log();
+    }
+
+    /// Every token this process held or sent: the connect token (its
+    /// variable or file), each bearer token the simulator was sent, the
+    /// API server's bearer token in its kubeconfig.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets: Vec<String> = self
+            .env
+            .get("NEXO_CONNECT_TOKEN")
+            .cloned()
+            .into_iter()
+            .collect();
+        if let Some(file) = self.env.get("NEXO_CONNECT_TOKEN_FILE")
+            && let Ok(text) = std::fs::read_to_string(file)
+        {
+            secrets.push(text.trim().to_owned());
+        }
+        if let Some(tokens) = &self.sim_tokens {
+            secrets.extend(tokens());
+        }
+        if let Some(kubeconfig) = self.env.get("KUBECONFIG") {
+            secrets.extend(super::secrets::kubeconfig_tokens(std::path::Path::new(
+                kubeconfig,
+            )));
+        }
+        secrets.sort();
+        secrets.dedup();
+        secrets
+    }
+
+    /// Fails, with the report, when any of [`Manager::secrets`] is in the
+    /// log, plain, in hex or in base64 (whatever `RUST_LOG` was: the tests
+    /// run the Manager at `trace`).
+    pub fn check_no_secret_in_log(&self) {
+        let log = self.stderr();
+        for secret in self.secrets() {
+            if let Some(form) = super::secrets::found_in(&log, &secret) {
+                // The report prints the log, which holds the secret; a
+                // test bed's token is worthless outside it.
+                self.fail(&format!(
+                    "a token ({} characters, starting {:?}) is in the log, {form}",
+                    secret.len(),
+                    &secret[..4.min(secret.len())]
+                ));
+            }
+        }
     }
 
     /// What it wrote to stdout so far.
@@ -331,6 +391,11 @@ impl Drop for Manager {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // Every run is searched for the tokens it held, unless the test
+        // already failed (its own report says more).
+        if !std::thread::panicking() {
+            self.check_no_secret_in_log();
         }
     }
 }

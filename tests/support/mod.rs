@@ -14,6 +14,7 @@ pub mod commands;
 pub mod fixture;
 pub mod manager;
 pub mod proxy;
+pub mod secrets;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -375,6 +375,12 @@ impl Simulator {
         self.shared.hold.load(Ordering::SeqCst)
     }
 
+    /// Sends a command delivered and not acknowledged for `after` again
+    /// (`None`: never, the default), as protocol.md's CP does.
+    pub fn set_redeliver_after(&self, after: Option<Duration>) {
+        lock(&self.shared.state).redeliver_after = after;
+    }
+
     /// Starts or stops holding heartbeats ([`SimConfig::hold`]).
     pub fn set_hold(&self, hold: bool) {
         self.shared.hold.store(hold, Ordering::SeqCst);

@@ -21,6 +21,9 @@ pub struct Environment {
     pub delivered: HashSet<String>,
     /// Ids of commands acknowledged.
     pub acked: HashSet<String>,
+    /// Commands delivered and not yet acknowledged, with when they were
+    /// last sent: sent again after [`State::redeliver_after`].
+    pub outstanding: Vec<(Value, SystemTime)>,
     /// When set, every queued command is signed with it.
     pub signer: Option<std::sync::Arc<crate::signing::Signer>>,
 }
@@ -63,6 +66,10 @@ pub struct State {
     pub issued_to: HashMap<String, String>,
     /// Session lifetime.
     pub ttl: Duration,
+    /// A command delivered and not acknowledged this long is sent again, in
+    /// the order first sent and before new ones (protocol.md: the CP sends
+    /// unacknowledged commands again); `None`: never.
+    pub redeliver_after: Option<Duration>,
     rng: u64,
 }
 
@@ -134,6 +141,7 @@ impl State {
             interval,
             issued_to: HashMap::new(),
             ttl,
+            redeliver_after: None,
             rng: seed | 1,
         }
     }
@@ -159,6 +167,7 @@ impl State {
                 token: token.to_owned(),
                 bound: None,
                 queue: VecDeque::new(),
+                outstanding: Vec::new(),
                 delivered: HashSet::new(),
                 acked: HashSet::new(),
                 signer: None,
@@ -318,11 +327,25 @@ impl State {
                 self.acks.push(ack.clone());
             }
         }
-        let commands: Vec<Value> = env.queue.drain(..).collect();
-        for c in &commands {
-            if let Some(id) = c["id"].as_str() {
-                env.delivered.insert(id.to_owned());
+        let now = SystemTime::now();
+        let id_of = |c: &Value| c["id"].as_str().unwrap_or_default().to_owned();
+        let acked = &env.acked;
+        env.outstanding.retain(|(c, _)| !acked.contains(&id_of(c)));
+        let mut commands: Vec<Value> = Vec::new();
+        if let Some(after) = self.redeliver_after {
+            for (c, sent) in &mut env.outstanding {
+                if now.duration_since(*sent).unwrap_or_default() >= after {
+                    commands.push(c.clone());
+                    *sent = now;
+                }
             }
+        }
+        for c in env.queue.drain(..) {
+            env.delivered.insert(id_of(&c));
+            if self.redeliver_after.is_some() {
+                env.outstanding.push((c.clone(), now));
+            }
+            commands.push(c);
         }
         self.heartbeats.push(body.clone());
         let mut resp = json!({"commands": commands});
@@ -508,6 +531,49 @@ mod tests {
             code(&s.heartbeat(&auth(&session), &heartbeat_body(json!([])), false)),
             (401, "session_expired".into())
         );
+    }
+
+    #[test]
+    fn unacknowledged_commands_are_sent_again_first_and_acknowledged_ones_never() {
+        let (mut s, session) = connected();
+        let ids = |resp: &Response| -> Vec<String> {
+            let v: Value = serde_json::from_slice(&resp.body).unwrap();
+            v["commands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let beat = |s: &mut State, pending: Value| {
+            ids(&s.heartbeat(&auth(&session), &heartbeat_body(pending), false))
+        };
+        // Off by default: delivered once.
+        s.envs
+            .get_mut("env-a")
+            .unwrap()
+            .enqueue("env-a", json!({"id": "c0"}));
+        assert_eq!(beat(&mut s, json!([])), ["c0"]);
+        assert!(beat(&mut s, json!([])).is_empty());
+        s.redeliver_after = Some(Duration::ZERO);
+        for id in ["c1", "c2"] {
+            s.envs
+                .get_mut("env-a")
+                .unwrap()
+                .enqueue("env-a", json!({"id": id}));
+        }
+        assert_eq!(beat(&mut s, json!([])), ["c1", "c2"]);
+        s.envs
+            .get_mut("env-a")
+            .unwrap()
+            .enqueue("env-a", json!({"id": "c3"}));
+        // c1 acknowledged (as a pending ack): c2 again, before the new c3.
+        assert_eq!(
+            beat(&mut s, json!([{"commandId": "c1", "result": "applied"}])),
+            ["c2", "c3"]
+        );
+        s.redeliver_after = Some(Duration::from_secs(3600));
+        assert!(beat(&mut s, json!([])).is_empty(), "not before its time");
     }
 
     #[test]

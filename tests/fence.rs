@@ -1,0 +1,123 @@
+//! A command the lease fence stops is not dropped (SECURITY.md, "A fenced
+//! command is dropped"): the API server of a test bed of this test's own
+//! freezes for 15 s (SIGSTOP) in the middle of a batch of six deploys; the
+//! fence stops the command in hand; the same process holds the lease again,
+//! reads the state again and runs that command before the next. Every
+//! command is applied and acknowledged exactly once, with a simulator that
+//! never sends a command again (so only the Manager can have run it).
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use nexo_cpsim::{Endpoint, Fault, FaultAction, SimConfig};
+use serde_json::json;
+use support::OwnBed;
+use support::commands::{ACK_WAIT, command, configmap, proxy};
+use support::fixture::Fixture;
+
+const COMMANDS: usize = 6;
+
+fn signal(pid: &str, name: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid)
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill -{name} {pid}");
+}
+
+#[test]
+fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
+    let bed = OwnBed::start("fence-tb", &[]);
+    let f = Fixture::on(bed.tb, "fence", SimConfig::default());
+    f.tb.install_crds();
+    let pid = std::fs::read_to_string(bed.dir.join("apiserver.pid"))
+        .expect("the test bed's apiserver.pid")
+        .trim()
+        .to_owned();
+    // The first ack's answer comes after 3 s: the API server is frozen in
+    // that time, so the next command meets the freeze.
+    f.sim.inject(Fault::new(
+        Endpoint::Ack,
+        FaultAction::Delay(Duration::from_secs(3)),
+    ));
+    let ids: Vec<String> = (0..COMMANDS).map(|i| format!("fence-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let name = format!("p{i}");
+        f.sim.enqueue_command(
+            &f.env_id,
+            command(
+                id,
+                "deploy",
+                json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd",
+                       "manifests": [proxy(&name), configmap(&format!("{name}-config"))]}),
+            ),
+        );
+    }
+    let mut m = f.spawn(&f.env());
+    m.wait_until(ACK_WAIT, "the first command's ack sent", || {
+        f.sim
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/fence-0/ack"))
+    });
+    signal(&pid, "STOP");
+    std::thread::sleep(Duration::from_secs(15));
+    signal(&pid, "CONT");
+
+    let acked = |id: &str| {
+        f.sim
+            .acks()
+            .iter()
+            .filter(|a| a["commandId"] == id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    m.wait_until(
+        Duration::from_secs(120),
+        "every command acknowledged",
+        || ids.iter().all(|id| !acked(id).is_empty()),
+    );
+    let log = m.stderr();
+    m.check(
+        log.contains("the lease may have been lost while it ran"),
+        "the freeze tripped the fence (else this test proves nothing)",
+    );
+    for id in &ids {
+        let acks = acked(id);
+        m.check(
+            acks.len() == 1 && acks[0]["result"] == "applied",
+            &format!("{id} acknowledged once, applied: {acks:?}"),
+        );
+    }
+    // In order: each ack's first attempt after the previous one's.
+    let order: Vec<String> = f
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/ack"))
+        .filter_map(|r| r.json.as_ref()?["commandId"].as_str().map(str::to_owned))
+        .fold(Vec::new(), |mut seen, id| {
+            if !seen.contains(&id) {
+                seen.push(id);
+            }
+            seen
+        });
+    m.check(order == ids, &format!("acknowledged in order: {order:?}"));
+    for i in 0..COMMANDS {
+        let path = format!(
+            "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/p{i}",
+            f.ns.name
+        );
+        m.check(
+            f.tb.admin()
+                .get_opt::<serde_json::Value>(&path)
+                .unwrap()
+                .is_some(),
+            &format!("p{i} applied"),
+        );
+    }
+    m.stop_expecting_exit_0();
+}
