@@ -475,7 +475,7 @@ fn a_squatted_name_is_left_alone_and_the_deployments_own_objects_are_restored() 
 }
 
 #[test]
-fn an_uninstall_deletes_the_record_and_one_a_finalizer_holds_is_never_enforced() {
+fn a_record_being_deleted_or_whose_deployment_is_gone_is_never_enforced() {
     let f = Fixture::new("drift-uninstall");
     let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
     deploy(&f, &mut m, "du-deploy", json!({"mode": "enforce"}));
@@ -488,6 +488,21 @@ fn an_uninstall_deletes_the_record_and_one_a_finalizer_holds_is_never_enforced()
             &json!({"metadata": {"finalizers": ["backup.example.com/hold"]}}),
         )
         .unwrap();
+    // A record being deleted (the deployment still there) is not enforced.
+    f.tb.admin().delete(&record, "Background").unwrap();
+    edit(
+        &f,
+        "NexoProxy",
+        "orders",
+        json!({"spec": {"image": "registry.example.com/nexo/proxy:0.0.1"}}),
+    );
+    let now = f.sim.heartbeats().len();
+    wait_heartbeat(&f, &mut m, now + 4, "four heartbeats later", |_| Some(()));
+    m.check(
+        get(&f, "NexoProxy", "orders")
+            .is_some_and(|p| p["spec"]["image"] == "registry.example.com/nexo/proxy:0.0.1"),
+        "a record being deleted is never enforced",
+    );
     f.sim.enqueue_command(
         &f.env_id,
         command(
@@ -502,7 +517,7 @@ fn an_uninstall_deletes_the_record_and_one_a_finalizer_holds_is_never_enforced()
     m.check(
         held.as_ref()
             .is_some_and(|r| !r["metadata"]["deletionTimestamp"].is_null()),
-        &format!("the uninstall deleted the record (held by the finalizer): {held:?}"),
+        &format!("the record deleted, held by the finalizer: {held:?}"),
     );
     // Checks go on for five seconds: the NexoProxy stays uninstalled.
     let now = f.sim.heartbeats().len();

@@ -1,6 +1,7 @@
 //! A command the lease fence stops is not dropped (SECURITY.md, "A fenced
 //! command is dropped"): the API server of a test bed of this test's own
-//! freezes for 15 s (SIGSTOP) in the middle of a batch of six deploys; the
+//! freezes for 15 s (SIGSTOP) in the middle of a batch of six deploys (as
+//! the second starts); the
 //! fence stops the command in hand; the same process holds the lease again,
 //! reads the state again and runs that command before the next. Every
 //! command is applied and acknowledged exactly once, with a simulator that
@@ -11,13 +12,14 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use nexo_cpsim::{Endpoint, Fault, FaultAction, SimConfig};
+use nexo_cpsim::SimConfig;
 use serde_json::json;
 use support::OwnBed;
 use support::commands::{ACK_WAIT, command, configmap, proxy};
 use support::fixture::Fixture;
 
 const COMMANDS: usize = 6;
+const OBJECTS: usize = 16;
 
 fn signal(pid: &str, name: &str) {
     let ok = Command::new("kill")
@@ -37,32 +39,36 @@ fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
         .expect("the test bed's apiserver.pid")
         .trim()
         .to_owned();
-    // The first ack's answer comes after 3 s: the API server is frozen in
-    // that time, so the next command meets the freeze.
-    f.sim.inject(Fault::new(
-        Endpoint::Ack,
-        FaultAction::Delay(Duration::from_secs(3)),
-    ));
     let ids: Vec<String> = (0..COMMANDS).map(|i| format!("fence-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let name = format!("p{i}");
+        // Enough objects that the command's reads, dry runs and writes
+        // take a while: the freeze lands among them.
+        let mut manifests = vec![proxy(&name)];
+        manifests.extend((0..OBJECTS).map(|j| configmap(&format!("{name}-config-{j}"))));
         f.sim.enqueue_command(
             &f.env_id,
             command(
                 id,
                 "deploy",
                 json!({"deployment": {"name": name, "namespace": f.ns.name}, "format": "crd",
-                       "manifests": [proxy(&name), configmap(&format!("{name}-config"))]}),
+                       "manifests": manifests}),
             ),
         );
     }
     let mut m = f.spawn(&f.env());
-    m.wait_until(ACK_WAIT, "the first command's ack sent", || {
-        f.sim
-            .requests()
-            .iter()
-            .any(|r| r.path.ends_with("/fence-0/ack"))
-    });
+    // Frozen as soon as the second command starts (the log read as it
+    // grows, every millisecond).
+    let log = m.log_reader();
+    let started = std::time::Instant::now();
+    while !log().contains("command fence-1: executing") {
+        assert!(
+            started.elapsed() < ACK_WAIT,
+            "the second command never started:\n{}",
+            m.report()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     signal(&pid, "STOP");
     std::thread::sleep(Duration::from_secs(15));
     signal(&pid, "CONT");
