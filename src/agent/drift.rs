@@ -36,6 +36,12 @@ pub(super) struct Drift {
     /// no dry runs) until the record, a differing object or a command
     /// changes it, or [`REFUSED_FOR`] has passed.
     refused: HashMap<(String, String), Held>,
+    /// The key of the records' proofs, once the state was read as leader:
+    /// without it no record is written, and none is trusted.
+    pub(super) integrity: Option<crate::integrity::Key>,
+    /// The deployments whose record was reported as not the Manager's at
+    /// the last check, by namespace: forgotten when no longer so.
+    unproven: BTreeSet<(String, String)>,
 }
 
 /// An enforcement's result as it is held.
@@ -85,6 +91,8 @@ impl Drift {
             next: Instant::now() + interval,
             report: drift::Report::default(),
             refused: HashMap::new(),
+            integrity: None,
+            unproven: BTreeSet::new(),
         }
     }
 
@@ -231,10 +239,18 @@ impl Agent {
                 return;
             }
         };
-        let mut payload = match drift::record_payload(&secret) {
+        let Some(key) = &self.drift.integrity else {
+            return;
+        };
+        // Only a record the Manager wrote is carried forward (a rollout
+        // never launders a forged one into a proven one).
+        let env = self.me.token.environment_id();
+        let mut payload = match drift::proven_payload(&secret, env, namespace, key) {
             Ok(p) => p,
             Err(e) => {
-                log::warn!("drift: the record of {namespace}/{name} is unreadable: {e}");
+                log::warn!(
+                    "drift: the record of {namespace}/{name} is not the Manager's ({e}); not kept up to date"
+                );
                 return;
             }
         };
@@ -259,7 +275,13 @@ impl Agent {
         read_as_record: bool,
     ) {
         let env = self.me.token.environment_id();
-        let Some(secret) = drift::record_secret(payload, namespace, name, env, owner) else {
+        let Some(key) = &self.drift.integrity else {
+            log::warn!(
+                "drift: no integrity key (the state secret could not be read or written); what {namespace}/{name} applied is not recorded"
+            );
+            return;
+        };
+        let Some(secret) = drift::record_secret(payload, namespace, name, env, owner, key) else {
             log::warn!(
                 "drift: what {namespace}/{name} applied is over {} bytes; not recorded, its drift not checked",
                 drift::MAX_RECORD_BYTES
@@ -317,6 +339,9 @@ impl Agent {
         let selector = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
         let mut records: Vec<Recorded> = Vec::new();
+        // Records that are not the Manager's: (deployment, Secret, why).
+        let mut unproven: Vec<(String, String, String)> = Vec::new();
+        let key = self.drift.integrity.clone();
         // The deployed Secrets, as text until compared (a Value each would
         // cost several times their size for the check's length).
         let mut secrets: Vec<Box<str>> = Vec::new();
@@ -330,7 +355,19 @@ impl Agent {
                     if !s["metadata"]["deletionTimestamp"].is_null() {
                         return;
                     }
-                    match drift::record_payload(&s).and_then(|p| drift::Kept::read(&p, ns)) {
+                    let proven = match &key {
+                        Some(key) => drift::proven_payload(&s, &env, ns, key),
+                        None => Err("no integrity key to check it with".to_owned()),
+                    };
+                    let proven = proven.map_err(|why| {
+                        let claimed = drift::claimed_deployment(&s).unwrap_or_default();
+                        let name = s["metadata"]["name"].as_str().unwrap_or_default();
+                        unproven.push((claimed.to_owned(), name.to_owned(), why));
+                    });
+                    let Ok(payload) = proven else {
+                        return;
+                    };
+                    match drift::Kept::read(&payload, ns) {
                         Ok(kept) => records.push(Recorded {
                             kept,
                             owner: s["metadata"]["ownerReferences"][0]["uid"]
@@ -358,6 +395,7 @@ impl Agent {
             log::warn!("drift: cannot list the Secrets of {ns}: {e}");
             return;
         }
+        self.report_unproven(ns, unproven);
         // A list restarted after 410 Gone shows items again.
         records.sort_unstable_by(|a, b| a.kept.name.cmp(&b.kept.name));
         records.dedup_by(|a, b| a.kept.name == b.kept.name);
@@ -418,6 +456,55 @@ impl Agent {
         }
         for r in records.into_iter().filter(|r| !r.skipped) {
             self.conclude(ns, r);
+        }
+    }
+
+    /// Records that are not the Manager's (SECURITY.md, "Integrity the
+    /// namespace cannot forge"): never enforced, each reported `failed`
+    /// under the deployment it claims, while it lasts.
+    fn report_unproven(&mut self, ns: &str, unproven: Vec<(String, String, String)>) {
+        let wall = super::now_rfc3339();
+        let now: BTreeSet<(String, String)> = unproven
+            .iter()
+            .map(|(d, _, _)| (ns.to_owned(), d.clone()))
+            .collect();
+        let gone: Vec<(String, String)> = self
+            .drift
+            .unproven
+            .iter()
+            .filter(|(n, _)| n == ns)
+            .filter(|k| !now.contains(*k))
+            .cloned()
+            .collect();
+        for (n, d) in gone {
+            self.drift.report.forget(&n, &d);
+            self.drift.unproven.remove(&(n, d));
+        }
+        for (deployment, secret, why) in unproven {
+            let found = Found {
+                kind: "Secret",
+                name: secret.clone(),
+                fields: Vec::new(),
+                gone: false,
+                action: drift::Action::Failed,
+                message: Some(crate::text::clip(
+                    &format!("the record is not the Manager's: {why}; not enforced"),
+                    256,
+                )),
+                detected_at: wall.clone(),
+            };
+            crate::metrics::drifted(Mode::Report.as_str(), drift::Action::Failed.as_str());
+            let new = self
+                .drift
+                .report
+                .checked(ns, &deployment, Mode::Report, vec![found]);
+            for f in &new {
+                log::warn!(
+                    "drift: record {ns}/{secret} of {deployment}: {}",
+                    f.message.as_deref().unwrap_or_default()
+                );
+            }
+            self.drift.unproven.insert((ns.to_owned(), deployment));
         }
     }
 

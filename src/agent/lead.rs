@@ -141,6 +141,10 @@ impl Agent {
             self.state_term
         );
         self.ratchet_signatures();
+        match self.store.integrity_key(&self.link.kube) {
+            Ok(key) => self.drift.integrity = Some(key),
+            Err(e) => log::warn!("{e}; drift records are neither written nor trusted"),
+        }
         self.link.status().role = Role::Leader;
         Ok(())
     }

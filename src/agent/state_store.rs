@@ -81,6 +81,31 @@ impl StateStore {
         }
     }
 
+    /// The integrity key: the state's, or a new one written into it
+    /// first (a key another pod wrote meanwhile wins: the write is re-read
+    /// on a conflict and keeps a key it finds).
+    pub(super) fn integrity_key(
+        &mut self,
+        kube: &Client,
+    ) -> Result<crate::integrity::Key, IntegrityError> {
+        if let Some(stored) = &self.state.integrity_key {
+            return crate::integrity::Key::from_stored(stored.expose())
+                .map_err(IntegrityError::Key);
+        }
+        let (_, fresh) = crate::integrity::Key::generate().map_err(IntegrityError::Key)?;
+        let fresh = crate::secret::Secret::new(fresh);
+        let written = self
+            .store
+            .update(kube, &self.state, |s| {
+                s.integrity_key.get_or_insert_with(|| fresh.clone());
+            })
+            .map_err(IntegrityError::State)?;
+        self.state = written;
+        log::info!("integrity key made and recorded in the state secret");
+        let stored = self.state.integrity_key.as_ref().unwrap_or(&fresh);
+        crate::integrity::Key::from_stored(stored.expose()).map_err(IntegrityError::Key)
+    }
+
     /// The recorded result of a command, if it finished before.
     pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
         self.state.find(command_id)
@@ -220,3 +245,23 @@ impl StateStore {
         }
     }
 }
+
+/// Why the integrity key is not at hand.
+#[derive(Debug)]
+pub enum IntegrityError {
+    /// Stored malformed, or the random source failed.
+    Key(crate::integrity::KeyError),
+    /// A new key could not be written.
+    State(crate::state::StateError),
+}
+
+impl std::fmt::Display for IntegrityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntegrityError::Key(e) => write!(f, "integrity key: {e}"),
+            IntegrityError::State(e) => write!(f, "integrity key: cannot record it: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for IntegrityError {}

@@ -145,8 +145,17 @@ fn enforcing_keeps_what_drift_ignores() {
 
 #[test]
 fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
+    let (key, _) = crate::integrity::Key::generate().unwrap();
     let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
-    let s = record_secret(&payload, "shop", "orders", "env-1", ("NexoProxy", "u-1")).unwrap();
+    let s = record_secret(
+        &payload,
+        "shop",
+        "orders",
+        "env-1",
+        ("NexoProxy", "u-1"),
+        &key,
+    )
+    .unwrap();
     assert_eq!(s["metadata"]["name"], "nexo-applied-orders");
     assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "u-1");
     assert_eq!(
@@ -159,12 +168,66 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
         "an uninstall listing the deployment's objects never meets it"
     );
     assert!(!is_record(&s, "env-2"));
-    assert_eq!(record_payload(&s).unwrap(), payload);
+    assert_eq!(proven_payload(&s, "env-1", "shop", &key).unwrap(), payload);
     let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
-    assert!(record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u")).is_none());
+    assert!(record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u"), &key).is_none());
     let mut bad = s.clone();
     bad["data"]["payload"] = json!("%%%");
-    assert!(record_payload(&bad).unwrap_err().contains("not base64"));
+    assert!(
+        proven_payload(&bad, "env-1", "shop", &key)
+            .unwrap_err()
+            .contains("not base64")
+    );
+}
+
+#[test]
+fn a_record_is_trusted_only_with_the_managers_proof_of_it() {
+    let (key, _) = crate::integrity::Key::generate().unwrap();
+    let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
+    let s = record_secret(
+        &payload,
+        "shop",
+        "orders",
+        "env-1",
+        ("NexoProxy", "u-1"),
+        &key,
+    )
+    .unwrap();
+    let why = |s: &Value, ns: &str| proven_payload(s, "env-1", ns, &key).unwrap_err();
+    // Rewritten: another payload under the same proof.
+    let mut rewritten = s.clone();
+    let other = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": [{"kind": "ConfigMap"}]});
+    rewritten["data"]["payload"] = json!(STANDARD.encode(other.to_string()));
+    assert!(why(&rewritten, "shop").contains("not valid"));
+    // Forged: no proof, or another key's.
+    let mut forged = s.clone();
+    forged["metadata"]["annotations"] = json!({});
+    assert!(why(&forged, "shop").contains("no proof"));
+    let (other_key, _) = crate::integrity::Key::generate().unwrap();
+    let theirs = record_secret(
+        &payload,
+        "shop",
+        "orders",
+        "env-1",
+        ("NexoProxy", "u-1"),
+        &other_key,
+    )
+    .unwrap();
+    assert!(why(&theirs, "shop").contains("not valid"));
+    // Moved to another namespace, another owner, or another name.
+    assert!(why(&s, "other").contains("not valid"));
+    let mut owner = s.clone();
+    owner["metadata"]["ownerReferences"][0]["uid"] = json!("u-2");
+    assert!(why(&owner, "shop").contains("not valid"));
+    let mut renamed = s.clone();
+    renamed["metadata"]["name"] = json!("nexo-applied-billing");
+    assert!(why(&renamed, "shop").contains("not named after"));
+    assert_eq!(claimed_deployment(&renamed), Some("billing"));
+    // Not even the bytes' spelling may change.
+    let mut respelled = s.clone();
+    respelled["data"]["payload"] =
+        json!(STANDARD.encode(serde_json::to_string_pretty(&payload).unwrap()));
+    assert!(why(&respelled, "shop").contains("not valid"));
 }
 
 fn found(name: &str, action: Action, at: &str) -> Found {
