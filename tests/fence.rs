@@ -87,9 +87,14 @@ fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
         || ids.iter().all(|id| !acked(id).is_empty()),
     );
     let log = m.stderr();
+    let fenced = log.find("the lease may have been lost while it ran");
     m.check(
-        log.contains("the lease may have been lost while it ran"),
+        fenced.is_some(),
         "the freeze tripped the fence (else this test proves nothing)",
+    );
+    m.check(
+        fenced.is_some_and(|at| log[at..].contains("state read again")),
+        "the state read again after the fence, before the command was taken up again",
     );
     for id in &ids {
         let acks = acked(id);

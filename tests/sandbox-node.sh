@@ -62,7 +62,7 @@ trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done' EXIT
 
 say "starting the Control Plane simulator on $NODE_IP"
 target/release/nexo-cpsim --addr "$NODE_IP:0" --env env-sandbox --ca-out "$work/cp-ca.pem" \
-  --keys-out "$work/command-keys" >"$work/sim.out" 2>"$work/sim.err" &
+  --keys-out "$work/command-keys" --redeliver-after 30 >"$work/sim.out" 2>"$work/sim.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^ready$' "$work/sim.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '^ready$' "$work/sim.out" || { cat "$work/sim.err" >&2; echo "sandbox: the simulator did not start" >&2; exit 1; }

@@ -70,9 +70,9 @@ k apply -f manifests/namespace.yaml >/dev/null
 k apply -k manifests/ >/dev/null
 ns=nexo-system
 
-say "starting the Control Plane simulator (it signs every command with a key made for this run)"
+say "starting the Control Plane simulator (it signs every command with a key made for this run, and sends a command not acknowledged in 30 s again)"
 target/release/nexo-cpsim --env env-sandbox --ca-out "$work/cp-ca.pem" --keys-out "$work/command-keys" \
-  >"$work/sim.out" 2>"$work/sim.err" &
+  --redeliver-after 30 >"$work/sim.out" 2>"$work/sim.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^ready$' "$work/sim.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '^ready$' "$work/sim.out" || { cat "$work/sim.err" >&2; echo "sandbox: the simulator did not start" >&2; exit 1; }

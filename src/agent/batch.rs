@@ -66,14 +66,17 @@ impl Agent {
                     Go::Leave => break 'batch,
                     Go::Stop => return Next::Stop,
                 }
-                if fenced > 0 && !self.resume_after_fence() {
-                    break 'batch;
-                }
                 match self.handle_command(command) {
                     Handled::Done => break,
                     Handled::Fenced if fenced < FENCED_RETRIES => {
+                        // Another leader may have run it meanwhile: the
+                        // state is read again (whatever the term) when the
+                        // lease is renewed, at once, before it is taken up
+                        // again; a recorded result is then acknowledged
+                        // from the ledger, never run twice.
                         fenced += 1;
                         first = true;
+                        self.state_term = 0;
                     }
                     Handled::Fenced => {
                         log::warn!(
@@ -86,24 +89,6 @@ impl Agent {
             }
         }
         Next::Wait(self.pace.interval)
-    }
-
-    /// After the fence stopped a command: the lease held again (`go_on`
-    /// renewed it) and the state read again, whatever the term (another
-    /// leader may have run the command meanwhile: then its result is
-    /// acknowledged from the ledger, never run twice). Whether the command
-    /// may be taken up again.
-    fn resume_after_fence(&mut self) -> bool {
-        if !self.elector().leading() {
-            return false;
-        }
-        match self.read_state_again() {
-            Ok(()) => true,
-            Err(e) => {
-                log::warn!("leading again after the fence but cannot read the state: {e}");
-                false
-            }
-        }
     }
 
     /// Before each command: probes are answered (once the last wait is

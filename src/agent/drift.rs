@@ -1,11 +1,9 @@
-//! Drift (protocol.md, `drift.v1`), the agent's side: the record of what
-//! a deploy or rollout applied, written after it (a Secret owned by the
-//! deployment); the check, every `NEXO_DRIFT_INTERVAL` (never more often
-//! than heartbeats), with one label-selected list per kind and namespace
-//! and a comparison made page by page ([`crate::drift`] decides); and
-//! enforcement, which applies the record again through the deploy
-//! pipeline, under the same validation, content policy and ownership
-//! rules as a command.
+//! Drift (protocol.md, `drift.v1`), the agent's side: the check, every
+//! `NEXO_DRIFT_INTERVAL` (never more often than heartbeats), with one
+//! label-selected list per kind and namespace and a comparison made page
+//! by page ([`crate::drift`] decides), of the records `record.rs` writes
+//! (only those that carry the Manager's proof, of a deployment that is
+//! still there); enforcement (`enforce.rs`) where the record says so.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -13,19 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::Agent;
-use crate::apply::{self, Outcome};
-use crate::commands::{Action, Command};
-use crate::cp::wire::{AckResult, DriftEntry, DriftObject};
+use super::enforce::Held;
+use crate::cp::wire::{DriftEntry, DriftObject};
 use crate::drift::{self, Found, Mode};
 use crate::events::{Event, Reason};
-use crate::kube::ApplyParams;
 use crate::resource::{Kind, SECRETS};
-
-/// How long an enforcement that failed is not tried again while nothing
-/// it was decided from changed: an object of the record that became
-/// another's is not listed (not owned), so its leaving is seen only by
-/// trying again.
-const REFUSED_FOR: Duration = Duration::from_secs(3600);
 
 /// When the next check is due, and what the heartbeat reports.
 #[derive(Debug)]
@@ -35,52 +25,13 @@ pub(super) struct Drift {
     /// Enforcements that failed, by deployment: not tried again (no reads,
     /// no dry runs) until the record, a differing object or a command
     /// changes it, or [`REFUSED_FOR`] has passed.
-    refused: HashMap<(String, String), Held>,
+    pub(super) refused: HashMap<(String, String), Held>,
     /// The key of the records' proofs, once the state was read as leader:
     /// without it no record is written, and none is trusted.
     pub(super) integrity: Option<crate::integrity::Key>,
     /// The deployments whose record was reported as not the Manager's at
     /// the last check, by namespace: forgotten when no longer so.
     unproven: BTreeSet<(String, String)>,
-}
-
-/// An enforcement's result as it is held.
-#[derive(Debug, Clone)]
-struct Held {
-    /// What it was decided from ([`fingerprint`]).
-    fingerprint: u64,
-    since: Instant,
-    enforced: Enforced,
-}
-
-/// What an enforcement did: failed whole (the message), or applied with
-/// some objects left alone (each with the reason).
-#[derive(Debug, Clone, Default)]
-struct Enforced {
-    failed: Option<String>,
-    skipped: Vec<(&'static str, String, String)>,
-}
-
-impl Enforced {
-    fn refused_anything(&self) -> bool {
-        self.failed.is_some() || !self.skipped.is_empty()
-    }
-
-    /// The action and message of one differing object.
-    fn of(&self, f: &Found) -> (drift::Action, Option<String>) {
-        if let Some((_, _, why)) = self
-            .skipped
-            .iter()
-            .find(|(kind, name, _)| *kind == f.kind && *name == f.name)
-        {
-            return (drift::Action::Failed, Some(why.clone()));
-        }
-        match &self.failed {
-            Some(m) => (drift::Action::Failed, Some(m.clone())),
-            None if f.gone => (drift::Action::Recreated, None),
-            None => (drift::Action::Corrected, None),
-        }
-    }
 }
 
 impl Drift {
@@ -141,182 +92,6 @@ struct Recorded {
 }
 
 impl Agent {
-    /// After a command applied: a deploy's record written, a rollout's
-    /// image kept in its records, an uninstalled deployment forgotten.
-    pub(super) fn record_applied(&mut self, command: &Command, outcome: &Outcome) {
-        if outcome.result != AckResult::Applied {
-            return;
-        }
-        // A command about a deployment is a change: enforcement may try again.
-        match &command.action {
-            Action::Deploy(d) => self.forget_refusal(&d.deployment.namespace, &d.deployment.name),
-            Action::Uninstall(t) => self.forget_refusal(&t.namespace, &t.name),
-            Action::Rollout(_) => {
-                for w in &outcome.workloads {
-                    self.forget_refusal(&w.namespace, &w.name);
-                }
-            }
-            Action::Upgrade(_) => {}
-        }
-        match &command.action {
-            Action::Deploy(d) => {
-                let primary = d.format.primary();
-                let owner = outcome.workloads.iter().find(|w| {
-                    w.kind == primary.name()
-                        && w.name == d.deployment.name
-                        && w.namespace == d.deployment.namespace
-                });
-                let Some(uid) = owner.and_then(|w| w.uid.as_deref()) else {
-                    log::warn!(
-                        "drift: no uid for the {primary} of {}; what it applied is not recorded",
-                        d.deployment.name
-                    );
-                    return;
-                };
-                let payload = d.record_payload();
-                self.write_record(
-                    &d.deployment.namespace,
-                    &d.deployment.name,
-                    &payload,
-                    (primary.name(), uid),
-                    false,
-                );
-            }
-            Action::Rollout(_) => {
-                for w in &outcome.workloads {
-                    if let (Some(image), Some(uid)) = (&w.image, &w.uid) {
-                        self.record_rollout(&w.namespace, &w.name, image, uid);
-                    }
-                }
-            }
-            Action::Uninstall(t) => {
-                self.drift.report.forget(&t.namespace, &t.name);
-                self.delete_record(&t.namespace, &t.name);
-            }
-            Action::Upgrade(_) => {}
-        }
-    }
-
-    fn forget_refusal(&mut self, namespace: &str, name: &str) {
-        self.drift
-            .refused
-            .remove(&(namespace.to_owned(), name.to_owned()));
-    }
-
-    /// Deletes a deployment's record after its uninstall (protocol.md,
-    /// `drift.v1`: the garbage collector would, but a finalizer may hold
-    /// it); only a record of this environment, as read.
-    fn delete_record(&mut self, namespace: &str, name: &str) {
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
-            Ok(_) => return,
-            Err(e) => {
-                log::warn!("drift: cannot read the record of {namespace}/{name} to delete it: {e}");
-                return;
-            }
-        };
-        let Some(read_at) = crate::apply::plan::ReadAt::of(&secret) else {
-            return;
-        };
-        let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
-        match self.link.kube.delete_if(&path, "Background", guard) {
-            Ok(_) => log::debug!("drift: the record of {namespace}/{name} deleted with it"),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => log::warn!("drift: cannot delete the record of {namespace}/{name}: {e}"),
-        }
-    }
-
-    /// Keeps a rollout's image in the deployment's record, so that
-    /// enforcing it never rolls back.
-    fn record_rollout(&mut self, namespace: &str, name: &str, image: &str, uid: &str) {
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
-            Ok(_) => return,
-            Err(e) => {
-                log::warn!("drift: cannot read the record of {namespace}/{name}: {e}");
-                return;
-            }
-        };
-        let Some(key) = &self.drift.integrity else {
-            return;
-        };
-        // Only a record the Manager wrote is carried forward (a rollout
-        // never launders a forged one into a proven one).
-        let env = self.me.token.environment_id();
-        let mut payload = match drift::proven_payload(&secret, env, namespace, key) {
-            Ok(p) => p,
-            Err(e) => {
-                log::warn!(
-                    "drift: the record of {namespace}/{name} is not the Manager's ({e}); not kept up to date"
-                );
-                return;
-            }
-        };
-        let manifests = payload["manifests"].as_array_mut().into_iter().flatten();
-        for m in manifests {
-            if m["kind"] == "NexoProxy" && m["metadata"]["name"] == name {
-                m["spec"]["image"] = Value::String(image.to_owned());
-            }
-        }
-        self.write_record(namespace, name, &payload, ("NexoProxy", uid), true);
-    }
-
-    /// Writes a record, unless a Secret of its name that is not one is in
-    /// the way (never touched); `read_as_record`: the caller has just read
-    /// it and found it one, so it is not read again.
-    fn write_record(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        payload: &Value,
-        owner: (&str, &str),
-        read_as_record: bool,
-    ) {
-        let env = self.me.token.environment_id();
-        let Some(key) = &self.drift.integrity else {
-            log::warn!(
-                "drift: no integrity key (the state secret could not be read or written); what {namespace}/{name} applied is not recorded"
-            );
-            return;
-        };
-        let Some(secret) = drift::record_secret(payload, namespace, name, env, owner, key) else {
-            log::warn!(
-                "drift: what {namespace}/{name} applied is over {} bytes; not recorded, its drift not checked",
-                drift::MAX_RECORD_BYTES
-            );
-            return;
-        };
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let in_the_way = if read_as_record {
-            Ok(None)
-        } else {
-            self.link.kube.get_opt::<Value>(&path)
-        };
-        match in_the_way {
-            Ok(Some(other)) if !drift::is_record(&other, env) => {
-                log::warn!(
-                    "drift: Secret {namespace}/{} is not this Manager's record; left alone, the drift of {name} is not checked",
-                    drift::record_name(name)
-                );
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                log::warn!("drift: cannot read {path}: {e}; what {name} applied is not recorded");
-                return;
-            }
-        }
-        if let Err(e) = self
-            .link
-            .kube
-            .apply(&path, &secret, ApplyParams::WRITE.forced(true))
-        {
-            log::warn!("drift: cannot write the record of {namespace}/{name}: {e}");
-        }
-    }
-
     /// Checks drift when due (leading, between heartbeats).
     pub(super) fn check_drift_if_due(&mut self) {
         let now = Instant::now();
@@ -537,36 +312,13 @@ impl Agent {
         }
         let mode = r.kept.settings.mode;
         let name = r.kept.name.clone();
-        let key = (ns.to_owned(), name.clone());
         if !found.is_empty() && mode == Mode::Enforce {
-            let print = fingerprint(&r.version, &found, &live);
-            let enforced = match self.drift.refused.get(&key) {
-                Some(h) if h.fingerprint == print && h.since.elapsed() < REFUSED_FOR => {
-                    log::debug!(
-                        "drift: enforcement of {ns}/{name} failed before and nothing changed; not tried again"
-                    );
-                    h.enforced.clone()
-                }
-                _ => {
-                    let enforced = self.enforce(ns, &r.kept, &live);
-                    if enforced.refused_anything() {
-                        let held = Held {
-                            fingerprint: print,
-                            since: Instant::now(),
-                            enforced: enforced.clone(),
-                        };
-                        self.drift.refused.insert(key.clone(), held);
-                    } else {
-                        self.drift.refused.remove(&key);
-                    }
-                    enforced
-                }
-            };
+            let enforced = self.enforce_unless_held(ns, &r.kept, &r.version, &found, &live);
             for f in &mut found {
                 (f.action, f.message) = enforced.of(f);
             }
         } else {
-            self.drift.refused.remove(&key);
+            self.forget_refusal(ns, &name);
         }
         for f in &found {
             crate::metrics::drifted(mode.as_str(), f.action.as_str());
@@ -627,76 +379,6 @@ impl Agent {
             });
         }
     }
-
-    /// Applies a record again: what drift ignores kept as it is now, the
-    /// same checks as a deploy command, fields taken back from other field
-    /// managers. The result, and the message of a failure.
-    fn enforce(&mut self, ns: &str, kept: &drift::Kept, live: &HashMap<usize, Value>) -> Enforced {
-        let failed = |message: String| Enforced {
-            failed: Some(crate::text::clip(&message, 256)),
-            skipped: Vec::new(),
-        };
-        let ignore = &kept.settings.ignore;
-        let payload = kept.payload(ns, |i, m| drift::keeping_ignored(&m, live.get(&i), ignore));
-        let deploy = match crate::commands::deploy_payload(
-            &payload,
-            &self.me.capabilities,
-            &self.me.namespaces,
-        ) {
-            Ok(d) => d,
-            Err(e) => return failed(format!("the record is not a valid deploy: {e}")),
-        };
-        let command = Command {
-            id: format!("drift-{}", kept.name),
-            action: Action::Deploy(deploy),
-        };
-        let permitted = match apply::permit(command, &self.rules()) {
-            Ok(p) => p,
-            Err(refusal) => return failed(refusal.to_string()),
-        };
-        let mut ctx = self.execution();
-        ctx.enforcing = true;
-        let outcome = apply::run(&ctx, &permitted);
-        let skipped = outcome
-            .skipped
-            .into_iter()
-            .map(|(r, why)| {
-                let why = crate::text::clip(&format!("{r} {why}; left alone"), 256);
-                (r.kind.name(), r.name, why)
-            })
-            .collect();
-        Enforced {
-            failed: (outcome.result == AckResult::Failed)
-                .then(|| crate::text::clip(&outcome.message, 256)),
-            skipped,
-        }
-    }
-}
-
-/// What an enforcement is decided from: the record's version and, for
-/// each differing object, its fields, whether it is gone, and the version
-/// it was listed at.
-fn fingerprint(record_version: &str, found: &[Found], live: &HashMap<usize, Value>) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    record_version.hash(&mut h);
-    for f in found {
-        (f.kind, &f.name, &f.fields, f.gone).hash(&mut h);
-    }
-    let mut versions: Vec<(usize, &str)> = live
-        .iter()
-        .map(|(i, o)| {
-            (
-                *i,
-                o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
-    versions.sort_unstable();
-    versions.hash(&mut h);
-    h.finish()
 }
 
 /// `fields /data/mode` or `gone`.

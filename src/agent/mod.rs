@@ -16,8 +16,10 @@
 
 mod batch;
 mod drift;
+mod enforce;
 pub mod heartbeat;
 mod lead;
+mod record;
 pub mod session;
 mod startup;
 mod state_store;
@@ -145,8 +147,10 @@ pub struct Agent {
     pace: Pace,
     /// Shared with the loop's duty, which renews the lease in its waits.
     elector: Rc<RefCell<Elector>>,
-    /// The lease term the state was last read in: a new term (leadership
-    /// begun anew, between heartbeats or mid-batch) reads it again first.
+    /// The lease term the state was last read in (0: not read as leader,
+    /// or to be read again, after the fence stopped a command): a new term
+    /// (leadership begun anew, between heartbeats or mid-batch) reads it
+    /// again first.
     state_term: u64,
     beats: Beats,
     /// The Kubernetes Events waiting to be written.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::ownership;
 
 fn ignore(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()

@@ -11,6 +11,7 @@
 
 pub mod chart;
 pub mod commands;
+pub mod drift;
 pub mod fixture;
 pub mod manager;
 pub mod proxy;

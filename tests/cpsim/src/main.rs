@@ -3,7 +3,11 @@
 //! ```text
 //! nexo-cpsim [--addr 127.0.0.1:PORT] [--env ID[=TOKEN]]... [--ca-out PATH]
 //!            [--plain-http] [--hold] [--heartbeat-interval SECS] [--keys-out PATH]
+//!            [--redeliver-after SECS]
 //! ```
+//! With `--redeliver-after`, a command delivered and not acknowledged for
+//! SECS is sent again (protocol.md: the CP sends unacknowledged commands
+//! again).
 //! With `--keys-out`, every environment signs its commands with a key pair
 //! made for this run, whose key line is written to PATH (the Manager's
 //! `NEXO_COMMAND_KEYS_FILE`).
@@ -40,6 +44,7 @@ fn run() -> Result<(), String> {
     let mut envs: Vec<(String, Option<String>)> = Vec::new();
     let mut ca_out: Option<PathBuf> = None;
     let mut keys_out: Option<PathBuf> = None;
+    let mut redeliver_after: Option<std::time::Duration> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -60,6 +65,12 @@ fn run() -> Result<(), String> {
             "--plain-http" => config.tls = false,
             "--hold" => config.hold = true,
             "--keys-out" => keys_out = Some(PathBuf::from(value()?)),
+            "--redeliver-after" => {
+                let secs: u64 = value()?
+                    .parse()
+                    .map_err(|_| "--redeliver-after is not a number of seconds".to_owned())?;
+                redeliver_after = Some(std::time::Duration::from_secs(secs));
+            }
             "--heartbeat-interval" => {
                 config.heartbeat_interval_seconds = Some(
                     value()?
@@ -69,7 +80,7 @@ fn run() -> Result<(), String> {
             }
             "--help" | "-h" => {
                 println!(
-                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--hold] [--heartbeat-interval SECS] [--keys-out PATH]"
+                    "nexo-cpsim [--addr HOST:PORT] [--env ID[=TOKEN]]... [--ca-out PATH] [--plain-http] [--hold] [--heartbeat-interval SECS] [--keys-out PATH] [--redeliver-after SECS]"
                 );
                 return Ok(());
             }
@@ -78,6 +89,7 @@ fn run() -> Result<(), String> {
     }
     let sim =
         Simulator::start_on(config, addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    sim.set_redeliver_after(redeliver_after);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "url={}", sim.url());
     let mut key_lines = Vec::new();

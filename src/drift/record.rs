@@ -1,0 +1,228 @@
+//! The drift record: a Secret owned by the deployment, labelled as the
+//! Manager's own, holding what a deploy or rollout applied as a deploy
+//! payload and the Manager's proof of it (SECURITY.md, "Integrity the
+//! namespace cannot forge"); read back only with a valid proof, and kept
+//! small while a check holds it ([`Kept`]).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
+use crate::ownership;
+
+/// The name of a deployment's record Secret.
+pub fn record_name(deployment: &str) -> String {
+    format!("nexo-applied-{deployment}")
+}
+
+/// The record Secret of a deployment: `payload` (the deploy's
+/// `deployment`, `format`, `manifests` and `drift`, as a deploy command's
+/// payload, so that enforcing it passes the same validation), owned by
+/// the deployment's NexoProxy or Deployment (`owner`: kind, uid) and
+/// labelled as the Manager's own, but not with the deployment's label:
+/// an uninstall or a deploy that lists the deployment's objects never
+/// meets it (the garbage collector removes it with its owner). `None`
+/// when it is over [`MAX_RECORD_BYTES`].
+pub fn record_secret(
+    payload: &Value,
+    namespace: &str,
+    deployment: &str,
+    environment_id: &str,
+    owner: (&str, &str),
+    key: &crate::integrity::Key,
+) -> Option<Value> {
+    let text = serde_json::to_string(payload).ok()?;
+    if text.len() > MAX_RECORD_BYTES {
+        return None;
+    }
+    let api_version = match owner.0 {
+        "NexoProxy" => "nexo.io/v1alpha1",
+        _ => "apps/v1",
+    };
+    let proof = key.record_proof(&crate::integrity::RecordClaim {
+        environment_id,
+        namespace,
+        deployment,
+        owner_uid: owner.1,
+        payload: text.as_bytes(),
+    });
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": record_name(deployment),
+            "namespace": namespace,
+            "labels": {
+                ownership::MANAGED_BY: ownership::MANAGER,
+                ownership::OWNER_ID: environment_id,
+                ownership::ROLE: RECORD_ROLE,
+            },
+            "annotations": {crate::integrity::ANNOTATION: proof},
+            "ownerReferences": [{"apiVersion": api_version, "kind": owner.0, "name": deployment, "uid": owner.1}],
+        },
+        "type": "Opaque",
+        "data": {"payload": STANDARD.encode(text)},
+    }))
+}
+
+/// The payload of a record Secret (found in `namespace`, labelled as this
+/// environment's), only if it carries the Manager's proof of it (SECURITY.md,
+/// "Integrity the namespace cannot forge"): its payload's exact bytes, its
+/// place, its deployment and its owner's uid. An error says why it is not
+/// the Manager's, or what is wrong.
+pub fn proven_payload(
+    secret: &Value,
+    environment_id: &str,
+    namespace: &str,
+    key: &crate::integrity::Key,
+) -> Result<Value, String> {
+    let meta = &secret["metadata"];
+    let proof = meta["annotations"][crate::integrity::ANNOTATION]
+        .as_str()
+        .ok_or("it carries no proof (written before 0.5, or not by the Manager; the next deploy of the deployment writes it anew)")?;
+    let data = secret["data"]["payload"]
+        .as_str()
+        .ok_or("no data.payload")?;
+    let bytes = STANDARD
+        .decode(data)
+        .map_err(|e| format!("data.payload is not base64: {e}"))?;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(format!("larger than {MAX_RECORD_BYTES} bytes"));
+    }
+    let payload: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("data.payload is not JSON: {e}"))?;
+    let deployment = payload["deployment"]["name"]
+        .as_str()
+        .ok_or("deployment.name is missing")?;
+    if meta["name"].as_str() != Some(record_name(deployment).as_str()) {
+        return Err(format!(
+            "it is not named after its deployment {}",
+            crate::text::clip(deployment, 64)
+        ));
+    }
+    let owner_uid = meta["ownerReferences"][0]["uid"]
+        .as_str()
+        .unwrap_or_default();
+    let claim = crate::integrity::RecordClaim {
+        environment_id,
+        namespace,
+        deployment,
+        owner_uid,
+        payload: &bytes,
+    };
+    if !key.verify_record(&claim, proof) {
+        return Err(
+            "its proof is not valid (rewritten, moved, or not written by the Manager)".into(),
+        );
+    }
+    Ok(payload)
+}
+
+/// The deployment a record Secret claims to be of, by its name.
+pub fn claimed_deployment(secret: &Value) -> Option<&str> {
+    secret["metadata"]["name"]
+        .as_str()?
+        .strip_prefix("nexo-applied-")
+}
+
+/// A record as a check holds it: small, each manifest kept as its JSON
+/// text until its object is compared (10,000 parsed manifests would cost
+/// the check tens of MiB).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kept {
+    pub name: String,
+    /// `crd` or `legacy`.
+    pub format: &'static str,
+    pub settings: Settings,
+    pub manifests: Vec<KeptManifest>,
+}
+
+/// One manifest of a [`Kept`] record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptManifest {
+    pub kind: crate::resource::Kind,
+    pub name: String,
+    pub text: Box<str>,
+}
+
+impl Kept {
+    /// Reads a record's payload, found in `namespace`; an error names what
+    /// is wrong. Enough to compare; enforcing it validates it whole, as a
+    /// deploy.
+    pub fn read(payload: &Value, namespace: &str) -> Result<Kept, String> {
+        let field = |v: &Value, what: &str| -> Result<String, String> {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{what} is missing or not a string"))
+        };
+        let name = field(&payload["deployment"]["name"], "deployment.name")?;
+        if payload["deployment"]["namespace"] != namespace {
+            return Err(format!("deployment.namespace is not {namespace}"));
+        }
+        let format = match payload["format"].as_str() {
+            Some("crd") => "crd",
+            Some("legacy") => "legacy",
+            _ => return Err("format is neither crd nor legacy".into()),
+        };
+        let settings = Settings::parse(&payload["drift"])?;
+        let list = payload["manifests"]
+            .as_array()
+            .ok_or("manifests is missing or not a list")?;
+        if list.len() > MAX_OBJECTS {
+            return Err(format!("more than {MAX_OBJECTS} manifests"));
+        }
+        let mut manifests = Vec::with_capacity(list.len());
+        for (i, m) in list.iter().enumerate() {
+            let api_version = m["apiVersion"].as_str().unwrap_or_default();
+            let kind = m["kind"].as_str().unwrap_or_default();
+            let kind = crate::resource::Kind::of(api_version, kind).ok_or_else(|| {
+                format!(
+                    "manifests[{i}]: {} {} is not a kind a deploy writes",
+                    crate::text::clip(api_version, 64),
+                    crate::text::clip(kind, 64)
+                )
+            })?;
+            let name = field(
+                &m["metadata"]["name"],
+                &format!("manifests[{i}].metadata.name"),
+            )?;
+            manifests.push(KeptManifest {
+                kind,
+                name,
+                text: m.to_string().into_boxed_str(),
+            });
+        }
+        Ok(Kept {
+            name,
+            format,
+            settings,
+            manifests,
+        })
+    }
+
+    /// The deploy payload it was read from (in `namespace`), for
+    /// enforcement; each manifest through `edit` (index, manifest).
+    pub fn payload(&self, namespace: &str, mut edit: impl FnMut(usize, Value) -> Value) -> Value {
+        let manifests: Vec<Value> = self
+            .manifests
+            .iter()
+            .enumerate()
+            .map(|(i, m)| edit(i, serde_json::from_str(&m.text).unwrap_or(Value::Null)))
+            .collect();
+        json!({
+            "deployment": {"name": self.name, "namespace": namespace},
+            "format": self.format,
+            "manifests": manifests,
+            "drift": self.settings.to_json(),
+        })
+    }
+}
+
+/// Whether `secret` is a record of this environment (labels).
+pub fn is_record(secret: &Value, environment_id: &str) -> bool {
+    let labels = &secret["metadata"]["labels"];
+    labels[ownership::ROLE] == RECORD_ROLE
+        && labels[ownership::OWNER_ID] == environment_id
+        && labels[ownership::MANAGED_BY] == ownership::MANAGER
+}
