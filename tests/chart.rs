@@ -342,15 +342,7 @@ fn install_monitoring_crds(tb: &support::Testbed) {
         None,
     );
     for crd in ["servicemonitors", "podmonitors"] {
-        ok(
-            tb.kubectl_cmd().args([
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}.monitoring.coreos.com"),
-            ]),
-            None,
-        );
+        tb.wait_established(&format!("{crd}.monitoring.coreos.com"));
     }
 }
 

@@ -353,15 +353,7 @@ fn the_chart_installs_as_a_subchart_of_an_umbrella_chart() {
             .arg(&tb.monitoring_crds),
         None,
     );
-    ok(
-        tb.kubectl_cmd().args([
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-        ]),
-        None,
-    );
+    tb.wait_established("servicemonitors.monitoring.coreos.com");
     let ns = tb.namespace("umbrella");
     let dir = scratch("umbrella");
     std::fs::write(

@@ -306,20 +306,29 @@ impl Testbed {
             let name = format!("{plural}.nexo.io");
             let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
             self.apply_file(&path, &format!("manifests/crds/{name}.yaml"));
-            let client = self.admin();
-            wait_for(
-                Duration::from_secs(30),
-                &format!("CRD {name} established"),
-                || {
-                    let crd: Value = client.get(&path).ok()?;
-                    let conditions = crd["status"]["conditions"].as_array()?;
-                    conditions
-                        .iter()
-                        .any(|c| c["type"] == "Established" && c["status"] == "True")
-                        .then_some(())
-                },
-            );
+            self.wait_established(&name);
         }
+    }
+
+    /// Waits until the CRD `name` is established (at most 60 s). Through
+    /// the API, not `kubectl wait --for=condition=Established`: kubectl
+    /// 1.34 fails at once ("accessor error: <nil>") on a CRD created a
+    /// moment before, which has no `status.conditions` yet.
+    pub fn wait_established(&self, name: &str) {
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        let client = self.admin();
+        wait_for(
+            Duration::from_secs(60),
+            &format!("CRD {name} established"),
+            || {
+                let crd: Value = client.get(&path).ok()?;
+                let conditions = crd["status"]["conditions"].as_array()?;
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    .then_some(())
+            },
+        );
     }
 }
 
