@@ -64,18 +64,27 @@ impl Agent {
         }
     }
 
+    /// The record of `namespace/name` and its path, when it is a record
+    /// of this environment (a read that fails is logged, with what it was
+    /// read `for_what`).
+    fn read_record(&self, namespace: &str, name: &str, for_what: &str) -> Option<(String, Value)> {
+        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
+        match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => Some((path, s)),
+            Ok(_) => None,
+            Err(e) => {
+                log::warn!("drift: cannot read the record of {namespace}/{name} {for_what}: {e}");
+                None
+            }
+        }
+    }
+
     /// Deletes a deployment's record after its uninstall (protocol.md,
     /// `drift.v1`: the garbage collector would, but a finalizer may hold
     /// it); only a record of this environment, as read.
     fn delete_record(&mut self, namespace: &str, name: &str) {
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
-            Ok(_) => return,
-            Err(e) => {
-                log::warn!("drift: cannot read the record of {namespace}/{name} to delete it: {e}");
-                return;
-            }
+        let Some((path, secret)) = self.read_record(namespace, name, "to delete it") else {
+            return;
         };
         let Some(read_at) = crate::apply::plan::ReadAt::of(&secret) else {
             return;
@@ -91,14 +100,8 @@ impl Agent {
     /// Keeps a rollout's image in the deployment's record, so that
     /// enforcing it never rolls back.
     fn record_rollout(&mut self, namespace: &str, name: &str, image: &str, uid: &str) {
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => s,
-            Ok(_) => return,
-            Err(e) => {
-                log::warn!("drift: cannot read the record of {namespace}/{name}: {e}");
-                return;
-            }
+        let Some((_, secret)) = self.read_record(namespace, name, "to keep its image") else {
+            return;
         };
         let Some(key) = &self.drift.integrity else {
             return;
