@@ -116,6 +116,22 @@ fn a_forged_record_is_never_enforced_and_is_reported_with_signatures_required() 
             .all(|d| d["name"] != "ghost"),
         &format!("no ghost in the inventory: {}", hb["deployments"]),
     );
+    // An uninstall of `ghost` (not installed) leaves the forged record
+    // alone: it is not the Manager's to delete.
+    f.sim.enqueue_command(
+        &f.env_id,
+        command(
+            "df-uninstall-ghost",
+            "uninstall",
+            json!({"deployment": {"name": "ghost", "namespace": f.ns.name}}),
+        ),
+    );
+    let ack = wait_ack(&f, &mut m, "df-uninstall-ghost");
+    m.check(ack["result"] == "applied", &format!("uninstall: {ack}"));
+    m.check(
+        get(&f, "Secret", "nexo-applied-ghost").is_some(),
+        "a record that is not the Manager's is never deleted by it",
+    );
     m.stop_expecting_exit_0();
 }
 

@@ -30,6 +30,25 @@ fn signal(pid: &str, name: &str) {
     assert!(ok.success(), "kill -{name} {pid}");
 }
 
+/// The API server stopped (SIGSTOP) while it lives, continued when it
+/// goes, a failed test's unwinding included (a stopped process would
+/// outlive the test bed's reaper's SIGTERM).
+struct Frozen<'a>(&'a str);
+
+impl<'a> Frozen<'a> {
+    fn new(pid: &'a str) -> Frozen<'a> {
+        signal(pid, "STOP");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        // No assertion here: a panic while unwinding would abort.
+        let _ = Command::new("kill").arg("-CONT").arg(self.0).status();
+    }
+}
+
 #[test]
 fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
     let bed = OwnBed::start("fence-tb", &[]);
@@ -69,9 +88,10 @@ fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    signal(&pid, "STOP");
-    std::thread::sleep(Duration::from_secs(15));
-    signal(&pid, "CONT");
+    {
+        let _frozen = Frozen::new(&pid);
+        std::thread::sleep(Duration::from_secs(15));
+    }
 
     let acked = |id: &str| {
         f.sim

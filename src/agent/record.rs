@@ -64,16 +64,35 @@ impl Agent {
         }
     }
 
-    /// The record of `namespace/name` and its path, when it is a record
-    /// of this environment (a read that fails is logged, with what it was
-    /// read `for_what`).
-    fn read_record(&self, namespace: &str, name: &str, for_what: &str) -> Option<(String, Value)> {
+    /// The record of `namespace/name` (its path, the Secret and its
+    /// payload), only when it is this Manager's: labelled as a record of
+    /// this environment and carrying a valid proof (a record that is not
+    /// is never changed nor deleted; the garbage collector removes one
+    /// from 0.4 with its owner). What stops it is logged, with what it was
+    /// read `for_what`.
+    fn read_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        for_what: &str,
+    ) -> Option<(String, Value, Value)> {
         let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, self.me.token.environment_id()) => Some((path, s)),
-            Ok(_) => None,
+        let env = self.me.token.environment_id();
+        let secret = match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) if drift::is_record(&s, env) => s,
+            Ok(_) => return None,
             Err(e) => {
                 log::warn!("drift: cannot read the record of {namespace}/{name} {for_what}: {e}");
+                return None;
+            }
+        };
+        let key = self.drift.integrity.as_ref()?;
+        match drift::proven_payload(&secret, env, namespace, key) {
+            Ok(payload) => Some((path, secret, payload)),
+            Err(e) => {
+                log::warn!(
+                    "drift: the record of {namespace}/{name} is not the Manager's ({e}); left alone, not read {for_what}"
+                );
                 None
             }
         }
@@ -81,9 +100,9 @@ impl Agent {
 
     /// Deletes a deployment's record after its uninstall (protocol.md,
     /// `drift.v1`: the garbage collector would, but a finalizer may hold
-    /// it); only a record of this environment, as read.
+    /// it); only this Manager's record, as read.
     fn delete_record(&mut self, namespace: &str, name: &str) {
-        let Some((path, secret)) = self.read_record(namespace, name, "to delete it") else {
+        let Some((path, secret, _)) = self.read_record(namespace, name, "to delete it") else {
             return;
         };
         let Some(read_at) = crate::apply::plan::ReadAt::of(&secret) else {
@@ -98,25 +117,13 @@ impl Agent {
     }
 
     /// Keeps a rollout's image in the deployment's record, so that
-    /// enforcing it never rolls back.
+    /// enforcing it never rolls back; only a record the Manager wrote is
+    /// carried forward (a rollout never launders a forged one into a
+    /// proven one).
     fn record_rollout(&mut self, namespace: &str, name: &str, image: &str, uid: &str) {
-        let Some((_, secret)) = self.read_record(namespace, name, "to keep its image") else {
+        let Some((_, _, mut payload)) = self.read_record(namespace, name, "to keep its image")
+        else {
             return;
-        };
-        let Some(key) = &self.drift.integrity else {
-            return;
-        };
-        // Only a record the Manager wrote is carried forward (a rollout
-        // never launders a forged one into a proven one).
-        let env = self.me.token.environment_id();
-        let mut payload = match drift::proven_payload(&secret, env, namespace, key) {
-            Ok(p) => p,
-            Err(e) => {
-                log::warn!(
-                    "drift: the record of {namespace}/{name} is not the Manager's ({e}); not kept up to date"
-                );
-                return;
-            }
         };
         let manifests = payload["manifests"].as_array_mut().into_iter().flatten();
         for m in manifests {
