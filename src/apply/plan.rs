@@ -80,12 +80,10 @@ pub fn refusal_for(
     })
 }
 
-/// Drift enforcement's choice (protocol.md, `drift.v1`): the objects of a
-/// record, other than the deployment's NexoProxy or Deployment, that exist
-/// and are not the deployment's own (`own`: the Manager's own object, as
-/// read; else another environment's, another deployment's, a legacy or an
-/// unrelated object, the migration gate closed), each with the reason.
-/// They are left alone; the rest is restored.
+/// Drift enforcement's choice (protocol.md, `drift.v1`): the record's objects,
+/// but the deployment's NexoProxy or Deployment, that exist and are not the
+/// deployment's (`own`: the Manager's own, as read; else [`refusal_for`] with
+/// the migration gate closed), with the reason: left alone, the rest restored.
 pub fn not_the_deployments(
     d: &Deploy,
     existing: &[Option<Value>],
@@ -95,9 +93,7 @@ pub fn not_the_deployments(
     d.manifests
         .iter()
         .zip(existing)
-        .filter(|(m, _)| {
-            m.reference.kind != d.format.primary() || m.reference.name != d.deployment.name
-        })
+        .filter(|(m, _)| !d.is_primary(&m.reference))
         .filter_map(|(m, o)| {
             let o = o.as_ref()?;
             let why = own(&m.reference, Some(o))

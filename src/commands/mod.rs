@@ -91,6 +91,12 @@ pub struct Deploy {
 }
 
 impl Deploy {
+    /// Whether `r` is the deployment's NexoProxy (`crd`) or Deployment
+    /// (`legacy`) itself.
+    pub fn is_primary(&self, r: &ObjectRef) -> bool {
+        r.kind == self.format.primary() && r.name == self.deployment.name
+    }
+
     /// The payload its drift record keeps (protocol.md, `drift.v1`): a
     /// deploy's, so that applying it again passes [`deploy_payload`].
     pub fn record_payload(&self) -> Value {
