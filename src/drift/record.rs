@@ -11,9 +11,12 @@ use serde_json::{Value, json};
 use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
 use crate::ownership;
 
+/// What a record Secret's name starts with; the deployment's name follows.
+const NAME_PREFIX: &str = "nexo-applied-";
+
 /// The name of a deployment's record Secret.
 pub fn record_name(deployment: &str) -> String {
-    format!("nexo-applied-{deployment}")
+    format!("{NAME_PREFIX}{deployment}")
 }
 
 /// The record Secret of a deployment: `payload` (the deploy's
@@ -123,7 +126,7 @@ pub fn proven_payload(
 pub fn claimed_deployment(secret: &Value) -> Option<&str> {
     secret["metadata"]["name"]
         .as_str()?
-        .strip_prefix("nexo-applied-")
+        .strip_prefix(NAME_PREFIX)
 }
 
 /// A record as a check holds it: small, each manifest kept as its JSON

@@ -144,8 +144,9 @@ fn enforcing_keeps_what_drift_ignores() {
     assert_eq!(keeping_ignored(&manifest, None, &[]), manifest);
 }
 
-#[test]
-fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
+/// A key, the payload of an empty deploy of `orders` in `shop`, and its
+/// record Secret (environment `env-1`, owned by the NexoProxy `u-1`).
+fn orders_record() -> (crate::integrity::Key, Value, Value) {
     let (key, _) = crate::integrity::Key::generate().unwrap();
     let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
     let s = record_secret(
@@ -157,6 +158,12 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
         &key,
     )
     .unwrap();
+    (key, payload, s)
+}
+
+#[test]
+fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
+    let (key, payload, s) = orders_record();
     assert_eq!(s["metadata"]["name"], "nexo-applied-orders");
     assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "u-1");
     assert_eq!(
@@ -183,17 +190,7 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
 
 #[test]
 fn a_record_is_trusted_only_with_the_managers_proof_of_it() {
-    let (key, _) = crate::integrity::Key::generate().unwrap();
-    let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
-    let s = record_secret(
-        &payload,
-        "shop",
-        "orders",
-        "env-1",
-        ("NexoProxy", "u-1"),
-        &key,
-    )
-    .unwrap();
+    let (key, payload, s) = orders_record();
     let why = |s: &Value, ns: &str| proven_payload(s, "env-1", ns, &key).unwrap_err();
     // Rewritten: another payload under the same proof.
     let mut rewritten = s.clone();
