@@ -51,6 +51,10 @@ pub struct Config {
     pub cluster_zone: Option<String>,
     /// `NEXO_ALLOW_LEGACY_ADOPTION`: the cluster side of the migration gate. Default: false.
     pub allow_legacy_adoption: bool,
+    /// `NEXO_ADOPT_UNPROVEN`: the gate that lets a write give its proof to
+    /// an object with this environment's labels but none (objects of 0.4;
+    /// SECURITY.md, "Integrity the namespace cannot forge"). Default: false.
+    pub adopt_unproven: bool,
     /// `NEXO_ALLOW_SELF_UPGRADE`: whether the `upgrade` command may patch
     /// the Manager's own Deployment; when false, `command.upgrade` is not
     /// advertised and every upgrade is refused (installs whose Deployment
@@ -241,6 +245,7 @@ impl Config {
             "NEXO_ALLOW_LEGACY_ADOPTION",
             get("NEXO_ALLOW_LEGACY_ADOPTION"),
         )?;
+        let adopt_unproven = parse_bool("NEXO_ADOPT_UNPROVEN", get("NEXO_ADOPT_UNPROVEN"))?;
         let allow_self_upgrade = match get("NEXO_ALLOW_SELF_UPGRADE") {
             None => true,
             value => parse_bool("NEXO_ALLOW_SELF_UPGRADE", value)?,
@@ -317,6 +322,7 @@ impl Config {
             cluster_region: get("NEXO_CLUSTER_REGION"),
             cluster_zone: get("NEXO_CLUSTER_ZONE"),
             allow_legacy_adoption,
+            adopt_unproven,
             allow_self_upgrade,
             listen_addr,
             state_secret,

@@ -111,6 +111,11 @@ fn errors_name_the_variable() {
             "neither",
         ),
         (
+            vec![("NEXO_ADOPT_UNPROVEN", "maybe")],
+            "NEXO_ADOPT_UNPROVEN",
+            "not true or false",
+        ),
+        (
             vec![("NEXO_ALLOW_LEGACY_ADOPTION", "maybe")],
             "NEXO_ALLOW_LEGACY_ADOPTION",
             "not true or false",

@@ -21,7 +21,15 @@ const KEY_BYTES: usize = 32;
 
 /// The integrity key. Its `Debug` never shows it.
 #[derive(Clone)]
-pub struct Key(hmac::Key);
+pub struct Key(hmac::Key, [u8; 8]);
+
+impl PartialEq for Key {
+    /// The same key: the same tag of a fixed message (the key itself is
+    /// never compared).
+    fn eq(&self, other: &Key) -> bool {
+        self.1 == other.1
+    }
+}
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -66,6 +74,24 @@ pub struct RecordClaim<'a> {
     pub payload: &'a [u8],
 }
 
+/// What an object's proof vouches for: that the Manager wrote this one
+/// object (by uid) for this environment's deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectClaim<'a> {
+    /// The environment.
+    pub environment_id: &'a str,
+    /// The deployment it was written for.
+    pub deployment: &'a str,
+    /// Its kind (`ConfigMap`, `NexoProxy`, ...).
+    pub kind: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Its uid, as the API server gave it.
+    pub uid: &'a str,
+}
+
 impl Key {
     /// A new key from the system's random source, and its stored form.
     pub fn generate() -> Result<(Key, String), KeyError> {
@@ -88,12 +114,36 @@ impl Key {
     }
 
     fn from_bytes(bytes: &[u8]) -> Key {
-        Key(hmac::Key::new(hmac::HMAC_SHA256, bytes))
+        let key = hmac::Key::new(hmac::HMAC_SHA256, bytes);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&hmac::sign(&key, b"nexo.io/key-id").as_ref()[..8]);
+        Key(key, id)
     }
 
     /// The proof of a drift record.
     pub fn record_proof(&self, claim: &RecordClaim<'_>) -> String {
-        let tag = hmac::sign(&self.0, &record_message(claim));
+        self.sign(&record_message(claim))
+    }
+
+    /// Whether `proof` is this key's proof of `claim` (compared in
+    /// constant time).
+    pub fn verify_record(&self, claim: &RecordClaim<'_>, proof: &str) -> bool {
+        self.verify(&record_message(claim), proof)
+    }
+
+    /// The proof of an object the Manager wrote.
+    pub fn object_proof(&self, claim: &ObjectClaim<'_>) -> String {
+        self.sign(&object_message(claim))
+    }
+
+    /// Whether `proof` is this key's proof of `claim` (compared in
+    /// constant time).
+    pub fn verify_object(&self, claim: &ObjectClaim<'_>, proof: &str) -> bool {
+        self.verify(&object_message(claim), proof)
+    }
+
+    fn sign(&self, message: &[u8]) -> String {
+        let tag = hmac::sign(&self.0, message);
         let mut out = String::with_capacity(VERSION.len() + 64);
         out.push_str(VERSION);
         for b in tag.as_ref() {
@@ -102,27 +152,42 @@ impl Key {
         out
     }
 
-    /// Whether `proof` is this key's proof of `claim` (compared in
-    /// constant time).
-    pub fn verify_record(&self, claim: &RecordClaim<'_>, proof: &str) -> bool {
+    fn verify(&self, message: &[u8], proof: &str) -> bool {
         let Some(tag) = proof.strip_prefix(VERSION).and_then(from_hex) else {
             return false;
         };
-        hmac::verify(&self.0, &record_message(claim), &tag).is_ok()
+        hmac::verify(&self.0, message, &tag).is_ok()
     }
 }
 
-/// The message of a record's proof: a domain tag, then each field
-/// prefixed by its length, so that no two claims share a message.
+/// The message of a record's proof.
 fn record_message(c: &RecordClaim<'_>) -> Vec<u8> {
-    let fields: [&[u8]; 6] = [
+    message(&[
         b"nexo.io/record",
         c.environment_id.as_bytes(),
         c.namespace.as_bytes(),
         c.deployment.as_bytes(),
         c.owner_uid.as_bytes(),
         c.payload,
-    ];
+    ])
+}
+
+/// The message of an object's proof.
+fn object_message(c: &ObjectClaim<'_>) -> Vec<u8> {
+    message(&[
+        b"nexo.io/object",
+        c.environment_id.as_bytes(),
+        c.deployment.as_bytes(),
+        c.kind.as_bytes(),
+        c.namespace.as_bytes(),
+        c.name.as_bytes(),
+        c.uid.as_bytes(),
+    ])
+}
+
+/// A domain tag, then each field prefixed by its length, so that no two
+/// claims (of one kind or of two) share a message.
+fn message(fields: &[&[u8]]) -> Vec<u8> {
     let mut m = Vec::with_capacity(fields.iter().map(|f| f.len() + 8).sum());
     for f in fields {
         m.extend_from_slice(&(f.len() as u64).to_be_bytes());
@@ -211,6 +276,59 @@ mod tests {
         ] {
             assert!(!key.verify_record(&claim(b"{}"), bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_object_proof_holds_for_that_one_object() {
+        let (key, _) = Key::generate().unwrap();
+        let claim = ObjectClaim {
+            environment_id: "env-a",
+            deployment: "orders",
+            kind: "ConfigMap",
+            namespace: "shop",
+            name: "orders-config",
+            uid: "uid-1",
+        };
+        let proof = key.object_proof(&claim);
+        assert!(key.verify_object(&claim, &proof));
+        for c in [
+            ObjectClaim {
+                uid: "uid-2",
+                ..claim
+            },
+            ObjectClaim {
+                environment_id: "env-b",
+                ..claim
+            },
+            ObjectClaim {
+                deployment: "billing",
+                ..claim
+            },
+            ObjectClaim {
+                kind: "Secret",
+                ..claim
+            },
+            ObjectClaim {
+                namespace: "other",
+                ..claim
+            },
+            ObjectClaim {
+                name: "orders-config2",
+                ..claim
+            },
+        ] {
+            assert!(!key.verify_object(&c, &proof), "{c:?}");
+        }
+        // A record's proof is never an object's, and the other way round.
+        let record = RecordClaim {
+            environment_id: "env-a",
+            namespace: "shop",
+            deployment: "orders",
+            owner_uid: "uid-1",
+            payload: b"",
+        };
+        assert!(!key.verify_record(&record, &proof));
+        assert!(!key.verify_object(&claim, &key.record_proof(&record)));
     }
 
     #[test]

@@ -1,6 +1,9 @@
-//! Ownership: the labels every Manager-written object carries, and how an
-//! existing object is classified before the Manager may touch it.
+//! Ownership: the labels and the proof every Manager-written object
+//! carries, and how an existing object is classified before the Manager may
+//! touch it: the one verdict every planner, the drift check and the
+//! inventory ask ([`Verifier`]).
 
+use crate::integrity::{self, Key, ObjectClaim};
 use crate::refusal::Refusal;
 use serde_json::Value;
 
@@ -157,8 +160,14 @@ impl OwnObjects {
 /// What an existing object is, as far as this Manager is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
-    /// Both ownership labels, with this environment.
+    /// Both ownership labels, with this environment, and a valid proof
+    /// that this Manager wrote it ([`integrity`]).
     Owned,
+    /// This environment's labels without a valid proof: written by 0.4,
+    /// or labelled by someone else. Adopted only through the gate
+    /// `NEXO_ADOPT_UNPROVEN` (SECURITY.md, "Integrity the namespace cannot
+    /// forge").
+    Unproven,
     /// Managed by a Nexo Manager of another environment: never touched.
     OtherEnvironment(String),
     /// Written by the 0.2.0 line: `part-of=nexo`, no owner id. Adopted only
@@ -168,7 +177,180 @@ pub enum Ownership {
     Unrelated,
 }
 
-/// Classifies an object (JSON, as custom resources are read) from its `metadata.labels`.
+/// The one verdict on an object's ownership: this environment's labels
+/// and a proof made with its key, or the gate that adopts unproven
+/// objects. Plain values: the planners, the drift check and the inventory
+/// ask it.
+#[derive(Debug, Clone, Copy)]
+pub struct Verifier<'a> {
+    /// This environment.
+    pub environment_id: &'a str,
+    /// The key the proofs are made with (the state's `integrityKey`).
+    pub key: &'a Key,
+    /// `NEXO_ADOPT_UNPROVEN`: an object with this environment's labels but
+    /// no valid proof may be written (and so given its proof).
+    pub adopt_unproven: bool,
+}
+
+impl Verifier<'_> {
+    /// What `object` (of `kind`, as read) is: [`classify`] by its labels,
+    /// and [`Ownership::Unproven`] when its labels say this environment but
+    /// its proof does not.
+    pub fn classify(&self, kind: &str, object: &Value) -> Ownership {
+        match classify(object, self.environment_id) {
+            Ownership::Owned if self.proven(kind, object) => Ownership::Owned,
+            Ownership::Owned => Ownership::Unproven,
+            other => other,
+        }
+    }
+
+    /// Whether `object`'s proof is this Manager's for its kind, namespace,
+    /// name, uid and `nexo.io/deployment` label.
+    pub fn proven(&self, kind: &str, object: &Value) -> bool {
+        let meta = &object["metadata"];
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let (Some(namespace), Some(name), Some(uid), Some(deployment)) = (
+            text(&meta["namespace"]),
+            text(&meta["name"]),
+            text(&meta["uid"]),
+            text(&meta["labels"][DEPLOYMENT]),
+        ) else {
+            return false;
+        };
+        let proof = meta["annotations"][integrity::ANNOTATION]
+            .as_str()
+            .unwrap_or_default();
+        self.verify(kind, &namespace, &name, &uid, &deployment, proof)
+    }
+
+    /// Whether `proof` is this Manager's for that object.
+    pub fn verify(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        deployment: &str,
+        proof: &str,
+    ) -> bool {
+        let claim = self.claim(kind, namespace, name, uid, deployment);
+        self.key.verify_object(&claim, proof)
+    }
+
+    /// The proof of an object written for `deployment`, once its uid is
+    /// known.
+    pub fn proof(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        deployment: &str,
+    ) -> String {
+        let claim = self.claim(kind, namespace, name, uid, deployment);
+        self.key.object_proof(&claim)
+    }
+
+    fn claim<'c>(
+        &self,
+        kind: &'c str,
+        namespace: &'c str,
+        name: &'c str,
+        uid: &'c str,
+        deployment: &'c str,
+    ) -> ObjectClaim<'c>
+    where
+        Self: 'c,
+    {
+        ObjectClaim {
+            environment_id: self.environment_id,
+            deployment,
+            kind,
+            namespace,
+            name,
+            uid,
+        }
+    }
+
+    /// Why an existing object (of `kind`) may not be written;
+    /// `legacy_gate`: both halves of the legacy migration gate are open.
+    pub fn refusal_reason(
+        &self,
+        kind: &str,
+        existing: &Value,
+        legacy_gate: bool,
+    ) -> Option<String> {
+        match self.classify(kind, existing) {
+            Ownership::Owned => None,
+            Ownership::Unproven if self.adopt_unproven => None,
+            Ownership::Unproven => Some(UNPROVEN.into()),
+            Ownership::Legacy if legacy_gate => None,
+            Ownership::Legacy => Some(
+                "is a legacy (0.2.0) object; adopting it needs both NEXO_ALLOW_LEGACY_ADOPTION=true and migration.adoptLegacy: true".into(),
+            ),
+            Ownership::OtherEnvironment(other) => Some(format!("belongs to environment {other}")),
+            Ownership::Unrelated => Some("exists and is not managed by nexo-manager".into()),
+        }
+    }
+
+    /// Why an existing object may not be written by a command of
+    /// `deployment`: [`Verifier::refusal_reason`], then the per-deployment
+    /// rule ([`other_deployment`]) for objects this environment owns.
+    pub fn refusal_for(
+        &self,
+        kind: &str,
+        existing: &Value,
+        deployment: &str,
+        legacy_gate: bool,
+    ) -> Option<String> {
+        self.refusal_reason(kind, existing, legacy_gate)
+            .or_else(|| match self.classify(kind, existing) {
+                Ownership::Owned | Ownership::Unproven => other_deployment(existing, deployment),
+                _ => None,
+            })
+    }
+}
+
+/// The reason an unproven object is refused.
+pub const UNPROVEN: &str = "carries this environment's labels but no valid proof that this Manager wrote it (written by 0.4, or labelled by someone else); adopting it needs NEXO_ADOPT_UNPROVEN=true";
+
+/// Why an owned object belongs to another deployment than `deployment`
+/// (protocol.md, "Ownership"): its `nexo.io/deployment` label names another
+/// one, or it has a controller ownerReference to something other than that
+/// deployment's NexoProxy. An object without the label (or a controller) is
+/// not claimed by any other deployment.
+pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
+    let meta = &existing["metadata"];
+    if let Some(label) = meta["labels"][DEPLOYMENT].as_str()
+        && label != deployment
+    {
+        return Some(format!(
+            "belongs to deployment {}",
+            crate::text::escape(label)
+        ));
+    }
+    let controller = meta["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["controller"] == true)?;
+    let ours = controller["kind"] == "NexoProxy"
+        && controller["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("nexo.io/"))
+        && controller["name"] == deployment;
+    (!ours).then(|| {
+        format!(
+            "is controlled by {} {}",
+            crate::text::escape(controller["kind"].as_str().unwrap_or("?")),
+            crate::text::escape(controller["name"].as_str().unwrap_or("?"))
+        )
+    })
+}
+
+/// Classifies an object (JSON, as custom resources are read) from its
+/// `metadata.labels` alone: what the labels claim. Only
+/// [`Verifier::classify`] says what the Manager owns.
 pub fn classify(object: &Value, environment_id: &str) -> Ownership {
     let labels = &object["metadata"]["labels"];
     classify_by(|k| labels.get(k).and_then(Value::as_str), environment_id)

@@ -123,13 +123,15 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
         "nexo-manager"
     );
     assert_eq!(p["metadata"]["labels"]["nexo.io/deployment"], "orders");
-    let managers: Vec<&str> = p["metadata"]["managedFields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["manager"].as_str().unwrap())
-        .collect();
-    assert_eq!(managers, ["nexo-manager"]);
+    // As an apply made it, the proof (set once the uid was known) with it.
+    let entries = p["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["manager"], "nexo-manager");
+    assert_eq!(entries[0]["operation"], "Apply");
+    assert!(
+        !entries[0]["fieldsV1"]["f:metadata"]["f:annotations"]["f:nexo.io/proof"].is_null(),
+        "{entries:?}"
+    );
     let uid = p["metadata"]["uid"].as_str().unwrap();
     for (kind, name) in [("ConfigMap", "orders-config"), ("Secret", "orders-db")] {
         let o = get(&c, &ns_path(&f, kind, name)).unwrap();
@@ -985,6 +987,9 @@ fn a_field_owned_by_another_manager_is_not_taken_over() {
         }),
     )
     .unwrap();
+    // An object of the deployment, proven as the Manager's.
+    let collection = format!("/api/v1/namespaces/{}/configmaps", f.ns.name);
+    f.prove(&collection, &get(&c, &path).unwrap());
     let before = get(&c, &path).unwrap()["metadata"]["resourceVersion"].clone();
     f.sim
         .enqueue_command(&f.env_id, crd_deploy(&f, "conflict-1", "orders"));

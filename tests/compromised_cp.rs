@@ -265,11 +265,14 @@ fn the_pod_template_is_judged_by_an_allowlist_on_the_api_server() {
         &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-connect-token"}, "stringData": {"token": "t"}}),
     )
     .unwrap();
-    c.create(
-        &format!("/api/v1/namespaces/{ns}/secrets"),
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-db", "labels": f.owned_labels("orders")}, "stringData": {"uri": "u"}}),
-    )
-    .unwrap();
+    let secrets = format!("/api/v1/namespaces/{ns}/secrets");
+    let orders_db = c
+        .create(
+            &secrets,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-db", "labels": f.owned_labels("orders")}, "stringData": {"uri": "u"}}),
+        )
+        .unwrap();
+    f.prove(&secrets, &orders_db);
     // Another workload's pods.
     f.create_deployment(
         "other",

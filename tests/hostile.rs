@@ -180,6 +180,7 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
     let image = ImageRef::parse(PROXY_IMAGE).unwrap();
     let namespaces = vec![f.ns.name.clone()];
     let policy = nexo_manager::policy::Policy::default();
+    let key = f.integrity_key();
     let own = nexo_manager::ownership::OwnObjects::new(
         &f.ns.name,
         "nexo-manager-state",
@@ -196,6 +197,8 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         self_deployment: "nexo-manager",
         policy: &policy,
         own: &own,
+        integrity: Some(&key),
+        adopt_unproven: false,
         enforcing: false,
     };
     let rules = nexo_manager::apply::Rules {
@@ -951,7 +954,11 @@ fn a_rollout_conflict_rechecks_the_deployment_the_proxy_belongs_to() {
     assert!(racer.seen.get() >= 2, "the race ran");
     assert!(
         outcome.result == AckResult::Failed
-            && outcome.message.contains("belongs to deployment orders"),
+            && outcome.message.contains("NexoProxy")
+            && outcome.message.contains("/shared")
+            // Given to another deployment, its proof (of deployment
+            // `shared`) no longer holds: it is no longer the Manager's.
+            && outcome.message.contains("no valid proof"),
         "{outcome:?}"
     );
     let after: Value = f.tb.admin().get(&path).unwrap();

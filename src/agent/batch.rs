@@ -317,6 +317,8 @@ impl Agent {
             self_deployment: &self.me.cfg.self_deployment,
             policy: &self.me.cfg.policy,
             own: &self.me.own,
+            integrity: self.integrity.as_ref(),
+            adopt_unproven: self.me.cfg.adopt_unproven,
             enforcing: false,
         }
     }

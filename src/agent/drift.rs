@@ -26,9 +26,6 @@ pub(super) struct Drift {
     /// no dry runs) until the record, a differing object or a command
     /// changes it, or [`REFUSED_FOR`] has passed.
     pub(super) refused: HashMap<(String, String), Held>,
-    /// The key of the records' proofs, once the state was read as leader:
-    /// without it no record is written, and none is trusted.
-    pub(super) integrity: Option<crate::integrity::Key>,
     /// The deployments whose record was reported as not the Manager's at
     /// the last check, by namespace: forgotten when no longer so.
     unproven: BTreeSet<(String, String)>,
@@ -42,7 +39,6 @@ impl Drift {
             next: Instant::now() + interval,
             report: drift::Report::default(),
             refused: HashMap::new(),
-            integrity: None,
             unproven: BTreeSet::new(),
         }
     }
@@ -116,7 +112,7 @@ impl Agent {
         let mut records: Vec<Recorded> = Vec::new();
         // Records that are not the Manager's: (deployment, Secret, why).
         let mut unproven: Vec<(String, String, String)> = Vec::new();
-        let key = self.drift.integrity.clone();
+        let key = self.integrity.clone();
         // The deployed Secrets, as text until compared (a Value each would
         // cost several times their size for the check's length).
         let mut secrets: Vec<Box<str>> = Vec::new();
@@ -195,9 +191,22 @@ impl Agent {
             return;
         }
         let names = by_name(&records);
+        // Records are trusted only with the key, so it is here.
+        let Some(key) = key else {
+            return;
+        };
+        let proofs = crate::ownership::Verifier {
+            environment_id: &env,
+            key: &key,
+            adopt_unproven: self.me.cfg.adopt_unproven,
+        };
+        let check = Compare {
+            names: &names,
+            proofs: &proofs,
+        };
         // Secrets are compared from the list already made.
         let secrets = secrets.iter().filter_map(|t| serde_json::from_str(t).ok());
-        compare_kind(&mut records, &names, Kind::Secret, secrets);
+        check.kind(&mut records, Kind::Secret, secrets);
         let kinds: BTreeSet<&'static str> = records
             .iter()
             .flat_map(|r| r.kept.manifests.iter().map(|m| m.kind.name()))
@@ -215,11 +224,11 @@ impl Agent {
                 |o| {
                     page.push(o);
                     if page.len() >= crate::inventory::PAGE as usize {
-                        compare_kind(&mut records, &names, kind, page.drain(..));
+                        check.kind(&mut records, kind, page.drain(..));
                     }
                 },
             );
-            compare_kind(&mut records, &names, kind, page.drain(..));
+            check.kind(&mut records, kind, page.drain(..));
             if let Err(e) = listed {
                 log::warn!("drift: cannot list the {kind}s of {ns}: {e}; not checked this time");
                 for r in &mut records {
@@ -421,33 +430,63 @@ fn by_name(records: &[Recorded]) -> ByName {
 /// Compares the listed objects of `kind` with the records' manifests of
 /// that kind (by name, each manifest parsed from its text only then); an
 /// object no record names is dropped at once.
-fn compare_kind(
-    records: &mut [Recorded],
-    names: &ByName,
-    kind: Kind,
-    objects: impl Iterator<Item = Value>,
-) {
-    for o in objects {
-        let Some(name) = o["metadata"]["name"].as_str() else {
-            continue;
-        };
-        let h = name_hash(kind, name);
-        let from = names.partition_point(|(x, _, _)| *x < h);
-        for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
-            let (r, i) = (&mut records[r as usize], i as usize);
-            let m = &r.kept.manifests[i];
-            if m.kind != kind || m.name != name {
-                continue;
-            }
-            r.seen |= 1 << i;
-            let Ok(applied) = serde_json::from_str::<Value>(&m.text) else {
+/// How listed objects are compared with the records of a namespace.
+struct Compare<'a> {
+    names: &'a ByName,
+    proofs: &'a crate::ownership::Verifier<'a>,
+}
+
+/// The difference an object without the Manager's valid proof for its
+/// deployment shows (SECURITY.md, "Integrity the namespace cannot forge"):
+/// enforcement gives it its proof through `NEXO_ADOPT_UNPROVEN`, or leaves
+/// it, reported `failed`.
+const UNPROVEN_FIELD: &str = "/metadata/annotations/nexo.io~1proof";
+
+impl Compare<'_> {
+    /// Compares the listed objects of `kind` with what the records applied.
+    fn kind(&self, records: &mut [Recorded], kind: Kind, objects: impl Iterator<Item = Value>) {
+        for o in objects {
+            let Some(name) = o["metadata"]["name"].as_str() else {
                 continue;
             };
-            let diff = drift::differences(&applied, &o, &r.kept.settings.ignore);
-            if !diff.is_empty() {
-                let object = (r.kept.settings.mode == Mode::Enforce).then(|| o.clone());
-                r.found.push((i, diff, object));
+            let h = name_hash(kind, name);
+            let names = self.names;
+            let from = names.partition_point(|(x, _, _)| *x < h);
+            for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
+                let (r, i) = (&mut records[r as usize], i as usize);
+                if r.kept.manifests[i].kind != kind || r.kept.manifests[i].name != name {
+                    continue;
+                }
+                r.seen |= 1 << i;
+                self.one(r, i, &o);
             }
+        }
+    }
+
+    /// One object of a record, as listed.
+    fn one(&self, r: &mut Recorded, i: usize, o: &Value) {
+        let m = &r.kept.manifests[i];
+        let Ok(applied) = serde_json::from_str::<Value>(&m.text) else {
+            return;
+        };
+        let mut diff = drift::differences(&applied, o, &r.kept.settings.ignore);
+        let meta = &o["metadata"];
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let proven = self.proofs.verify(
+            m.kind.name(),
+            &text(&meta["namespace"]),
+            &m.name,
+            &text(&meta["uid"]),
+            &r.kept.name,
+            &text(&meta["annotations"][crate::integrity::ANNOTATION]),
+        );
+        if !proven && !diff.iter().any(|d| d == UNPROVEN_FIELD) {
+            diff.insert(0, UNPROVEN_FIELD.to_owned());
+            diff.truncate(drift::MAX_FIELDS);
+        }
+        if !diff.is_empty() {
+            let object = (r.kept.settings.mode == Mode::Enforce).then(|| o.clone());
+            r.found.push((i, diff, object));
         }
     }
 }

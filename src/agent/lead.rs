@@ -142,8 +142,13 @@ impl Agent {
         );
         self.ratchet_signatures();
         match self.store.integrity_key(&self.link.kube) {
-            Ok(key) => self.drift.integrity = Some(key),
-            Err(e) => log::warn!("{e}; drift records are neither written nor trusted"),
+            Ok(key) => {
+                self.link.index.borrow_mut().trust(&key);
+                self.integrity = Some(key);
+            }
+            Err(e) => log::warn!(
+                "{e}; no deploy, rollout or uninstall runs, and no record or object is trusted"
+            ),
         }
         self.link.status().role = Role::Leader;
         Ok(())

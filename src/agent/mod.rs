@@ -157,6 +157,11 @@ pub struct Agent {
     events: crate::events::Recorder,
     /// When drift is checked next, and what the heartbeat reports of it.
     drift: drift::Drift,
+    /// The key of the proofs of records and objects, once the state was
+    /// read as leader: without it nothing is written, and nothing
+    /// labelled is trusted (SECURITY.md, "Integrity the namespace cannot
+    /// forge").
+    integrity: Option<crate::integrity::Key>,
 }
 
 impl Agent {

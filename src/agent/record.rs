@@ -86,7 +86,7 @@ impl Agent {
                 return None;
             }
         };
-        let key = self.drift.integrity.as_ref()?;
+        let key = self.integrity.as_ref()?;
         match drift::proven_payload(&secret, env, namespace, key) {
             Ok(payload) => Some((path, secret, payload)),
             Err(e) => {
@@ -146,7 +146,7 @@ impl Agent {
         read_as_record: bool,
     ) {
         let env = self.me.token.environment_id();
-        let Some(key) = &self.drift.integrity else {
+        let Some(key) = &self.integrity else {
             log::warn!(
                 "drift: no integrity key (the state secret could not be read or written); what {namespace}/{name} applied is not recorded"
             );

@@ -74,6 +74,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let index = Rc::new(RefCell::new(crate::inventory::Index::new(
         &namespaces,
         token.environment_id(),
+        cfg.adopt_unproven,
     )));
     waiter.set_duty(Rc::new(Background {
         lease: LeaseKeeper::new(Rc::clone(&elector), Rc::clone(&kube)),
@@ -91,6 +92,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         events: crate::events::Recorder::new(&instance.pod_name),
         elector,
         state_term: 0,
+        integrity: None,
         pace: Pace {
             interval: cfg.heartbeat_interval,
             backoff,

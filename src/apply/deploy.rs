@@ -8,7 +8,7 @@ use super::execute::{Raced, dry_run, own_object, write_all};
 use super::outcome::{Outcome, StepError};
 use super::plan;
 use crate::commands::Deploy;
-use crate::ownership;
+use crate::ownership::{self, Verifier};
 use crate::refusal::Refusal;
 use crate::resource::{Kind, ObjectRef};
 
@@ -17,7 +17,7 @@ use crate::resource::{Kind, ObjectRef};
 /// `NEXO_POD_SECURITY` and its namespace's `pod-security.kubernetes.io/enforce`,
 /// and every Secret or ConfigMap it names that the deploy does not carry
 /// is an object of the same deployment. A refusal names the rule.
-fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
+fn policy_in_cluster(ctx: &Context<'_>, v: &Verifier<'_>, d: &Deploy) -> Option<Outcome> {
     let refuse = |v: crate::policy::Violation| Some(Outcome::refused(Refusal::Policy(v), vec![]));
     if !d
         .manifests
@@ -64,7 +64,7 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
                 .own
                 .refusal(r.kind.name(), &reference.namespace, &r.name, Some(&o))
                 .map(|_| "is the Manager's own".to_owned())
-                .or_else(|| plan::refusal_for(&o, ctx.environment_id, &d.deployment.name, false))
+                .or_else(|| v.refusal_for(r.kind.name(), &o, &d.deployment.name, false))
                 .or_else(|| {
                     // Owned, and claimed by this deployment by label.
                     (o["metadata"]["labels"][ownership::DEPLOYMENT] != d.deployment.name.as_str())
@@ -87,7 +87,10 @@ fn policy_in_cluster(ctx: &Context<'_>, d: &Deploy) -> Option<Outcome> {
 pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     // The Manager's own objects by name and as sent were refused by the
     // permit; here, as read.
-    if let Some(refused) = policy_in_cluster(ctx, d) {
+    let Some(v) = ctx.verifier() else {
+        return Ok(Outcome::failed(super::NO_KEY, vec![]));
+    };
+    if let Some(refused) = policy_in_cluster(ctx, &v, d) {
         return Ok(refused);
     }
     let mut existing = Vec::with_capacity(d.manifests.len());
@@ -103,7 +106,7 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     // Drift enforcement leaves the objects that became another's alone
     // and restores the rest; a command is refused whole by any of them.
     let skipped = if ctx.enforcing {
-        plan::not_the_deployments(d, &existing, ctx.environment_id, |r, o| {
+        plan::not_the_deployments(d, &existing, &v, |r, o| {
             ctx.own
                 .refusal(r.kind.name(), &r.namespace, &r.name, o)
                 .map(|refusal| refusal.to_string())
@@ -134,8 +137,7 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             return Ok(refused);
         }
     }
-    let mut writes = match plan::deploy(d, &existing, ctx.environment_id, ctx.allow_legacy_adoption)
-    {
+    let mut writes = match plan::deploy(d, &existing, &v, ctx.allow_legacy_adoption) {
         Ok(w) => w,
         Err(refused) => return Ok(refused.into()),
     };
@@ -161,7 +163,7 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             Err(outcome) => return outcome,
         }
     }
-    let mut written = write_all(ctx, d, writes, fields, proxy_uid)?;
+    let mut written = write_all(ctx, &v, d, writes, fields, proxy_uid)?;
     for (r, why) in skipped {
         written
             .resources

@@ -12,6 +12,7 @@ use super::plan::{self, Write};
 use crate::commands::Deploy;
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::kube::ApplyParams;
+use crate::ownership::Verifier;
 use crate::resource::{Kind, ObjectRef};
 
 /// Read-modify-write attempts on 409 Conflict.
@@ -127,6 +128,7 @@ pub(super) fn dry_run(
 /// Writes a deploy's planned objects in order, the NexoProxy first.
 pub(super) fn write_all(
     ctx: &Context<'_>,
+    v: &Verifier<'_>,
     d: &Deploy,
     mut writes: Vec<Write>,
     mut fields: Vec<Option<Value>>,
@@ -147,7 +149,7 @@ pub(super) fn write_all(
             w.object["metadata"]["ownerReferences"] =
                 plan::owner_reference(&d.deployment.name, uid);
         }
-        match write_one(ctx, w, fields, proxy_existed) {
+        match write_one(ctx, v, &d.deployment.name, w, fields, proxy_existed) {
             Ok(written) => {
                 if w.reference.kind == Kind::NexoProxy {
                     proxy_uid = written["metadata"]["uid"].as_str().map(str::to_owned);
@@ -194,10 +196,13 @@ pub(super) fn workload(r: &ObjectRef, written: &Value) -> Option<Workload> {
 }
 
 /// One write: an absent object is created (failing if it appeared since
-/// it was read) as its apply would have made it; an existing one applied
-/// with its guard.
+/// it was read) as its apply would have made it, and given its proof once
+/// its uid is known; an existing one applied with its guard (and its
+/// proof, [`plan::deploy`]).
 pub(super) fn write_one(
     ctx: &Context<'_>,
+    v: &Verifier<'_>,
+    deployment: &str,
     w: &Write,
     fields: &mut Option<Value>,
     proxy_existed: bool,
@@ -216,6 +221,12 @@ pub(super) fn write_one(
             &w.reference.name,
             &w.object,
             fields.as_ref(),
+            |created| {
+                let r = &w.reference;
+                let uid = created["metadata"]["uid"].as_str()?;
+                let proof = v.proof(r.kind.name(), &r.namespace, &r.name, uid, deployment);
+                Some(serde_json::json!({crate::integrity::ANNOTATION: proof}))
+            },
         ),
         Some(_) => ctx
             .kube

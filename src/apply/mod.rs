@@ -40,12 +40,31 @@ pub struct Context<'a> {
     pub policy: &'a crate::policy::Policy,
     /// The Manager's own objects: never a target.
     pub own: &'a crate::ownership::OwnObjects,
+    /// The key of the objects' proofs (the state's `integrityKey`):
+    /// without it no deploy, rollout or uninstall runs.
+    pub integrity: Option<&'a crate::integrity::Key>,
+    /// `NEXO_ADOPT_UNPROVEN`.
+    pub adopt_unproven: bool,
     /// Drift enforcement, not a command: the deploy's writes take fields
     /// back from other field managers, and an object of the record that
     /// became another's is skipped ([`Outcome::skipped`]) while the
     /// deployment's own are written (protocol.md, `drift.v1`). A command's
     /// writes never take fields, and one such object refuses it whole.
     pub enforcing: bool,
+}
+
+/// Why a deploy, rollout or uninstall did not run without the integrity key.
+pub const NO_KEY: &str = "the integrity key could not be read or made (see the Manager's log), so ownership cannot be proven; nothing applied";
+
+impl<'a> Context<'a> {
+    /// The verdict on ownership, once the integrity key is known.
+    pub fn verifier(&self) -> Option<crate::ownership::Verifier<'a>> {
+        Some(crate::ownership::Verifier {
+            environment_id: self.environment_id,
+            key: self.integrity?,
+            adopt_unproven: self.adopt_unproven,
+        })
+    }
 }
 
 /// Runs a permitted command.

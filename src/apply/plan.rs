@@ -11,83 +11,20 @@ use crate::commands::{Deploy, Target, Upgrade};
 use crate::cp::wire::{AckResource, ResourceAction};
 use crate::image::{ImageRef, valid_digest};
 use crate::kube;
-use crate::ownership::{self, Ownership};
+use crate::ownership::{self, Ownership, Verifier};
 use crate::policy::Policy;
 use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
 
-/// Why an existing object may not be written.
-pub fn refusal_reason(existing: &Value, environment_id: &str, gate_open: bool) -> Option<String> {
-    match ownership::classify(existing, environment_id) {
-        Ownership::Owned => None,
-        Ownership::Legacy if gate_open => None,
-        Ownership::Legacy => Some(
-            "is a legacy (0.2.0) object; adopting it needs both NEXO_ALLOW_LEGACY_ADOPTION=true and migration.adoptLegacy: true".into(),
-        ),
-        Ownership::OtherEnvironment(other) => Some(format!("belongs to environment {other}")),
-        Ownership::Unrelated => Some("exists and is not managed by nexo-manager".into()),
-    }
-}
-
-/// Why an owned object belongs to another deployment than `deployment`
-/// (protocol.md, "Ownership"): its `nexo.io/deployment` label names another
-/// one, or it has a controller ownerReference to something other than that
-/// deployment's NexoProxy. An object without the label (or a controller) is
-/// not claimed by any other deployment.
-pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
-    let meta = &existing["metadata"];
-    if let Some(label) = meta["labels"][ownership::DEPLOYMENT].as_str()
-        && label != deployment
-    {
-        return Some(format!(
-            "belongs to deployment {}",
-            crate::text::escape(label)
-        ));
-    }
-    let controller = meta["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| r["controller"] == true)?;
-    let ours = controller["kind"] == "NexoProxy"
-        && controller["apiVersion"]
-            .as_str()
-            .is_some_and(|v| v.starts_with("nexo.io/"))
-        && controller["name"] == deployment;
-    (!ours).then(|| {
-        format!(
-            "is controlled by {} {}",
-            crate::text::escape(controller["kind"].as_str().unwrap_or("?")),
-            crate::text::escape(controller["name"].as_str().unwrap_or("?"))
-        )
-    })
-}
-
-/// Why an existing object may not be written by a command of `deployment`:
-/// [`refusal_reason`], then the per-deployment rule ([`other_deployment`])
-/// for objects this environment owns.
-pub fn refusal_for(
-    existing: &Value,
-    environment_id: &str,
-    deployment: &str,
-    gate_open: bool,
-) -> Option<String> {
-    refusal_reason(existing, environment_id, gate_open).or_else(|| {
-        match ownership::classify(existing, environment_id) {
-            Ownership::Owned => other_deployment(existing, deployment),
-            _ => None,
-        }
-    })
-}
-
 /// Drift enforcement's choice (protocol.md, `drift.v1`): the record's objects,
 /// but the deployment's NexoProxy or Deployment, that exist and are not the
-/// deployment's (`own`: the Manager's own, as read; else [`refusal_for`] with
-/// the migration gate closed), with the reason: left alone, the rest restored.
+/// deployment's (`own`: the Manager's own, as read; else
+/// [`Verifier::refusal_for`] with the legacy gate closed), with the reason:
+/// left alone, the rest restored.
 pub fn not_the_deployments(
     d: &Deploy,
     existing: &[Option<Value>],
-    environment_id: &str,
+    v: &Verifier<'_>,
     own: impl Fn(&ObjectRef, Option<&Value>) -> Option<String>,
 ) -> Vec<(ObjectRef, String)> {
     d.manifests
@@ -97,7 +34,7 @@ pub fn not_the_deployments(
         .filter_map(|(m, o)| {
             let o = o.as_ref()?;
             let why = own(&m.reference, Some(o))
-                .or_else(|| refusal_for(o, environment_id, &d.deployment.name, false))?;
+                .or_else(|| v.refusal_for(m.reference.kind.name(), o, &d.deployment.name, false))?;
             Some((m.reference.clone(), why))
         })
         .collect()
@@ -187,12 +124,16 @@ pub struct Refused {
     pub resources: Vec<AckResource>,
 }
 
-/// The manifest with the ownership labels of `deployment` in
-/// `environment_id`, and guarded by `existing`: the write fails if the
-/// object was replaced or changed since it was read.
+/// The manifest with the ownership labels of `deployment` in `v`'s
+/// environment and its proof, and guarded by `existing`: the write fails
+/// if the object was replaced or changed since it was read. An absent
+/// object's proof needs the uid its create answers with: until then it
+/// is empty (set, so that the apply's fields own it), and the executor
+/// writes it ([`crate::kube::Client::create_as_applied`]).
 fn labelled(
     manifest: &Value,
-    environment_id: &str,
+    reference: &ObjectRef,
+    v: &Verifier<'_>,
     deployment: &str,
     existing: Option<&ReadAt>,
 ) -> Value {
@@ -200,9 +141,16 @@ fn labelled(
     let meta = &mut object["metadata"];
     let mut labels = meta["labels"].as_object().cloned().unwrap_or_default();
     labels.insert(ownership::MANAGED_BY.into(), ownership::MANAGER.into());
-    labels.insert(ownership::OWNER_ID.into(), environment_id.into());
+    labels.insert(ownership::OWNER_ID.into(), v.environment_id.into());
     labels.insert(ownership::DEPLOYMENT.into(), deployment.into());
     meta["labels"] = Value::Object(labels);
+    let proof = existing.map_or_else(String::new, |at| {
+        let r = reference;
+        v.proof(r.kind.name(), &r.namespace, &r.name, &at.uid, deployment)
+    });
+    let mut annotations = meta["annotations"].as_object().cloned().unwrap_or_default();
+    annotations.insert(crate::integrity::ANNOTATION.into(), proof.into());
+    meta["annotations"] = Value::Object(annotations);
     if let Some(at) = existing {
         meta["uid"] = at.uid.as_str().into();
         meta["resourceVersion"] = at.version.as_str().into();
@@ -216,7 +164,7 @@ fn labelled(
 pub fn deploy(
     d: &Deploy,
     existing: &[Option<Value>],
-    environment_id: &str,
+    v: &Verifier<'_>,
     allow_legacy: bool,
 ) -> Result<Vec<Write>, Refused> {
     let gate_open = allow_legacy && d.adopt_legacy;
@@ -226,7 +174,8 @@ pub fn deploy(
     for (manifest, existing) in d.manifests.iter().zip(existing) {
         let reference = &manifest.reference;
         if let Some(obj) = existing
-            && let Some(why) = refusal_for(obj, environment_id, &d.deployment.name, gate_open)
+            && let Some(why) =
+                v.refusal_for(reference.kind.name(), obj, &d.deployment.name, gate_open)
         {
             reasons.push(format!("{reference} {why}"));
             refused.push(reference.ack(ResourceAction::Refused));
@@ -238,12 +187,13 @@ pub fn deploy(
         };
         let adopt = existing
             .as_ref()
-            .is_some_and(|o| ownership::classify(o, environment_id) == Ownership::Legacy);
+            .is_some_and(|o| v.classify(reference.kind.name(), o) == Ownership::Legacy);
         let write = Write {
             reference: reference.clone(),
             object: labelled(
                 &manifest.object,
-                environment_id,
+                reference,
+                v,
                 &d.deployment.name,
                 read_at.as_ref(),
             ),
@@ -319,6 +269,9 @@ pub struct ImageChange {
     pub version: String,
     /// Whether its image differs from the new one.
     pub changed: bool,
+    /// Its proof (written with the image: an unproven NexoProxy adopted
+    /// through `NEXO_ADOPT_UNPROVEN` gets it).
+    pub proof: String,
 }
 
 /// Plans a rollout from each target's existing NexoProxy: every target must
@@ -326,7 +279,7 @@ pub struct ImageChange {
 pub fn rollout(
     targets: &[(Target, Option<Value>)],
     image: &str,
-    environment_id: &str,
+    v: &Verifier<'_>,
 ) -> Result<Vec<ImageChange>, Refused> {
     let mut changes = Vec::new();
     let mut refused = Vec::new();
@@ -335,7 +288,7 @@ pub fn rollout(
         let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
         let why = match existing {
             None => "does not exist".to_owned(),
-            Some(obj) => match refusal_for(obj, environment_id, &t.name, false) {
+            Some(obj) => match v.refusal_for("NexoProxy", obj, &t.name, false) {
                 None => {
                     changes.push(ImageChange {
                         version: obj["metadata"]["resourceVersion"]
@@ -343,6 +296,13 @@ pub fn rollout(
                             .unwrap_or_default()
                             .to_owned(),
                         changed: obj["spec"]["image"].as_str() != Some(image),
+                        proof: v.proof(
+                            "NexoProxy",
+                            &t.namespace,
+                            &t.name,
+                            obj["metadata"]["uid"].as_str().unwrap_or_default(),
+                            &t.name,
+                        ),
                         reference,
                     });
                     continue;
@@ -557,10 +517,10 @@ pub fn uninstall(
     proxy: Option<&Value>,
     deployment: Option<&Value>,
     labelled: &[(ObjectRef, Value)],
-    environment_id: &str,
+    v: &Verifier<'_>,
 ) -> Result<Removal, Refused> {
     let delete = |reference: ObjectRef, object: &Value| {
-        if let Some(why) = refusal_for(object, environment_id, &t.name, false) {
+        if let Some(why) = v.refusal_for(reference.kind.name(), object, &t.name, false) {
             return Err(Refused {
                 refusal: Refusal::NotOwned {
                     nothing: Nothing::Deleted,
@@ -584,9 +544,12 @@ pub fn uninstall(
     let reference = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
     let mut deletes = vec![delete(reference, d)?];
     for (reference, o) in labelled {
-        let ours = ownership::classify(o, environment_id) == Ownership::Owned
-            && o["metadata"]["labels"][ownership::DEPLOYMENT] == t.name.as_str()
-            && other_deployment(o, &t.name).is_none();
+        let ours = match v.classify(reference.kind.name(), o) {
+            Ownership::Owned => true,
+            Ownership::Unproven => v.adopt_unproven,
+            _ => false,
+        } && o["metadata"]["labels"][ownership::DEPLOYMENT] == t.name.as_str()
+            && ownership::other_deployment(o, &t.name).is_none();
         if ours {
             deletes.push(delete(reference.clone(), o)?);
         }

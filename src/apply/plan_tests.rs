@@ -4,12 +4,48 @@ use crate::resource::Manifest;
 
 const ENV: &str = "env-a";
 
+fn key() -> &'static crate::integrity::Key {
+    static KEY: std::sync::OnceLock<crate::integrity::Key> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        crate::integrity::Key::from_stored("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap()
+    })
+}
+
+/// This environment's verdict, the gate for unproven objects closed.
+fn v() -> Verifier<'static> {
+    Verifier {
+        environment_id: ENV,
+        key: key(),
+        adopt_unproven: false,
+    }
+}
+
+/// An object as read; one this environment's labels claim for a
+/// deployment carries the Manager's proof (see [`unproven`]).
 fn obj(kind: &str, name: &str, labels: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "shop", "labels": labels, "resourceVersion": "7", "uid": "u1"}})
+    let mut o = json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "shop", "labels": labels, "resourceVersion": "7", "uid": "u1"}});
+    if let (Some(ENV), Some(deployment)) = (
+        o["metadata"]["labels"]["nexo.io/owner-id"].as_str(),
+        o["metadata"]["labels"]["nexo.io/deployment"].as_str(),
+    ) {
+        let proof = v().proof(kind, "shop", name, "u1", deployment);
+        o["metadata"]["annotations"] = json!({"nexo.io/proof": proof});
+    }
+    o
+}
+
+/// The same object without its proof.
+fn unproven(mut o: Value) -> Value {
+    o["metadata"].as_object_mut().unwrap().remove("annotations");
+    o
 }
 
 fn owned() -> Value {
-    json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV})
+    owned_by("orders")
+}
+
+fn owned_by(deployment: &str) -> Value {
+    json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV, "nexo.io/deployment": deployment})
 }
 
 fn d(adopt: bool) -> Deploy {
@@ -36,7 +72,7 @@ fn d(adopt: bool) -> Deploy {
 
 #[test]
 fn deploy_labels_everything_and_orders_the_proxy_first() {
-    let w = deploy(&d(false), &[None, None], ENV, false).unwrap();
+    let w = deploy(&d(false), &[None, None], &v(), false).unwrap();
     assert_eq!(w[0].reference.kind, Kind::NexoProxy);
     assert!(w[1].owned_by_proxy && !w[0].owned_by_proxy);
     let labels = &w[1].object["metadata"]["labels"];
@@ -61,7 +97,7 @@ fn the_migration_gate_needs_both_halves() {
         json!({"app.kubernetes.io/part-of": "nexo"}),
     ));
     for (cluster, command) in [(false, false), (true, false), (false, true)] {
-        let r = deploy(&d(command), &[legacy.clone(), None], ENV, cluster).unwrap_err();
+        let r = deploy(&d(command), &[legacy.clone(), None], &v(), cluster).unwrap_err();
         assert!(
             r.refusal.to_string().contains("legacy"),
             "{}",
@@ -69,7 +105,7 @@ fn the_migration_gate_needs_both_halves() {
         );
         assert_eq!(r.resources[0].action, ResourceAction::Refused);
     }
-    let w = deploy(&d(true), &[legacy, None], ENV, true).unwrap();
+    let w = deploy(&d(true), &[legacy, None], &v(), true).unwrap();
     assert!(w[1].adopt);
 }
 
@@ -80,7 +116,7 @@ fn unrelated_and_foreign_objects_are_refused() {
         "orders-config",
         json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"}),
     ));
-    let r = deploy(&d(true), &[foreign, None], ENV, true).unwrap_err();
+    let r = deploy(&d(true), &[foreign, None], &v(), true).unwrap_err();
     assert!(
         r.refusal
             .to_string()
@@ -89,7 +125,7 @@ fn unrelated_and_foreign_objects_are_refused() {
         r.refusal.to_string()
     );
     let unrelated = Some(obj("ConfigMap", "orders-config", json!({})));
-    let r = deploy(&d(true), &[unrelated, None], ENV, true).unwrap_err();
+    let r = deploy(&d(true), &[unrelated, None], &v(), true).unwrap_err();
     assert!(
         r.refusal
             .to_string()
@@ -97,7 +133,7 @@ fn unrelated_and_foreign_objects_are_refused() {
     );
     let mine = Some(obj("ConfigMap", "orders-config", owned()));
     assert_eq!(
-        deploy(&d(false), &[mine, None], ENV, false).unwrap()[1]
+        deploy(&d(false), &[mine, None], &v(), false).unwrap()[1]
             .existing
             .as_ref()
             .map(|at| at.version.as_str()),
@@ -111,7 +147,7 @@ fn an_object_of_another_deployment_is_refused_by_every_class() {
     let mut alpha = owned();
     alpha["nexo.io/deployment"] = json!("alpha");
     let alphas = obj("ConfigMap", "orders-config", alpha.clone());
-    let r = deploy(&d(false), &[Some(alphas.clone()), None], ENV, false).unwrap_err();
+    let r = deploy(&d(false), &[Some(alphas.clone()), None], &v(), false).unwrap_err();
     assert!(
         r.refusal
             .to_string()
@@ -124,7 +160,7 @@ fn an_object_of_another_deployment_is_refused_by_every_class() {
     // The same with the label right but a controller elsewhere.
     let mut controlled = obj("ConfigMap", "orders-config", owned());
     controlled["metadata"]["ownerReferences"] = owner_reference("alpha", "u-alpha");
-    let r = deploy(&d(false), &[Some(controlled.clone()), None], ENV, false).unwrap_err();
+    let r = deploy(&d(false), &[Some(controlled.clone()), None], &v(), false).unwrap_err();
     assert!(
         r.refusal
             .to_string()
@@ -136,12 +172,12 @@ fn an_object_of_another_deployment_is_refused_by_every_class() {
     let mut mine = obj("ConfigMap", "orders-config", owned());
     mine["metadata"]["ownerReferences"] = owner_reference("orders", "u-orders");
     mine["metadata"]["labels"]["nexo.io/deployment"] = json!("orders");
-    assert!(deploy(&d(false), &[Some(mine), None], ENV, false).is_ok());
+    assert!(deploy(&d(false), &[Some(mine), None], &v(), false).is_ok());
     // A non-controller reference does not claim the object.
     let mut referenced = obj("ConfigMap", "orders-config", owned());
     referenced["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}]);
-    assert!(deploy(&d(false), &[Some(referenced), None], ENV, false).is_ok());
+    assert!(deploy(&d(false), &[Some(referenced), None], &v(), false).is_ok());
 }
 
 #[test]
@@ -155,7 +191,7 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
     };
     let mut proxy = obj("NexoProxy", "orders", alpha.clone());
     proxy["spec"] = json!({"image": "p:1"});
-    let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", ENV).unwrap_err();
+    let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", &v()).unwrap_err();
     assert_eq!(r.resources[0].action, ResourceAction::Refused);
     assert!(
         r.refusal
@@ -164,7 +200,7 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
         "{}",
         r.refusal.to_string()
     );
-    let r = uninstall(&t, Some(&proxy), None, &[], ENV).unwrap_err();
+    let r = uninstall(&t, Some(&proxy), None, &[], &v()).unwrap_err();
     assert!(
         r.refusal
             .to_string()
@@ -173,7 +209,7 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
         r.refusal.to_string()
     );
     let dep = obj("Deployment", "orders", alpha);
-    assert!(uninstall(&t, None, Some(&dep), &[], ENV).is_err());
+    assert!(uninstall(&t, None, Some(&dep), &[], &v()).is_err());
     // A labelled object controlled by something else is left alone.
     let mut labels = owned();
     labels["nexo.io/deployment"] = json!("orders");
@@ -185,7 +221,7 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
         None,
         Some(&mine),
         &[(ObjectRef::new(Kind::Service, "shop", "orders"), svc)],
-        ENV,
+        &v(),
     )
     .unwrap() else {
         panic!("an owned legacy Deployment is removed")
@@ -197,7 +233,7 @@ fn rollout_and_uninstall_refuse_another_deployments_objects() {
     let r = deploy(
         &d(false),
         &[Some(obj("ConfigMap", "orders-config", forged)), None],
-        ENV,
+        &v(),
         false,
     )
     .unwrap_err();
@@ -214,11 +250,11 @@ fn rollout_checks_every_target_first() {
         name: n.into(),
         namespace: "shop".into(),
     };
-    let mut mine = obj("NexoProxy", "a", owned());
+    let mut mine = obj("NexoProxy", "a", owned_by("a"));
     mine["spec"] = json!({"image": "p:1"});
-    let ok = rollout(&[(t("a"), Some(mine.clone()))], "p:2", ENV).unwrap();
+    let ok = rollout(&[(t("a"), Some(mine.clone()))], "p:2", &v()).unwrap();
     assert!(ok[0].changed);
-    assert!(!rollout(&[(t("a"), Some(mine.clone()))], "p:1", ENV).unwrap()[0].changed);
+    assert!(!rollout(&[(t("a"), Some(mine.clone()))], "p:1", &v()).unwrap()[0].changed);
     let r = rollout(
         &[
             (t("a"), Some(mine.clone())),
@@ -226,7 +262,7 @@ fn rollout_checks_every_target_first() {
             (t("c"), Some(obj("NexoProxy", "c", json!({})))),
         ],
         "p:2",
-        ENV,
+        &v(),
     )
     .unwrap_err();
     let actions: Vec<&str> = r.resources.iter().map(|x| x.action.as_str()).collect();
@@ -294,7 +330,7 @@ fn upgrade_picks_the_manager_container() {
 
 #[test]
 fn a_write_says_what_it_did_from_the_version_it_got_back() {
-    let mut w = deploy(&d(false), &[None, None], ENV, false)
+    let mut w = deploy(&d(false), &[None, None], &v(), false)
         .unwrap()
         .remove(1);
     assert_eq!(w.action(Some("1")), ResourceAction::Created);
@@ -321,7 +357,7 @@ fn a_write_says_what_it_did_from_the_version_it_got_back() {
 #[test]
 fn existing_objects_are_guarded_by_where_they_were_read() {
     let mine = obj("ConfigMap", "orders-config", owned());
-    let w = deploy(&d(false), &[Some(mine.clone()), None], ENV, false).unwrap();
+    let w = deploy(&d(false), &[Some(mine.clone()), None], &v(), false).unwrap();
     assert_eq!(w[1].object["metadata"]["uid"], "u1");
     assert_eq!(w[1].object["metadata"]["resourceVersion"], "7");
     assert!(
@@ -329,8 +365,8 @@ fn existing_objects_are_guarded_by_where_they_were_read() {
         "an absent one is not"
     );
     let mut unguardable = mine;
-    unguardable["metadata"]["uid"] = Value::Null;
-    let r = deploy(&d(false), &[Some(unguardable), None], ENV, false).unwrap_err();
+    unguardable["metadata"]["resourceVersion"] = Value::Null;
+    let r = deploy(&d(false), &[Some(unguardable), None], &v(), false).unwrap_err();
     assert!(
         r.refusal.to_string().contains("without a uid"),
         "{}",
@@ -345,12 +381,12 @@ fn uninstall_refuses_what_is_not_owned() {
         namespace: "shop".into(),
     };
     assert_eq!(
-        uninstall(&t, None, None, &[], ENV).unwrap(),
+        uninstall(&t, None, None, &[], &v()).unwrap(),
         Removal::Absent
     );
     let mine = obj("NexoProxy", "orders", owned());
     assert!(matches!(
-        uninstall(&t, Some(&mine), None, &[], ENV).unwrap(),
+        uninstall(&t, Some(&mine), None, &[], &v()).unwrap(),
         Removal::Proxy(_)
     ));
     assert!(
@@ -359,7 +395,7 @@ fn uninstall_refuses_what_is_not_owned() {
             Some(&obj("NexoProxy", "orders", json!({}))),
             None,
             &[],
-            ENV
+            &v()
         )
         .is_err()
     );
@@ -371,9 +407,10 @@ fn uninstall_refuses_what_is_not_owned() {
     );
     let other = (
         ObjectRef::new(Kind::Service, "shop", "x"),
-        obj("Service", "x", owned()),
+        obj("Service", "x", owned_by("billing")),
     );
-    let Removal::Legacy(refs) = uninstall(&t, None, Some(&mine), &[svc, other], ENV).unwrap()
+    let legacy = obj("Deployment", "orders", owned());
+    let Removal::Legacy(refs) = uninstall(&t, None, Some(&legacy), &[svc, other], &v()).unwrap()
     else {
         panic!()
     };
@@ -460,8 +497,8 @@ fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
     let mine = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV, "nexo.io/deployment": "orders"});
     let none = |_: &ObjectRef, _: Option<&Value>| None;
     // Absent or the deployment's own: restored.
-    assert!(not_the_deployments(&d, &[None, None], ENV, none).is_empty());
-    assert!(not_the_deployments(&d, &[Some(with(mine.clone())), None], ENV, none).is_empty());
+    assert!(not_the_deployments(&d, &[None, None], &v(), none).is_empty());
+    assert!(not_the_deployments(&d, &[Some(with(mine.clone())), None], &v(), none).is_empty());
     // A tenant's object of the same name, another deployment's, a legacy
     // one (enforcement never adopts): left alone, each with its reason.
     for (labels, why) in [
@@ -472,7 +509,7 @@ fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
         ),
         (json!({"app.kubernetes.io/part-of": "nexo"}), "legacy"),
     ] {
-        let left = not_the_deployments(&d, &[Some(with(labels)), None], ENV, none);
+        let left = not_the_deployments(&d, &[Some(with(labels)), None], &v(), none);
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].0.name, "orders-config");
         assert!(left[0].1.contains(why), "{}", left[0].1);
@@ -481,11 +518,87 @@ fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
     let own =
         |r: &ObjectRef, _: Option<&Value>| (r.name == "orders-config").then(|| "own".to_owned());
     assert_eq!(
-        not_the_deployments(&d, &[Some(with(mine)), None], ENV, own)[0].1,
+        not_the_deployments(&d, &[Some(with(mine)), None], &v(), own)[0].1,
         "own"
     );
     // The deployment's NexoProxy is never left out: a proxy that became
     // another's refuses the enforcement whole (by the planner).
     let foreign_proxy = obj("NexoProxy", "orders", json!({"team": "x"}));
-    assert!(not_the_deployments(&d, &[None, Some(foreign_proxy)], ENV, none).is_empty());
+    assert!(not_the_deployments(&d, &[None, Some(foreign_proxy)], &v(), none).is_empty());
+}
+
+#[test]
+fn what_is_only_labelled_as_owned_is_refused_by_every_class_unless_adopted() {
+    let t = Target {
+        name: "orders".into(),
+        namespace: "shop".into(),
+    };
+    let gate = Verifier {
+        adopt_unproven: true,
+        ..v()
+    };
+    // Labelled by someone else, or proven for another object (copied).
+    let labelled = unproven(obj("ConfigMap", "orders-config", owned()));
+    let mut copied = obj("ConfigMap", "orders-config", owned());
+    copied["metadata"]["uid"] = json!("u2");
+    for o in [labelled.clone(), copied] {
+        let r = deploy(&d(false), &[Some(o), None], &v(), false).unwrap_err();
+        assert!(
+            r.refusal.to_string().contains("no valid proof"),
+            "{}",
+            r.refusal.to_string()
+        );
+    }
+    let proxy = unproven(obj("NexoProxy", "orders", owned()));
+    let r = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", &v()).unwrap_err();
+    assert!(r.refusal.to_string().contains("no valid proof"));
+    assert!(uninstall(&t, Some(&proxy), None, &[], &v()).is_err());
+    // A legacy uninstall leaves an unproven labelled object alone.
+    let svc = (
+        ObjectRef::new(Kind::Service, "shop", "orders"),
+        unproven(obj("Service", "orders", owned())),
+    );
+    let legacy = obj("Deployment", "orders", owned());
+    let Removal::Legacy(deletes) = uninstall(&t, None, Some(&legacy), &[svc], &v()).unwrap() else {
+        panic!("a legacy removal")
+    };
+    assert_eq!(deletes.len(), 1, "the Deployment only");
+
+    // Through the gate, the write carries its proof.
+    let w = deploy(&d(false), &[Some(labelled), None], &gate, false).unwrap();
+    let proof = &w[1].object["metadata"]["annotations"]["nexo.io/proof"];
+    assert_eq!(
+        proof,
+        &json!(v().proof("ConfigMap", "shop", "orders-config", "u1", "orders"))
+    );
+    assert!(v().proven("ConfigMap", &{
+        let mut o = w[1].object.clone();
+        o["metadata"]["namespace"] = json!("shop");
+        o
+    }));
+    let changes = rollout(&[(t.clone(), Some(proxy.clone()))], "p:2", &gate).unwrap();
+    assert_eq!(
+        changes[0].proof,
+        v().proof("NexoProxy", "shop", "orders", "u1", "orders")
+    );
+    assert!(uninstall(&t, Some(&proxy), None, &[], &gate).is_ok());
+}
+
+#[test]
+fn an_absent_object_is_written_with_an_empty_proof_its_create_fills() {
+    let w = deploy(&d(false), &[None, None], &v(), false).unwrap();
+    for w in &w {
+        assert_eq!(
+            w.object["metadata"]["annotations"]["nexo.io/proof"], "",
+            "{}",
+            w.reference
+        );
+    }
+    let mine = obj("ConfigMap", "orders-config", owned());
+    let w = deploy(&d(false), &[Some(mine.clone()), None], &v(), false).unwrap();
+    assert_eq!(
+        w[1].object["metadata"]["annotations"]["nexo.io/proof"],
+        mine["metadata"]["annotations"]["nexo.io/proof"],
+        "an existing one keeps its proof"
+    );
 }

@@ -6,20 +6,25 @@ use serde_json::{Value, json};
 use super::Context;
 use super::execute::{CONFLICT_RETRIES, own_object};
 use super::outcome::{Outcome, StepError, summary};
-use super::plan;
+use super::plan::{self, ImageChange};
 use crate::commands::{Rollout, Target};
 use crate::cp::wire::ResourceAction;
 use crate::kube::client::MERGE_PATCH;
-use crate::ownership;
+use crate::ownership::{self, Verifier};
 use crate::resource::{Kind, ObjectRef};
 
-fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
+/// The NexoProxies this environment owns (labelled, and proven or adopted
+/// through the gate): one only labelled as its own is not a target.
+fn owned_proxies(ctx: &Context<'_>, v: &Verifier<'_>) -> Result<Vec<Target>, String> {
     let selector = ownership::owned_selector(ctx.environment_id);
     let mut targets = Vec::new();
     for ns in ctx.namespaces {
         let collection = ObjectRef::new(Kind::NexoProxy, ns, "").collection();
         ctx.kube
             .list_each(&collection, Some(&selector), 500, |o| {
+                if v.refusal_reason("NexoProxy", &o, false).is_some() {
+                    return;
+                }
                 if let Some(name) = o["metadata"]["name"].as_str() {
                     targets.push(Target {
                         name: name.to_owned(),
@@ -33,9 +38,12 @@ fn owned_proxies(ctx: &Context<'_>) -> Result<Vec<Target>, String> {
 }
 
 pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
+    let Some(v) = ctx.verifier() else {
+        return Outcome::failed(super::NO_KEY, vec![]);
+    };
     let targets = match &r.targets {
         Some(t) => t.clone(),
-        None => match owned_proxies(ctx) {
+        None => match owned_proxies(ctx, &v) {
             Ok(t) => t,
             Err(e) => return Outcome::failed(e, vec![]),
         },
@@ -68,7 +76,7 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
             }
         }
     }
-    let changes = match plan::rollout(&observed, &image, ctx.environment_id) {
+    let changes = match plan::rollout(&observed, &image, &v) {
         Ok(c) => c,
         Err(refused) => return refused.into(),
     };
@@ -79,7 +87,7 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
             resources.push(c.reference.ack(ResourceAction::Unchanged));
             continue;
         }
-        match set_image(ctx, &c.reference, &c.version, &image) {
+        match set_image(ctx, &v, &c, &image) {
             Ok(written) => {
                 resources.push(c.reference.ack(ResourceAction::Configured));
                 workloads.extend(super::execute::workload(&c.reference, &written));
@@ -104,13 +112,16 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
 /// re-checks ownership and tries again, a bounded number of times.
 fn set_image(
     ctx: &Context<'_>,
-    r: &ObjectRef,
-    version: &str,
+    v: &Verifier<'_>,
+    c: &ImageChange,
     image: &str,
 ) -> Result<Value, StepError> {
-    let mut version = version.to_owned();
+    let r = &c.reference;
+    let mut version = c.version.clone();
     for _ in 0..CONFLICT_RETRIES {
-        let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"image": image}});
+        let patch = json!({"metadata": {"resourceVersion": version,
+            "annotations": {crate::integrity::ANNOTATION: c.proof}},
+            "spec": {"image": image}});
         match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
             Ok(written) => return Ok(written),
             Err(e) if e.is_conflict() => {
@@ -123,7 +134,7 @@ fn set_image(
                     .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh))
                     .map(|refusal| refusal.to_string());
                 if let Some(why) =
-                    own.or_else(|| plan::refusal_for(&fresh, ctx.environment_id, &r.name, false))
+                    own.or_else(|| v.refusal_for("NexoProxy", &fresh, &r.name, false))
                 {
                     return Err(StepError::OwnerChanged {
                         reference: r.clone(),

@@ -16,6 +16,9 @@ use crate::resource::{Kind, ObjectRef};
 /// Reads what an uninstall of `t` may delete: its NexoProxy, else its
 /// legacy Deployment and the objects labelled with its name.
 fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
+    let Some(v) = ctx.verifier() else {
+        return Err(Outcome::failed(super::NO_KEY, vec![]));
+    };
     let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
     let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
     let read = |r: &ObjectRef| {
@@ -59,13 +62,7 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
             }
         }
     }
-    let plan = plan::uninstall(
-        t,
-        proxy.as_ref(),
-        deployment.as_ref(),
-        &labelled,
-        ctx.environment_id,
-    );
+    let plan = plan::uninstall(t, proxy.as_ref(), deployment.as_ref(), &labelled, &v);
     plan.map_err(Outcome::from)
 }
 

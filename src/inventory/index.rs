@@ -13,7 +13,7 @@
 //! [`Set::apply`] (an event on the entries, pure) and [`Set::due`]; the
 //! I/O is [`Index::sync`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::status::{self, CommandTrack, Observed, Track, Turned};
-use super::{DeploymentItem, Interner, MetaItem, PAGE, ProxyItem, deployment_entry, proxy_entry};
+use super::{
+    DeploymentItem, Interner, MetaItem, PAGE, ProxyItem, Trust, deployment_entry, proxy_entry,
+};
 use crate::backoff::{Backoff, Jitter};
 use crate::cp::wire::{CommandProgress, DeploymentEntry, EntryStatus};
 use crate::kube::Client;
@@ -67,6 +69,9 @@ pub struct Set {
     /// Not opened again before this.
     retry_at: Option<Instant>,
     backoff: Backoff,
+    /// The objects with this environment's labels but no valid proof:
+    /// reported in `inventoryErrors`, listed only through the gate.
+    unproven: BTreeSet<Rc<str>>,
 }
 
 /// One owned object: its heartbeat entry (shared with the heartbeat that
@@ -142,7 +147,31 @@ impl Set {
             problem: None,
             retry_at: None,
             backoff: Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()),
+            unproven: BTreeSet::new(),
         }
+    }
+
+    /// The `inventoryErrors` line of its unproven objects, if any.
+    fn unproven_error(&self, trust: &Trust) -> Option<String> {
+        if self.unproven.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = self.unproven.iter().take(5).map(|n| &**n).collect();
+        let more = match self.unproven.len() {
+            n if n > names.len() => format!(" and {} more", n - names.len()),
+            _ => String::new(),
+        };
+        let what = if trust.adopt_unproven {
+            "listed through NEXO_ADOPT_UNPROVEN until a write gives them their proof"
+        } else {
+            "not this Manager's, not listed"
+        };
+        Some(format!(
+            "{}: {} with this environment's labels but no valid proof ({what}): {}{more}",
+            self.describe(),
+            self.unproven.len(),
+            crate::text::escape(&names.join(", "))
+        ))
     }
 
     /// What this set is, for log lines and `inventoryErrors`.
@@ -155,29 +184,31 @@ impl Set {
     }
 
     /// Takes one object (as listed, added or modified): kept when owned,
-    /// dropped otherwise (its labels changed).
+    /// dropped otherwise (its labels or its proof changed).
     fn take(
         &mut self,
         object: &str,
-        environment_id: &str,
+        trust: &Trust,
         shared: &mut Interner,
         now: Instant,
     ) -> Result<(), String> {
-        let (meta_name, owned, uid, taken) = match self.kind {
+        let kind = self.kind.kind();
+        let (meta_name, ownership, uid, taken) = match self.kind {
             Watched::Proxies => {
                 let p: ProxyItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
-                let owned = p.metadata.ownership(environment_id) == Ownership::Owned;
+                let ownership = p.metadata.ownership(kind, trust);
                 let (name, uid) = (p.metadata.name.clone(), p.metadata.uid.clone());
-                (name, owned, uid, proxy_entry(p, shared))
+                (name, ownership, uid, proxy_entry(p, shared))
             }
             Watched::Deployments => {
                 let d: DeploymentItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
-                let owned = d.metadata.ownership(environment_id) == Ownership::Owned;
+                let ownership = d.metadata.ownership(kind, trust);
                 let (name, uid) = (d.metadata.name.clone(), d.metadata.uid.clone());
-                (name, owned, uid, deployment_entry(d, shared))
+                (name, ownership, uid, deployment_entry(d, shared))
             }
         };
         let name = meta_name.ok_or("an object without a name")?;
+        let owned = listed(&mut self.unproven, &name, &ownership, trust);
         match taken {
             Some((entry, observed)) if owned => self.keep(entry, observed, uid, now),
             _ => {
@@ -218,7 +249,7 @@ impl Set {
     pub fn apply(
         &mut self,
         line: &[u8],
-        environment_id: &str,
+        trust: &Trust,
         shared: &mut Interner,
         now: Instant,
     ) -> Applied {
@@ -233,7 +264,7 @@ impl Set {
         };
         match event.kind {
             "ADDED" | "MODIFIED" => {
-                if let Err(e) = self.take(event.object.get(), environment_id, shared, now) {
+                if let Err(e) = self.take(event.object.get(), trust, shared, now) {
                     return Applied::Broken(format!("an object not understood: {e}"));
                 }
             }
@@ -241,6 +272,7 @@ impl Set {
                 let named: Named = serde_json::from_str(event.object.get()).unwrap_or_default();
                 if let Some(name) = named.metadata.name {
                     self.entries.remove(name.as_str());
+                    self.unproven.remove(name.as_str());
                 }
             }
             "BOOKMARK" => {}
@@ -294,10 +326,23 @@ impl Set {
     }
 }
 
+/// Whether an object so judged is listed; an unproven one is remembered
+/// in `unproven` (for `inventoryErrors`), and listed only through the gate.
+fn listed(unproven: &mut BTreeSet<Rc<str>>, name: &str, o: &Ownership, trust: &Trust) -> bool {
+    if *o == Ownership::Unproven {
+        if !unproven.contains(name) {
+            unproven.insert(Rc::from(name));
+        }
+        return trust.adopt_unproven;
+    }
+    unproven.remove(name);
+    *o == Ownership::Owned
+}
+
 /// Every watched collection of the inventory.
 #[derive(Debug)]
 pub struct Index {
-    environment_id: String,
+    trust: Trust,
     selector: String,
     sets: Vec<Set>,
     shared: Interner,
@@ -309,8 +354,9 @@ pub struct Index {
 }
 
 impl Index {
-    /// Owned NexoProxies and Deployments of `namespaces`, nothing read yet.
-    pub fn new(namespaces: &[String], environment_id: &str) -> Index {
+    /// Owned NexoProxies and Deployments of `namespaces`, nothing read
+    /// yet, nothing proven before [`Index::trust`].
+    pub fn new(namespaces: &[String], environment_id: &str, adopt_unproven: bool) -> Index {
         let sets = namespaces
             .iter()
             .flat_map(|ns| {
@@ -321,12 +367,31 @@ impl Index {
             })
             .collect();
         Index {
-            environment_id: environment_id.to_owned(),
+            trust: Trust {
+                environment_id: environment_id.to_owned(),
+                key: None,
+                adopt_unproven,
+            },
             selector: ownership::owned_selector(environment_id),
             sets,
             shared: Interner::default(),
             started: false,
             commands: BTreeMap::new(),
+        }
+    }
+
+    /// The key objects are proven with, once the state was read as
+    /// leader: when it is new, every collection is listed again and
+    /// judged with it.
+    pub fn trust(&mut self, key: &crate::integrity::Key) {
+        if self.trust.key.as_ref() == Some(key) {
+            return;
+        }
+        self.trust.key = Some(key.clone());
+        for set in &mut self.sets {
+            set.version = None;
+            set.stream = None;
+            set.retry_at = None;
         }
     }
 
@@ -366,7 +431,7 @@ impl Index {
     }
 
     fn pump(&mut self, i: usize, now: Instant) {
-        let environment_id = &self.environment_id;
+        let trust = &self.trust;
         let shared = &mut self.shared;
         let set = &mut self.sets[i];
         let Some(mut stream) = set.stream.take() else {
@@ -375,7 +440,7 @@ impl Index {
         let mut outcome = Applied::Taken;
         let flow = stream.pump(|line| {
             if outcome == Applied::Taken {
-                outcome = set.apply(line, environment_id, shared, now);
+                outcome = set.apply(line, trust, shared, now);
             }
         });
         match (flow, outcome) {
@@ -402,16 +467,22 @@ impl Index {
     }
 
     fn open(&mut self, client: &Client, i: usize, now: Instant) {
-        let environment_id = self.environment_id.clone();
+        let trust = &self.trust;
         let selector = self.selector.clone();
         let shared = &mut self.shared;
         let set = &mut self.sets[i];
         if set.version.is_none() {
             let mut entries = Vec::new();
+            let mut unproven = BTreeSet::new();
+            let kind = set.kind.kind();
+            let mut judge = |meta: &MetaItem| {
+                let name = meta.name.as_deref().unwrap_or_default();
+                listed(&mut unproven, name, &meta.ownership(kind, trust), trust)
+            };
             let listed = match set.kind {
                 Watched::Proxies => {
                     client.list_versioned(&set.collection, Some(&selector), PAGE, |p: ProxyItem| {
-                        if p.metadata.ownership(&environment_id) == Ownership::Owned {
+                        if judge(&p.metadata) {
                             let uid = p.metadata.uid.clone();
                             entries.extend(proxy_entry(p, shared).map(|e| (e, uid)));
                         }
@@ -422,7 +493,7 @@ impl Index {
                     Some(&selector),
                     PAGE,
                     |d: DeploymentItem| {
-                        if d.metadata.ownership(&environment_id) == Ownership::Owned {
+                        if judge(&d.metadata) {
                             let uid = d.metadata.uid.clone();
                             entries.extend(deployment_entry(d, shared).map(|e| (e, uid)));
                         }
@@ -431,6 +502,7 @@ impl Index {
             };
             match listed {
                 Ok(version) => {
+                    set.unproven = unproven;
                     // What was remembered of the objects still there stays.
                     let mut old = std::mem::take(&mut set.entries);
                     for ((entry, observed), uid) in entries {
@@ -571,7 +643,7 @@ impl Index {
             }
         }
         entries.sort_unstable();
-        let errors = self
+        let mut errors: Vec<String> = self
             .sets
             .iter()
             .filter_map(|s| {
@@ -582,6 +654,11 @@ impl Index {
                 ))
             })
             .collect();
+        errors.extend(
+            self.sets
+                .iter()
+                .filter_map(|s| s.unproven_error(&self.trust)),
+        );
         (entries, errors)
     }
 
@@ -718,109 +795,5 @@ pub struct Turn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set() -> (Set, Interner) {
-        (Set::new(Watched::Proxies, "shop"), Interner::default())
-    }
-
-    fn proxy(name: &str, owner: &str, rv: &str) -> String {
-        format!(
-            r#"{{"metadata": {{"name": "{name}", "namespace": "shop", "resourceVersion": "{rv}", "labels": {{"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "{owner}"}}}}, "spec": {{"image": "proxy:1", "replicas": 2}}}}"#
-        )
-    }
-
-    #[test]
-    fn events_add_change_and_remove_entries_and_move_the_version() {
-        let (mut s, mut shared) = set();
-        let added = format!(
-            r#"{{"type": "ADDED", "object": {}}}"#,
-            proxy("a", "env-1", "10")
-        );
-        assert_eq!(
-            s.apply(added.as_bytes(), "env-1", &mut shared, Instant::now()),
-            Applied::Taken
-        );
-        assert_eq!(s.entries["a"].entry.replicas, 2);
-        assert_eq!(s.version.as_deref(), Some("10"));
-        let foreign = format!(
-            r#"{{"type": "MODIFIED", "object": {}}}"#,
-            proxy("a", "env-2", "11")
-        );
-        assert_eq!(
-            s.apply(foreign.as_bytes(), "env-1", &mut shared, Instant::now()),
-            Applied::Taken
-        );
-        assert!(
-            s.entries.is_empty(),
-            "an object no longer owned leaves the inventory"
-        );
-        let again = format!(
-            r#"{{"type": "ADDED", "object": {}}}"#,
-            proxy("b", "env-1", "12")
-        );
-        s.apply(again.as_bytes(), "env-1", &mut shared, Instant::now());
-        let deleted = format!(
-            r#"{{"type": "DELETED", "object": {}}}"#,
-            proxy("b", "env-1", "13")
-        );
-        s.apply(deleted.as_bytes(), "env-1", &mut shared, Instant::now());
-        assert!(s.entries.is_empty());
-        let bookmark = r#"{"type": "BOOKMARK", "object": {"kind": "NexoProxy", "metadata": {"resourceVersion": "99"}}}"#;
-        assert_eq!(
-            s.apply(bookmark.as_bytes(), "env-1", &mut shared, Instant::now()),
-            Applied::Taken
-        );
-        assert_eq!(s.version.as_deref(), Some("99"));
-    }
-
-    #[test]
-    fn a_410_lists_again_and_other_errors_reopen() {
-        let (mut s, mut shared) = set();
-        let gone = r#"{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}"#;
-        assert_eq!(
-            s.apply(gone.as_bytes(), "env-1", &mut shared, Instant::now()),
-            Applied::Expired
-        );
-        let other =
-            r#"{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}"#;
-        assert!(
-            matches!(s.apply(other.as_bytes(), "env-1", &mut shared, Instant::now()), Applied::Broken(m) if m.contains("500"))
-        );
-        assert!(matches!(
-            s.apply(b"{not json", "env-1", &mut shared, Instant::now()),
-            Applied::Broken(_)
-        ));
-        assert!(matches!(
-            s.apply(
-                br#"{"type": "SURPRISE", "object": {}}"#,
-                "env-1",
-                &mut shared,
-                Instant::now()
-            ),
-            Applied::Broken(_)
-        ));
-    }
-
-    #[test]
-    fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
-        let (mut s, _) = set();
-        let now = Instant::now();
-        assert_eq!(s.due(now), Some(now), "never opened: due now");
-        s.failed("the watch broke".into(), now);
-        assert!(s.due(now).is_some_and(|at| at > now));
-        let index = Index {
-            environment_id: "env-1".into(),
-            selector: String::new(),
-            sets: vec![s],
-            shared: Interner::default(),
-            started: true,
-            commands: BTreeMap::new(),
-        };
-        let mut index = index;
-        let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("nexoproxies in shop") && errors[0].contains("stale"));
-    }
-}
+#[path = "index_tests.rs"]
+mod tests;

@@ -27,6 +27,32 @@ pub struct MetaItem {
     pub generation: Option<i64>,
     /// `metadata.uid` (what an Event is about).
     pub uid: Option<String>,
+    /// The proof annotation; other annotations are skipped.
+    pub annotations: ProofAnnotation,
+}
+
+/// The annotation that proves the Manager wrote an object.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProofAnnotation {
+    /// [`crate::integrity::ANNOTATION`].
+    #[serde(rename = "nexo.io/proof")]
+    pub proof: Option<String>,
+}
+
+/// How the inventory judges ownership: this environment, the key its
+/// proofs are checked with (none before the state was read as leader:
+/// nothing is proven), and the gate that lists unproven objects too.
+#[derive(Debug, Clone)]
+pub struct Trust {
+    /// This environment.
+    pub environment_id: String,
+    /// The integrity key.
+    pub key: Option<crate::integrity::Key>,
+    /// `NEXO_ADOPT_UNPROVEN`: objects with this environment's labels and
+    /// no proof are listed (they are adopted, and get their proof at
+    /// their next write), and still reported.
+    pub adopt_unproven: bool,
 }
 
 /// The labels that decide ownership.
@@ -42,10 +68,47 @@ pub struct OwnershipLabels {
     /// [`ownership::PART_OF`].
     #[serde(rename = "app.kubernetes.io/part-of")]
     pub part_of: Option<String>,
+    /// [`ownership::DEPLOYMENT`].
+    #[serde(rename = "nexo.io/deployment")]
+    pub deployment: Option<String>,
 }
 
 impl MetaItem {
-    pub fn ownership(&self, environment_id: &str) -> Ownership {
+    /// What this object of `kind` is to the Manager: its labels, then its
+    /// proof ([`ownership::Verifier::classify`]).
+    pub fn ownership(&self, kind: &str, trust: &Trust) -> Ownership {
+        match self.claimed(&trust.environment_id) {
+            Ownership::Owned if self.proven(kind, trust) => Ownership::Owned,
+            Ownership::Owned => Ownership::Unproven,
+            other => other,
+        }
+    }
+
+    fn proven(&self, kind: &str, trust: &Trust) -> bool {
+        let Some(key) = &trust.key else {
+            return false;
+        };
+        let v = ownership::Verifier {
+            environment_id: &trust.environment_id,
+            key,
+            adopt_unproven: trust.adopt_unproven,
+        };
+        fn text(s: &Option<String>) -> &str {
+            s.as_deref().unwrap_or_default()
+        }
+        !text(&self.uid).is_empty()
+            && v.verify(
+                kind,
+                text(&self.namespace),
+                text(&self.name),
+                text(&self.uid),
+                text(&self.labels.deployment),
+                text(&self.annotations.proof),
+            )
+    }
+
+    /// What its labels claim.
+    fn claimed(&self, environment_id: &str) -> Ownership {
         let l = &self.labels;
         ownership::classify_by(
             |k| match k {

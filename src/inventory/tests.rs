@@ -53,26 +53,70 @@ fn entries_from_objects() {
 }
 
 #[test]
-fn ownership_from_projected_labels() {
-    let meta = |labels: Value| {
-        serde_json::from_value::<ProxyItem>(
-            json!({"metadata": {"name": "x", "namespace": "n", "labels": labels}}),
-        )
+fn ownership_from_projected_labels_and_the_proof() {
+    let key =
+        crate::integrity::Key::from_stored("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+    let trust = Trust {
+        environment_id: "env-a".into(),
+        key: Some(key.clone()),
+        adopt_unproven: false,
+    };
+    let proof = crate::ownership::Verifier {
+        environment_id: "env-a",
+        key: &key,
+        adopt_unproven: false,
+    }
+    .proof("NexoProxy", "n", "x", "u1", "x");
+    let meta = |labels: Value, proof: &str| {
+        serde_json::from_value::<ProxyItem>(json!({"metadata": {"name": "x", "namespace": "n",
+            "uid": "u1", "labels": labels, "annotations": {"nexo.io/proof": proof}}}))
         .unwrap()
         .metadata
     };
-    let owned = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-a", "app": "y"});
-    assert_eq!(meta(owned).ownership("env-a"), Ownership::Owned);
+    let owned = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-a", "nexo.io/deployment": "x", "app": "y"});
+    assert_eq!(
+        meta(owned.clone(), &proof).ownership("NexoProxy", &trust),
+        Ownership::Owned
+    );
+    // The labels without the proof, with another object's, or of another kind.
+    assert_eq!(
+        meta(owned.clone(), "").ownership("NexoProxy", &trust),
+        Ownership::Unproven
+    );
+    assert_eq!(
+        meta(owned.clone(), &proof).ownership("Deployment", &trust),
+        Ownership::Unproven
+    );
+    let mut relabelled = owned.clone();
+    relabelled["nexo.io/deployment"] = json!("y");
+    assert_eq!(
+        meta(relabelled, &proof).ownership("NexoProxy", &trust),
+        Ownership::Unproven
+    );
+    let keyless = Trust {
+        key: None,
+        ..trust.clone()
+    };
+    assert_eq!(
+        meta(owned, &proof).ownership("NexoProxy", &keyless),
+        Ownership::Unproven
+    );
     let other =
         json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "env-b"});
     assert_eq!(
-        meta(other).ownership("env-a"),
+        meta(other, &proof).ownership("NexoProxy", &trust),
         Ownership::OtherEnvironment("env-b".into())
     );
     let legacy = json!({"app.kubernetes.io/part-of": "nexo"});
-    assert_eq!(meta(legacy).ownership("env-a"), Ownership::Legacy);
+    assert_eq!(
+        meta(legacy, "").ownership("NexoProxy", &trust),
+        Ownership::Legacy
+    );
     let half = json!({"app.kubernetes.io/managed-by": "nexo-manager"});
-    assert_eq!(meta(half).ownership("env-a"), Ownership::Unrelated);
+    assert_eq!(
+        meta(half, "").ownership("NexoProxy", &trust),
+        Ownership::Unrelated
+    );
 }
 
 #[test]

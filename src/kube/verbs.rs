@@ -111,14 +111,19 @@ impl Client {
     /// `managedFields` of the apply's dry run (`apply_fields`) put in
     /// place of the POST's own entry, guarded by the new resourceVersion.
     /// Later applies then own, change and remove its fields as if it had
-    /// been applied. Should that second step fail, the object stays created
-    /// (with an update entry of this field manager) and a warning is logged.
+    /// been applied. `annotations` gives, from the created object (its uid),
+    /// annotations set in a step between the two (a proof, whose value
+    /// needs the uid: the dry run's fields own it, with a placeholder),
+    /// which must succeed. Should the last step fail, the object stays
+    /// created (with an update entry of this field manager) and a warning
+    /// is logged.
     pub fn create_as_applied(
         &self,
         collection: &str,
         name: &str,
         object: &Value,
         apply_fields: Option<&Value>,
+        annotations: impl FnOnce(&Value) -> Option<Value>,
     ) -> Result<Value, Error> {
         let bytes = to_json("object", object)?;
         let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
@@ -130,6 +135,18 @@ impl Client {
                 bytes: &bytes,
             }),
         )?;
+        let path = format!("{collection}/{name}");
+        let mut created = created;
+        if let Some(annotations) = annotations(&created) {
+            // Its own step: a change in the request that sets the fields
+            // would be recorded as an update, which takes the field from
+            // the apply's entry.
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": created["metadata"]["resourceVersion"],
+                "annotations": annotations,
+            }});
+            created = self.patch(&path, MERGE_PATCH, &patch)?;
+        }
         let Some(fields) = apply_fields.filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
         else {
             return Ok(created);
@@ -138,7 +155,7 @@ impl Client {
             "resourceVersion": created["metadata"]["resourceVersion"],
             "managedFields": fields,
         }});
-        match self.patch(&format!("{collection}/{name}"), MERGE_PATCH, &patch) {
+        match self.patch(&path, MERGE_PATCH, &patch) {
             Ok(updated) => Ok(updated),
             Err(e) => {
                 log::warn!(

@@ -179,16 +179,18 @@ fn grow(f: &Fixture, from: usize, to: usize) {
     );
     let writers = 4;
     let (tb, env_id) = (f.tb, f.env_id.as_str());
+    let key = f.integrity_key();
     std::thread::scope(|s| {
         for w in 0..writers {
-            let collection = &collection;
+            let (collection, key) = (&collection, &key);
             s.spawn(move || {
                 let client = tb.admin();
                 for i in (from + w..to).step_by(writers) {
                     let name = format!("p{i:05}");
-                    client
+                    let created = client
                         .create(collection, &proxy_object(env_id, &name))
                         .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"));
+                    support::prove_with(&client, key, env_id, collection, &created);
                 }
             });
         }
@@ -363,40 +365,6 @@ fn measure_rest(plan: &Plan, bin: &Path) -> (f64, String) {
     (total as f64 / minutes, detail)
 }
 
-/// The integrity key of the fixture's Manager, so that the records written
-/// here carry its proof (SECURITY.md, "Integrity the namespace cannot
-/// forge"): the state Secret's, or a new one put into a state Secret
-/// before the Manager first runs (it keeps a key it finds).
-fn integrity_key(f: &Fixture) -> nexo_manager::integrity::Key {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let ns = f.ns.name.as_str();
-    let path = format!("/api/v1/namespaces/{ns}/secrets/nexo-manager-state");
-    let existing: Option<Value> = f.tb.admin().get_opt(&path).expect("read the state Secret");
-    if let Some(secret) = existing {
-        let doc: Value = serde_json::from_slice(
-            &b64.decode(secret["data"]["state.json"].as_str().expect("state.json"))
-                .unwrap(),
-        )
-        .unwrap();
-        let stored = doc["integrityKey"]
-            .as_str()
-            .expect("the state's integrityKey");
-        return nexo_manager::integrity::Key::from_stored(stored).unwrap();
-    }
-    let (key, stored) = nexo_manager::integrity::Key::generate().unwrap();
-    let doc = json!({"version": 1, "integrityKey": stored});
-    let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "nexo-manager-state", "labels": {
-            "app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": f.env_id,
-            "nexo.io/role": "manager-state"}},
-        "data": {"state.json": b64.encode(doc.to_string())}});
-    f.tb.admin()
-        .create(&format!("/api/v1/namespaces/{ns}/secrets"), &secret)
-        .expect("create the state Secret with a key");
-    key
-}
-
 /// Gives the fixture's first `to` NexoProxies (from `from`) the drift
 /// record a deploy of each would have written (`drift.v1`, mode
 /// `report`), owned by the proxy, four writers at a time.
@@ -420,7 +388,7 @@ fn record_drift(f: &Fixture, from: usize, to: usize) {
         )
         .expect("list the NexoProxies");
     let collection = format!("/api/v1/namespaces/{ns}/secrets");
-    let key = integrity_key(f);
+    let key = f.integrity_key();
     let key = &key;
     let writers = 4;
     let (tb, env_id, uids) = (f.tb, f.env_id.as_str(), &uids);

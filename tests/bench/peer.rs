@@ -890,10 +890,12 @@ fn main() {
                 "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
                 f.ns.name
             );
+            let key = f.integrity_key();
             for i in proxies..size {
-                client
+                let created = client
                     .create(&collection, &owned_proxy(&f.env_id, &format!("p{i:05}")))
                     .unwrap();
+                support::prove_with(&client, &key, &f.env_id, &collection, &created);
             }
             proxies = size;
         }

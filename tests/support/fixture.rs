@@ -140,21 +140,85 @@ impl Fixture {
         json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id, "nexo.io/deployment": deployment})
     }
 
-    /// Creates a NexoProxy in the test namespace.
+    /// Creates a NexoProxy in the test namespace; one with this
+    /// environment's labels ([`Fixture::owned_labels`]) gets the proof
+    /// the Manager would have written ([`Fixture::prove`]).
     pub fn create_proxy(&self, name: &str, labels: Value, replicas: i64, image: &str) -> Value {
         let obj = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy",
             "metadata": {"name": name, "labels": labels},
             "spec": {"image": image, "replicas": replicas, "mongodb": {"secretRef": {"name": format!("{name}-db")}}}});
+        let collection = format!(
+            "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
+            self.ns.name
+        );
+        let created = self
+            .tb
+            .admin()
+            .create(&collection, &obj)
+            .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"));
+        self.prove_if_owned(&collection, created)
+    }
+
+    /// The integrity key of this environment's Manager: read from its
+    /// state Secret, or made and written in a new one (before the Manager
+    /// first starts, as an earlier Manager would have left it).
+    pub fn integrity_key(&self) -> nexo_manager::integrity::Key {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let ns = self.ns.name.as_str();
+        let path = format!("/api/v1/namespaces/{ns}/secrets/nexo-manager-state");
+        let existing: Option<Value> = self
+            .tb
+            .admin()
+            .get_opt(&path)
+            .expect("read the state Secret");
+        if let Some(secret) = existing {
+            let text = secret["data"]["state.json"].as_str().expect("state.json");
+            let doc: Value = serde_json::from_slice(&b64.decode(text).unwrap()).unwrap();
+            let stored = doc["integrityKey"]
+                .as_str()
+                .expect("the state's integrityKey");
+            return nexo_manager::integrity::Key::from_stored(stored).unwrap();
+        }
+        let (key, stored) = nexo_manager::integrity::Key::generate().unwrap();
+        let doc = json!({"version": 1, "integrityKey": stored});
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "nexo-manager-state", "labels": {
+                "app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id,
+                "nexo.io/role": "manager-state"}},
+            "data": {"state.json": b64.encode(doc.to_string())}});
         self.tb
             .admin()
-            .create(
-                &format!(
-                    "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies",
-                    self.ns.name
-                ),
-                &obj,
-            )
-            .unwrap_or_else(|e| panic!("create NexoProxy {name}: {e}"))
+            .create(&format!("/api/v1/namespaces/{ns}/secrets"), &secret)
+            .expect("create the state Secret with a key");
+        key
+    }
+
+    /// The proof this environment's Manager writes on `object`
+    /// ([`super::proof_of`]).
+    pub fn proof_of(&self, object: &Value) -> String {
+        super::proof_of(&self.integrity_key(), &self.env_id, object)
+    }
+
+    /// Writes the Manager's proof on `object` of `collection`, as a
+    /// Manager writes it on what it creates; the object as written.
+    pub fn prove(&self, collection: &str, object: &Value) -> Value {
+        let key = self.integrity_key();
+        super::prove_with(&self.tb.admin(), &key, &self.env_id, collection, object)
+    }
+
+    /// [`Fixture::prove`] when the labels are this environment's and name
+    /// a deployment; the object as it is otherwise.
+    fn prove_if_owned(&self, collection: &str, created: Value) -> Value {
+        let labels = &created["metadata"]["labels"];
+        let owned = labels["app.kubernetes.io/managed-by"] == "nexo-manager"
+            && labels["nexo.io/owner-id"] == self.env_id.as_str()
+            && labels["nexo.io/deployment"].is_string();
+        if owned {
+            self.prove(collection, &created)
+        } else {
+            created
+        }
     }
 
     /// Creates an apps/v1 Deployment in the test namespace.
@@ -170,12 +234,12 @@ impl Fixture {
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}},
                                   "spec": {"containers": [{"name": "proxy", "image": image}]}}}});
-        self.tb
+        let collection = format!("/apis/apps/v1/namespaces/{}/deployments", self.ns.name);
+        let created = self
+            .tb
             .admin()
-            .create(
-                &format!("/apis/apps/v1/namespaces/{}/deployments", self.ns.name),
-                &obj,
-            )
-            .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"))
+            .create(&collection, &obj)
+            .unwrap_or_else(|e| panic!("create Deployment {name}: {e}"));
+        self.prove_if_owned(&collection, created)
     }
 }

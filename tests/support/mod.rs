@@ -570,3 +570,51 @@ pub fn expand_env(value: &str, defined: &std::collections::BTreeMap<String, Stri
     out.push_str(rest);
     out
 }
+
+/// The proof a Manager of `environment_id` holding `key` writes on
+/// `object` (as the API server answered its create: its kind, namespace,
+/// name, uid and `nexo.io/deployment` label).
+pub fn proof_of(
+    key: &nexo_manager::integrity::Key,
+    environment_id: &str,
+    object: &Value,
+) -> String {
+    let meta = &object["metadata"];
+    let text = |v: &Value| {
+        v.as_str()
+            .unwrap_or_else(|| panic!("a field missing from {object}"))
+            .to_owned()
+    };
+    nexo_manager::ownership::Verifier {
+        environment_id,
+        key,
+        adopt_unproven: false,
+    }
+    .proof(
+        &text(&object["kind"]),
+        &text(&meta["namespace"]),
+        &text(&meta["name"]),
+        &text(&meta["uid"]),
+        &text(&meta["labels"]["nexo.io/deployment"]),
+    )
+}
+
+/// Writes [`proof_of`] `object` of `collection` with `client`, as a
+/// Manager writes it on what it creates; the object as written.
+pub fn prove_with(
+    client: &Client,
+    key: &nexo_manager::integrity::Key,
+    environment_id: &str,
+    collection: &str,
+    object: &Value,
+) -> Value {
+    let proof = proof_of(key, environment_id, object);
+    let name = object["metadata"]["name"].as_str().expect("a name");
+    client
+        .patch(
+            &format!("{collection}/{name}"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"annotations": {"nexo.io/proof": proof}}}),
+        )
+        .unwrap_or_else(|e| panic!("prove {name}: {e}"))
+}

@@ -1,0 +1,210 @@
+//! The index's sets and events, as plain values.
+use super::*;
+
+fn set() -> (Set, Interner) {
+    (Set::new(Watched::Proxies, "shop"), Interner::default())
+}
+
+fn key() -> crate::integrity::Key {
+    crate::integrity::Key::from_stored("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap()
+}
+
+fn trust(adopt_unproven: bool) -> Trust {
+    Trust {
+        environment_id: "env-1".into(),
+        key: Some(key()),
+        adopt_unproven,
+    }
+}
+
+/// A NexoProxy labelled as `owner`'s, with the proof of env-1's key.
+fn proxy(name: &str, owner: &str, rv: &str) -> String {
+    let proof = crate::ownership::Verifier {
+        environment_id: owner,
+        key: &key(),
+        adopt_unproven: false,
+    }
+    .proof("NexoProxy", "shop", name, &format!("uid-{name}"), name);
+    unproven(name, owner, rv).replace(
+        r#""metadata": {"#,
+        &format!(r#""metadata": {{"annotations": {{"nexo.io/proof": "{proof}"}}, "#),
+    )
+}
+
+/// The same NexoProxy without a proof.
+fn unproven(name: &str, owner: &str, rv: &str) -> String {
+    format!(
+        r#"{{"metadata": {{"name": "{name}", "namespace": "shop", "uid": "uid-{name}", "resourceVersion": "{rv}", "labels": {{"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": "{owner}", "nexo.io/deployment": "{name}"}}}}, "spec": {{"image": "proxy:1", "replicas": 2}}}}"#
+    )
+}
+
+#[test]
+fn an_object_labelled_without_the_proof_is_reported_not_listed() {
+    let (mut s, mut shared) = set();
+    let now = Instant::now();
+    for (name, object) in [
+        ("a", proxy("a", "env-1", "1")),
+        ("b", unproven("b", "env-1", "2")),
+        // The proof of another object, copied.
+        (
+            "c",
+            proxy("a", "env-1", "3")
+                .replace("uid-a", "uid-c")
+                .replace("\"a\"", "\"c\""),
+        ),
+    ] {
+        let event = format!(r#"{{"type": "ADDED", "object": {object}}}"#);
+        assert_eq!(
+            s.apply(event.as_bytes(), &trust(false), &mut shared, now),
+            Applied::Taken,
+            "{name}"
+        );
+    }
+    assert_eq!(s.entries.keys().map(|k| &**k).collect::<Vec<_>>(), ["a"]);
+    let error = s.unproven_error(&trust(false)).unwrap();
+    assert!(error.contains("nexoproxies in shop: 2 with this environment's labels but no valid proof (not this Manager's, not listed): b, c"), "{error}");
+    // Through the gate they are listed, and still reported.
+    let (mut g, mut shared) = set();
+    let event = format!(
+        r#"{{"type": "ADDED", "object": {}}}"#,
+        unproven("b", "env-1", "2")
+    );
+    g.apply(event.as_bytes(), &trust(true), &mut shared, now);
+    assert!(g.entries.contains_key("b"));
+    assert!(
+        g.unproven_error(&trust(true))
+            .unwrap()
+            .contains("listed through NEXO_ADOPT_UNPROVEN")
+    );
+    // Without the key nothing is proven.
+    let keyless = Trust {
+        key: None,
+        ..trust(false)
+    };
+    let (mut k, mut shared) = set();
+    let event = format!(
+        r#"{{"type": "ADDED", "object": {}}}"#,
+        proxy("a", "env-1", "1")
+    );
+    k.apply(event.as_bytes(), &keyless, &mut shared, now);
+    assert!(k.entries.is_empty());
+    // Gone: no longer reported.
+    let deleted = format!(
+        r#"{{"type": "DELETED", "object": {}}}"#,
+        unproven("b", "env-1", "4")
+    );
+    s.apply(deleted.as_bytes(), &trust(false), &mut shared, now);
+    assert!(
+        s.unproven_error(&trust(false))
+            .unwrap()
+            .contains(": 1 with")
+    );
+}
+
+#[test]
+fn events_add_change_and_remove_entries_and_move_the_version() {
+    let (mut s, mut shared) = set();
+    let added = format!(
+        r#"{{"type": "ADDED", "object": {}}}"#,
+        proxy("a", "env-1", "10")
+    );
+    assert_eq!(
+        s.apply(added.as_bytes(), &trust(false), &mut shared, Instant::now()),
+        Applied::Taken
+    );
+    assert_eq!(s.entries["a"].entry.replicas, 2);
+    assert_eq!(s.version.as_deref(), Some("10"));
+    let foreign = format!(
+        r#"{{"type": "MODIFIED", "object": {}}}"#,
+        proxy("a", "env-2", "11")
+    );
+    assert_eq!(
+        s.apply(
+            foreign.as_bytes(),
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
+        Applied::Taken
+    );
+    assert!(
+        s.entries.is_empty(),
+        "an object no longer owned leaves the inventory"
+    );
+    let again = format!(
+        r#"{{"type": "ADDED", "object": {}}}"#,
+        proxy("b", "env-1", "12")
+    );
+    s.apply(again.as_bytes(), &trust(false), &mut shared, Instant::now());
+    let deleted = format!(
+        r#"{{"type": "DELETED", "object": {}}}"#,
+        proxy("b", "env-1", "13")
+    );
+    s.apply(
+        deleted.as_bytes(),
+        &trust(false),
+        &mut shared,
+        Instant::now(),
+    );
+    assert!(s.entries.is_empty());
+    let bookmark = r#"{"type": "BOOKMARK", "object": {"kind": "NexoProxy", "metadata": {"resourceVersion": "99"}}}"#;
+    assert_eq!(
+        s.apply(
+            bookmark.as_bytes(),
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
+        Applied::Taken
+    );
+    assert_eq!(s.version.as_deref(), Some("99"));
+}
+
+#[test]
+fn a_410_lists_again_and_other_errors_reopen() {
+    let (mut s, mut shared) = set();
+    let gone = r#"{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}"#;
+    assert_eq!(
+        s.apply(gone.as_bytes(), &trust(false), &mut shared, Instant::now()),
+        Applied::Expired
+    );
+    let other =
+        r#"{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}"#;
+    assert!(
+        matches!(s.apply(other.as_bytes(), &trust(false), &mut shared, Instant::now()), Applied::Broken(m) if m.contains("500"))
+    );
+    assert!(matches!(
+        s.apply(b"{not json", &trust(false), &mut shared, Instant::now()),
+        Applied::Broken(_)
+    ));
+    assert!(matches!(
+        s.apply(
+            br#"{"type": "SURPRISE", "object": {}}"#,
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
+        Applied::Broken(_)
+    ));
+}
+
+#[test]
+fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
+    let (mut s, _) = set();
+    let now = Instant::now();
+    assert_eq!(s.due(now), Some(now), "never opened: due now");
+    s.failed("the watch broke".into(), now);
+    assert!(s.due(now).is_some_and(|at| at > now));
+    let index = Index {
+        trust: trust(false),
+        selector: String::new(),
+        sets: vec![s],
+        shared: Interner::default(),
+        started: true,
+        commands: BTreeMap::new(),
+    };
+    let mut index = index;
+    let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].contains("nexoproxies in shop") && errors[0].contains("stale"));
+}
