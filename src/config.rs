@@ -64,6 +64,12 @@ pub struct Config {
     pub listen_addr: Option<SocketAddr>,
     /// `NEXO_STATE_SECRET`. Default: `nexo-manager-state`.
     pub state_secret: String,
+    /// `NEXO_EXECUTOR`: the ServiceAccount, in each managed namespace, whose
+    /// identity every write and dry run of a command is sent with
+    /// (impersonation: the namespace's RBAC bounds what a command may do);
+    /// `None` for `off` (the Manager's own identity). Default:
+    /// `nexo-executor`.
+    pub executor: Option<String>,
     /// `NEXO_LEASE_NAME`. Default: `nexo-manager`.
     pub lease_name: String,
     /// `NEXO_SELF_DEPLOYMENT`. Default: `nexo-manager`.
@@ -271,6 +277,10 @@ impl Config {
         let state_secret = name_var("NEXO_STATE_SECRET", "nexo-manager-state")?;
         let lease_name = name_var("NEXO_LEASE_NAME", "nexo-manager")?;
         let self_deployment = name_var("NEXO_SELF_DEPLOYMENT", "nexo-manager")?;
+        let executor = match get("NEXO_EXECUTOR").as_deref() {
+            Some("off") => None,
+            _ => Some(name_var("NEXO_EXECUTOR", "nexo-executor")?),
+        };
 
         let pod_namespace = get("POD_NAMESPACE");
         if let Some(ns) = &pod_namespace
@@ -326,6 +336,7 @@ impl Config {
             allow_self_upgrade,
             listen_addr,
             state_secret,
+            executor,
             lease_name,
             self_deployment,
             pod_namespace,

@@ -111,6 +111,11 @@ fn errors_name_the_variable() {
             "neither",
         ),
         (
+            vec![("NEXO_EXECUTOR", "Not A Name")],
+            "NEXO_EXECUTOR",
+            "is not a Kubernetes object name",
+        ),
+        (
             vec![("NEXO_ADOPT_UNPROVEN", "maybe")],
             "NEXO_ADOPT_UNPROVEN",
             "not true or false",

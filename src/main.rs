@@ -35,6 +35,9 @@ ENVIRONMENT:
     NEXO_CLUSTER_REGION          cluster region [default: node label, else absent]
     NEXO_CLUSTER_ZONE            cluster zone [default: node label, else absent]
     NEXO_ALLOW_LEGACY_ADOPTION   the cluster side of the migration gate [default: false]
+    NEXO_EXECUTOR                the ServiceAccount of each managed namespace every write
+                                 and dry run of a command is sent as (impersonation);
+                                 off: the Manager's own identity [default: nexo-executor]
     NEXO_ADOPT_UNPROVEN          whether writes give their proof to objects with this
                                  environment's labels but none (from 0.4) [default: false]
     NEXO_ALLOW_SELF_UPGRADE      whether the upgrade command may patch the Manager's own

@@ -189,6 +189,7 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
     );
     let ctx = Context {
         kube: client,
+        writer: client,
         environment_id: &f.env_id,
         allow_legacy_adoption: false,
         proxy_image: &image,

@@ -14,6 +14,8 @@ use support::manager::Manager;
 use support::{run_ok_with_input as ok, testbed};
 
 const NS: &str = "nexo-system";
+/// The namespace the Manager manages in these tests.
+const MANAGED: &str = "nexo-proxies";
 const WAIT: Duration = Duration::from_secs(60);
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -52,6 +54,48 @@ fn install() {
     *done = true;
 }
 
+/// Adds `ns` as a managed namespace, as README.md "Adding a managed
+/// namespace" says: the Manager's RoleBinding to read it, the executor's
+/// ServiceAccount and its RoleBinding.
+fn add_managed_namespace(ns: &str) {
+    let tb = testbed();
+    let kubectl = |args: &[&str]| {
+        let out = tb.kubectl_cmd().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || err.contains("AlreadyExists"),
+            "kubectl {args:?}: {err}"
+        );
+    };
+    kubectl(&["create", "namespace", ns]);
+    kubectl(&[
+        "label",
+        "--overwrite",
+        "namespace",
+        ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    kubectl(&[
+        "-n",
+        ns,
+        "create",
+        "rolebinding",
+        "nexo-manager-managed",
+        "--clusterrole=nexo-manager-managed",
+        &format!("--serviceaccount={NS}:nexo-manager"),
+    ]);
+    kubectl(&["-n", ns, "create", "serviceaccount", "nexo-executor"]);
+    kubectl(&[
+        "-n",
+        ns,
+        "create",
+        "rolebinding",
+        "nexo-executor",
+        "--clusterrole=nexo-manager-executor",
+        &format!("--serviceaccount={ns}:nexo-executor"),
+    ]);
+}
+
 /// A command whose id is unique to this run: the state Secret in
 /// `nexo-system` outlives a test binary when the test bed is shared.
 fn command(id: &str, class: &str, payload: Value) -> Value {
@@ -77,11 +121,16 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     std::fs::create_dir_all(&dir).unwrap();
     sim.write_ca(&dir.join("cp-ca.pem"));
     std::fs::write(dir.join("connect-token"), &token).unwrap();
+    // The namespace it manages, added as README says.
+    add_managed_namespace(MANAGED);
     // A legacy object of the 0.2.0 line, in the way of a deploy.
     let legacy = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-config", "labels": {"app.kubernetes.io/part-of": "nexo"}}});
-    let _ = admin.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &legacy);
+    let _ = admin.create(&format!("/api/v1/namespaces/{MANAGED}/configmaps"), &legacy);
 
     let mut env = tb.deployment_env(NS, "nexo-manager");
+    // And its own, which it reads by default and where no command may
+    // write (no executor there).
+    env.insert("NEXO_NAMESPACES".into(), format!("{MANAGED},{NS}"));
     assert_eq!(
         env["NEXO_CONNECT_TOKEN_FILE"],
         "/var/run/secrets/nexo/connect-token"
@@ -135,7 +184,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-crd",
                 "deploy",
-                json!({"deployment": {"name": "orders", "namespace": NS}, "format": "crd",
+                json!({"deployment": {"name": "orders", "namespace": MANAGED}, "format": "crd",
             "manifests": [proxy("orders"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orders-config"}, "data": {}}]}),
             ),
             "applied",
@@ -144,10 +193,10 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-legacy",
                 "deploy",
-                json!({"deployment": {"name": "billing", "namespace": NS}, "format": "legacy",
+                json!({"deployment": {"name": "billing", "namespace": MANAGED}, "format": "legacy",
             "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "billing"},
                 "spec": {"selector": {"matchLabels": {"app": "billing"}}, "template": {"metadata": {"labels": {"app": "billing"}},
-                // nexo-system enforces restricted: the Manager holds the
+                // nexo-proxies enforces restricted: the Manager holds the
                 // template to it (read under the shipped RBAC).
                 "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0",
@@ -159,6 +208,17 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
         (
             command("m-rollout", "rollout", json!({"imageTag": "1.4.3"})),
             "applied",
+        ),
+        // No command writes in the Manager's own namespace: the API server
+        // refuses its executor there.
+        (
+            command(
+                "m-own",
+                "deploy",
+                json!({"deployment": {"name": "loot", "namespace": NS}, "format": "crd",
+            "manifests": [proxy("loot"), {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loot-db"}, "stringData": {"uri": "x"}}]}),
+            ),
+            "failed",
         ),
         (
             command(
@@ -173,7 +233,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-gate",
                 "deploy",
-                json!({"deployment": {"name": "old", "namespace": NS}, "format": "crd", "migration": {"adoptLegacy": true},
+                json!({"deployment": {"name": "old", "namespace": MANAGED}, "format": "crd", "migration": {"adoptLegacy": true},
             "manifests": [proxy("old"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-config"}, "data": {}}]}),
             ),
             "failed",
@@ -182,7 +242,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-uninstall-crd",
                 "uninstall",
-                json!({"deployment": {"name": "orders", "namespace": NS}}),
+                json!({"deployment": {"name": "orders", "namespace": MANAGED}}),
             ),
             "applied",
         ),
@@ -190,7 +250,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             command(
                 "m-uninstall-legacy",
                 "uninstall",
-                json!({"deployment": {"name": "billing", "namespace": NS}}),
+                json!({"deployment": {"name": "billing", "namespace": MANAGED}}),
             ),
             "applied",
         ),
@@ -216,7 +276,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     assert!(
         admin
             .get_opt::<Value>(&format!(
-                "/apis/nexo.io/v1alpha1/namespaces/{NS}/nexoproxies/orders"
+                "/apis/nexo.io/v1alpha1/namespaces/{MANAGED}/nexoproxies/orders"
             ))
             .unwrap()
             .is_none()
@@ -224,11 +284,33 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     assert!(
         admin
             .get_opt::<Value>(&format!(
-                "/apis/apps/v1/namespaces/{NS}/deployments/billing"
+                "/apis/apps/v1/namespaces/{MANAGED}/deployments/billing"
             ))
             .unwrap()
             .is_none()
     );
+    let own_id = format!("m-own-{}", std::process::id());
+    let own = sim
+        .acks()
+        .into_iter()
+        .find(|a| a["commandId"] == own_id.as_str())
+        .unwrap();
+    let executor = format!("system:serviceaccount:{NS}:nexo-executor");
+    m.check(
+        own["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("forbidden") && s.contains(&executor)),
+        &format!("the API server's 403 to the executor: {own}"),
+    );
+    for path in [
+        format!("/apis/nexo.io/v1alpha1/namespaces/{NS}/nexoproxies/loot"),
+        format!("/api/v1/namespaces/{NS}/secrets/loot-db"),
+    ] {
+        m.check(
+            admin.get_opt::<Value>(&path).unwrap().is_none(),
+            &format!("nothing written in its own namespace: {path}"),
+        );
+    }
     let gate_id = format!("m-gate-{}", std::process::id());
     let gate = sim
         .acks()
@@ -244,7 +326,9 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     );
     // The shipped RBAC lets the Manager tell what it did as Events.
     let events: Value = admin
-        .get(&format!("/apis/events.k8s.io/v1/namespaces/{NS}/events"))
+        .get(&format!(
+            "/apis/events.k8s.io/v1/namespaces/{MANAGED}/events"
+        ))
         .unwrap();
     let told: Vec<(String, String)> = events["items"]
         .as_array()
@@ -301,8 +385,23 @@ fn the_service_account_cannot_leave_its_lane() {
         "read Secrets in an unmanaged namespace",
         sa.get::<Value>("/api/v1/namespaces/default/secrets"),
     );
-    // (Secrets of a managed namespace are readable: runtime Secrets are the Manager's to deploy.
-    // Its own namespace is managed by default; the connect token there is mounted into its pod anyway.)
+    // (Secrets of a managed namespace are readable: what a command plans from.
+    // Its own namespace is read by default; the connect token there is mounted into its pod anyway.)
+    // It writes nothing a command asks for itself: only as an executor.
+    forbidden(
+        "write a ConfigMap in its own namespace",
+        sa.create(
+            &format!("/api/v1/namespaces/{NS}/configmaps"),
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nexo-evil"}}),
+        ),
+    );
+    forbidden(
+        "write a Secret in its own namespace as an executor",
+        sa.executor("nexo-executor").create(
+            &format!("/api/v1/namespaces/{NS}/secrets"),
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nexo-evil"}}),
+        ),
+    );
     forbidden(
         "create a Namespace",
         sa.create(
@@ -443,6 +542,25 @@ fn an_overlay_with_a_name_prefix_and_suffix_installs_a_manager_that_works() {
         ]),
         None,
     );
+    // It deploys in its own namespace, which ships without an executor:
+    // one bound to the overlay's (prefixed) executor ClusterRole, as
+    // README.md "Adding a managed namespace" does.
+    for args in [
+        vec!["create", "serviceaccount", "nexo-executor"],
+        vec![
+            "create",
+            "rolebinding",
+            "nexo-executor",
+            "--clusterrole=team-nexo-manager-executor-blue",
+        ],
+    ] {
+        let mut cmd = tb.kubectl_cmd();
+        cmd.args(["-n", &ns.name]).args(&args);
+        if args[1] == "rolebinding" {
+            cmd.arg(format!("--serviceaccount={}:nexo-executor", ns.name));
+        }
+        ok(&mut cmd, None);
+    }
     let token_path = format!("/api/v1/namespaces/{}/secrets/nexo-connect-token", ns.name);
     let token_rv = admin.get::<Value>(&token_path).unwrap()["metadata"]["resourceVersion"].clone();
 

@@ -435,6 +435,10 @@ resources:
   - base/crds
   - base/namespace.yaml
   - base
+  # These scenarios deploy in the Manager's own namespace, which ships
+  # without an executor (no command may write there): this overlay adds
+  # one, as README.md \"Adding a managed namespace\" does for another.
+  - executor.yaml
 images:
   - name: registry.example.com/nexo/manager
     newName: {repo}
@@ -458,6 +462,33 @@ patches:
     )
     .unwrap();
     std::fs::write(overlay.join("ca.crt"), bed.sim.ca_pem()).unwrap();
+    std::fs::write(
+        overlay.join("executor.yaml"),
+        format!(
+            "apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: nexo-executor
+  namespace: {NS}
+automountServiceAccountToken: false
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: nexo-executor
+  namespace: {NS}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: nexo-manager-executor
+subjects:
+  - kind: ServiceAccount
+    name: nexo-executor
+    namespace: {NS}
+"
+        ),
+    )
+    .unwrap();
     std::fs::write(
         overlay.join("deployment-patch.yaml"),
         format!(
@@ -1368,6 +1399,9 @@ fn helm_install(bed: &Bed) {
         // The CRDs are the kustomize install's (manifests/crds), no
         // release's: a second release leaves them alone.
         "crds.install=false".to_owned(),
+        // It deploys in its own namespace, listed so that it gets an
+        // executor there (README.md, "Adding a managed namespace").
+        format!("managedNamespaces={{{HNS}}}"),
         // A NetworkPolicy (this node's CNI, the bridge plugin, does not
         // enforce one): its API server egress is read at install from the
         // endpoints the API server publishes.

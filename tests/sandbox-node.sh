@@ -57,6 +57,8 @@ tb_dir=$work/testbed
 image() { sed -n "s/^$1=//p" "$work/images.env"; }
 k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 ns=nexo-system
+# The namespace the Manager manages (README.md, "Adding a managed namespace").
+app=nexo-proxies
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done' EXIT
 
@@ -101,6 +103,7 @@ spec:
             - {name: NEXO_CONTROL_PLANE_CA_FILE, value: /var/run/nexo-cp-ca/ca.crt}
             - {name: NEXO_PROXY_IMAGE, value: "$(image proxy)"}
             - {name: NEXO_HEARTBEAT_INTERVAL, value: 3s}
+            - {name: NEXO_NAMESPACES, value: "$app"}
           volumeMounts:
             - {name: cp-ca, mountPath: /var/run/nexo-cp-ca, readOnly: true}
       volumes:
@@ -121,6 +124,8 @@ metadata: {name: nexo-command-keys, namespace: $ns}
 stringData: {command-keys: "$(cat "$work/command-keys")"}
 YAML
 k apply --server-side -k "$overlay" >/dev/null
+say "adding the managed namespace $app (the Manager reads it, its executor nexo-executor writes in it)"
+bash tests/managed-namespace.sh "$KUBECTL" "$KUBECONFIG" "$ns" "$app"
 k -n "$ns" rollout status deployment/nexo-manager --timeout=120s >/dev/null
 
 pods() { k -n "$ns" get pods -l app.kubernetes.io/name=nexo-manager -o wide; }
@@ -165,11 +170,11 @@ legacy() {
    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}}}]}}}}
 JSON
 }
-send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders)]}"
-send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [$(legacy billing)]}"
-k -n "$ns" rollout status deployment/billing --timeout=60s >/dev/null
+send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$app\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders)]}"
+send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$app\"}, \"format\": \"legacy\", \"manifests\": [$(legacy billing)]}"
+k -n "$app" rollout status deployment/billing --timeout=60s >/dev/null
 say "the legacy deployment's pod is Ready:"
-k -n "$ns" get pods -l app=billing -o wide
+k -n "$app" get pods -l app=billing -o wide
 
 say "self-upgrade to $(image manager_b) (same binary, another digest)"
 before=$(curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')

@@ -69,6 +69,12 @@ k apply -k manifests/crds >/dev/null
 k apply -f manifests/namespace.yaml >/dev/null
 k apply -k manifests/ >/dev/null
 ns=nexo-system
+# The namespace the Manager manages, added as README.md "Adding a managed
+# namespace" says: its own namespace has no executor, so no command can
+# write there.
+app=nexo-proxies
+say "adding the managed namespace $app (the Manager reads it, its executor nexo-executor writes in it)"
+bash tests/managed-namespace.sh "$kubectl" "$kubeconfig" "$ns" "$app"
 
 say "starting the Control Plane simulator (it signs every command with a key made for this run, and sends a command not acknowledged in 30 s again)"
 target/release/nexo-cpsim --env env-sandbox --ca-out "$work/cp-ca.pem" --keys-out "$work/command-keys" \
@@ -100,7 +106,7 @@ env -i PATH="$PATH" \
   NEXO_CONTROL_PLANE_URL="$cp_url" NEXO_CONTROL_PLANE_CA_FILE="$work/cp-ca.pem" \
   NEXO_CONNECT_TOKEN_FILE="$work/connect-token" NEXO_PROXY_IMAGE=registry.example.com/nexo/proxy:1.4.2 \
   NEXO_HEARTBEAT_INTERVAL=10s NEXO_PROGRESS_DEADLINE=20s NEXO_DRIFT_INTERVAL=10s NEXO_LISTEN_ADDR=127.0.0.1:0 NEXO_COMMAND_KEYS_FILE="$work/command-keys" \
-  POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
+  NEXO_NAMESPACES="$app" POD_NAMESPACE="$ns" POD_NAME=nexo-manager-sandbox POD_UID="sandbox-$$" \
   KUBECONFIG="$work/manager.kubeconfig" RUST_LOG=info \
   target/release/nexo-manager 2>"$work/manager.log" &
 manager=$!
@@ -133,7 +139,7 @@ config() { echo "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\":
 # First a Control Plane that never holds a heartbeat: a command waits for
 # the next one (the interval is 10 s).
 say "control plane: never holding heartbeats (a command waits for the next one)"
-send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)], \"drift\": {\"mode\": \"enforce\"}}"
+send deploy-orders deploy "{\"deployment\": {\"name\": \"orders\", \"namespace\": \"$app\"}, \"format\": \"crd\", \"manifests\": [$(proxy orders), $(config orders)], \"drift\": {\"mode\": \"enforce\"}}"
 # Then one that holds them (heartbeat.wait.v1): a command is answered to the
 # held heartbeat at once.
 curl -fsS --cacert "$work/cp-ca.pem" -X POST "$cp_url/_sim/hold?on=true"
@@ -142,10 +148,10 @@ for _ in $(seq 1 150); do
   curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/log" | grep 'manager/heartbeat' | tail -n 1 | grep -q '(pending)' && break
   sleep 0.1
 done
-send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)], \"drift\": {\"mode\": \"report\"}}"
-# $ns enforces the restricted Pod Security profile, and the Manager holds a
+send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$app\"}, \"format\": \"crd\", \"manifests\": [$(proxy catalog), $(config catalog)], \"drift\": {\"mode\": \"report\"}}"
+# $app enforces the restricted Pod Security profile, and the Manager holds a
 # legacy pod template to it before anything is applied.
-send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$ns\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"securityContext\": {\"runAsNonRoot\": true, \"seccompProfile\": {\"type\": \"RuntimeDefault\"}}, \"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\", \"securityContext\": {\"allowPrivilegeEscalation\": false, \"capabilities\": {\"drop\": [\"ALL\"]}}}]}}}}]}"
+send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$app\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"securityContext\": {\"runAsNonRoot\": true, \"seccompProfile\": {\"type\": \"RuntimeDefault\"}}, \"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\", \"securityContext\": {\"allowPrivilegeEscalation\": false, \"capabilities\": {\"drop\": [\"ALL\"]}}}]}}}}]}"
 send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
 # No operator runs here, so no NexoProxy ever reports its pods ready: the
 # rollout's image cannot start, and NEXO_PROGRESS_DEADLINE (20 s) after it
@@ -160,25 +166,25 @@ grep -q 'NexoProxy [a-z0-9-]*/orders is failed' "$work/manager.log" || { echo "s
 # records it): catalog's drift is reported, orders' corrected (mode enforce).
 say "kubectl edit: listen 27017 -> 27018 in orders-config and catalog-config"
 for d in orders catalog; do
-  k -n "$ns" patch configmap "$d-config" --field-manager=kubectl-edit --type=merge -p '{"data": {"listen": "27018"}}' >/dev/null
+  k -n "$app" patch configmap "$d-config" --field-manager=kubectl-edit --type=merge -p '{"data": {"listen": "27018"}}' >/dev/null
 done
 for _ in $(seq 1 400); do
   grep -q 'orders-config of orders corrected' "$work/manager.log" && grep -q 'catalog-config of catalog: fields' "$work/manager.log" && break
   sleep 0.1
 done
 grep -q 'orders-config of orders corrected' "$work/manager.log" || { echo "sandbox: the edit of orders-config was never corrected" >&2; exit 1; }
-say "orders-config listen is $(k -n "$ns" get configmap orders-config -o jsonpath='{.data.listen}') again; catalog-config's stays $(k -n "$ns" get configmap catalog-config -o jsonpath='{.data.listen}') (reported)"
+say "orders-config listen is $(k -n "$app" get configmap orders-config -o jsonpath='{.data.listen}') again; catalog-config's stays $(k -n "$app" get configmap catalog-config -o jsonpath='{.data.listen}') (reported)"
 say "the Events the Manager wrote about what it did:"
-k -n "$ns" get events.v1.events.k8s.io -o json | python3 -c '
+k -n "$app" get events.v1.events.k8s.io -o json | python3 -c '
 import json, sys
 items = [e for e in json.load(sys.stdin)["items"] if e.get("reportingController") == "nexo.io/manager"]
 for e in sorted(items, key=lambda e: e.get("eventTime") or ""):
     print("  %-8s %-15s %-14s %-10s %s x%d" % (e["type"], e["reason"], e["action"], e["regarding"]["kind"] + "/" + e["regarding"]["name"], e.get("note", "")[:60], e.get("series", {}).get("count", 1)))'
-send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$ns\"}}"
+send uninstall-catalog uninstall "{\"deployment\": {\"name\": \"catalog\", \"namespace\": \"$app\"}}"
 # The garbage collector notices new CRDs on its next discovery pass (about 30 s).
 say "waiting for the garbage collector to remove catalog's runtime ConfigMap"
 for _ in $(seq 1 600); do
-  k -n "$ns" get configmap catalog-config >/dev/null 2>&1 || break
+  k -n "$app" get configmap catalog-config >/dev/null 2>&1 || break
   sleep 0.1
 done
 sleep 2
@@ -194,8 +200,8 @@ for d in hb["deployments"]:
 for d in hb.get("drift", []):
     for o in d["objects"]:
         print("    drift: %s %s %s %s %s" % (d["name"], o["kind"], o["name"], o.get("fields", "gone"), o["action"]))'
-say "the objects in $ns:"
-k -n "$ns" get nexoproxies,deployments,configmaps -l app.kubernetes.io/managed-by=nexo-manager -L nexo.io/deployment
+say "the objects in $app:"
+k -n "$app" get nexoproxies,deployments,configmaps -l app.kubernetes.io/managed-by=nexo-manager -L nexo.io/deployment
 rss=$(grep VmHWM "/proc/$manager/status" | awk '{print $2 " " $3}')
 say "nexo-manager peak RSS: $rss"
 

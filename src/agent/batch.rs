@@ -309,6 +309,7 @@ impl Agent {
     pub(super) fn execution(&self) -> apply::Context<'_> {
         apply::Context {
             kube: &self.link.kube,
+            writer: &self.link.writer,
             environment_id: self.me.token.environment_id(),
             allow_legacy_adoption: self.me.cfg.allow_legacy_adoption,
             proxy_image: &self.me.cfg.proxy_image,

@@ -81,6 +81,10 @@ pub fn advertised(cfg: &Config) -> Vec<&'static str> {
 struct Link {
     /// Shared with the loop's duty ([`lead::Background`]).
     kube: Rc<Client>,
+    /// What commands write with: the same connections, each write sent as
+    /// the executor of its namespace (`NEXO_EXECUTOR`), or as the Manager
+    /// when that is `off`.
+    writer: Rc<Client>,
     /// The inventory the watches keep; shared with the loop's duty, which
     /// reads the watches as their events arrive.
     index: Rc<RefCell<crate::inventory::Index>>,

@@ -109,7 +109,7 @@ impl Agent {
             return;
         };
         let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
-        match self.link.kube.delete_if(&path, "Background", guard) {
+        match self.link.writer.delete_if(&path, "Background", guard) {
             Ok(_) => log::debug!("drift: the record of {namespace}/{name} deleted with it"),
             Err(e) if e.is_not_found() => {}
             Err(e) => log::warn!("drift: cannot delete the record of {namespace}/{name}: {e}"),
@@ -181,7 +181,7 @@ impl Agent {
         }
         if let Err(e) = self
             .link
-            .kube
+            .writer
             .apply(&path, &secret, ApplyParams::WRITE.forced(true))
         {
             log::warn!("drift: cannot write the record of {namespace}/{name}: {e}");

@@ -98,6 +98,10 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
             backoff,
         },
         link: Link {
+            writer: match &cfg.executor {
+                Some(sa) => Rc::new(kube.executor(sa)),
+                None => Rc::clone(&kube),
+            },
             kube,
             index,
             cp,

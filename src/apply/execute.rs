@@ -94,14 +94,14 @@ pub(super) fn dry_run(
 ) -> Result<Option<Value>, Result<Outcome, Raced>> {
     let path = w.reference.path();
     let params = ApplyParams::DRY_RUN.forced(w.force);
-    let mut dry = ctx.kube.apply(&path, &w.object, params);
+    let mut dry = ctx.writer.apply(&path, &w.object, params);
     if let Err(e) = &dry
         && plan::only_own_conflicts(e)
     {
         // A rollout's earlier update of spec.image, by this Manager: the
         // deploy's desired state wins.
         w.force = true;
-        dry = ctx.kube.apply(&path, &w.object, params.forced(true));
+        dry = ctx.writer.apply(&path, &w.object, params.forced(true));
     }
     match dry {
         Ok(mut dry) => Ok(match w.existing {
@@ -210,13 +210,13 @@ pub(super) fn write_one(
     let path = w.reference.path();
     if w.needs_owner_dry_run(proxy_existed) {
         let mut dry = ctx
-            .kube
+            .writer
             .apply(&path, &w.object, ApplyParams::DRY_RUN)
             .map_err(|e| StepError::api("dry run of", &w.reference, e))?;
         *fields = Some(dry["metadata"]["managedFields"].take());
     }
     let written = match &w.existing {
-        None => ctx.kube.create_as_applied(
+        None => ctx.writer.create_as_applied(
             &w.reference.collection(),
             &w.reference.name,
             &w.object,
@@ -229,7 +229,7 @@ pub(super) fn write_one(
             },
         ),
         Some(_) => ctx
-            .kube
+            .writer
             .apply(&path, &w.object, ApplyParams::WRITE.forced(w.force)),
     };
     written.map_err(|e| {

@@ -22,8 +22,12 @@ use crate::kube::Client;
 /// What the executor needs to know.
 #[derive(Debug)]
 pub struct Context<'a> {
-    /// The Kubernetes client.
+    /// The Kubernetes client: every read.
     pub kube: &'a Client,
+    /// Every write and dry run: sent as the executor of the namespace it
+    /// writes in ([`Client::executor`]), so the API server bounds it with
+    /// that namespace's RBAC.
+    pub writer: &'a Client,
     /// This environment.
     pub environment_id: &'a str,
     /// The cluster half of the migration gate.

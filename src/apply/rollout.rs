@@ -122,7 +122,7 @@ fn set_image(
         let patch = json!({"metadata": {"resourceVersion": version,
             "annotations": {crate::integrity::ANNOTATION: c.proof}},
             "spec": {"image": image}});
-        match ctx.kube.patch(&r.path(), MERGE_PATCH, &patch) {
+        match ctx.writer.patch(&r.path(), MERGE_PATCH, &patch) {
             Ok(written) => return Ok(written),
             Err(e) if e.is_conflict() => {
                 let fresh: Value = ctx

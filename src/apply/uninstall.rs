@@ -83,7 +83,7 @@ pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced>
     for Delete { reference, read_at } in deletes {
         // Deleted only if it is still the object read and checked.
         let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
-        match ctx.kube.delete_if(&reference.path(), "Background", guard) {
+        match ctx.writer.delete_if(&reference.path(), "Background", guard) {
             Ok(_) => resources.push(reference.ack(ResourceAction::Deleted)),
             Err(e) if e.is_not_found() => resources.push(reference.ack(ResourceAction::Absent)),
             Err(e) => {

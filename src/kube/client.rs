@@ -22,6 +22,7 @@ use super::error::{Error, Status};
 use super::pause::{Pause, Wake};
 use crate::backoff::{Backoff, Jitter};
 
+pub use super::query::{Query, percent_encode};
 /// Largest response body read from the API server (one object, or one page
 /// of a list): the same as the Control Plane's, so that with the heartbeat
 /// body and the state document it fits the pod's 32 MiB limit. An object is
@@ -127,7 +128,14 @@ pub struct Client {
     /// The connection the last watch call opened.
     watch_opened: Arc<std::sync::Mutex<Option<super::watch::Opened>>>,
     server: String,
-    auth: Auth,
+    /// Shared with the executor's client ([`Client::executor`]).
+    auth: Rc<Auth>,
+    /// The executor ServiceAccount: every request that may change the
+    /// cluster is sent as `system:serviceaccount:<namespace>:<executor>`
+    /// of the namespace its path names (impersonation), so that the API
+    /// server decides it with that namespace's RBAC; reads are sent as
+    /// the Manager.
+    executor: Option<Rc<str>>,
     /// The buffer response bodies are read into, kept between calls (up to
     /// [`SCRATCH_KEEP`]) so that reading a page does not grow a new buffer
     /// from nothing, through the allocator and `mmap`, every time.
@@ -154,6 +162,7 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("server", &self.server)
             .field("auth", &self.auth)
+            .field("executor", &self.executor)
             .finish()
     }
 }
@@ -205,7 +214,8 @@ impl Client {
             watch,
             watch_opened,
             server: config.server,
-            auth: config.auth,
+            auth: Rc::new(config.auth),
+            executor: None,
             scratch: RefCell::new(Vec::new()),
             pause: None,
             fence: None,
@@ -223,6 +233,51 @@ impl Client {
     pub fn with_fence(mut self, fence: Rc<dyn Fence>) -> Client {
         self.fence = Some(fence);
         self
+    }
+
+    /// A client that sends every request that may change the cluster as
+    /// `service_account` of the namespace it writes in (see
+    /// [`Client::acting_as`]), sharing this one's connections,
+    /// credentials, pause and fence.
+    pub fn executor(&self, service_account: &str) -> Client {
+        Client {
+            agent: self.agent.clone(),
+            quick: self.quick.clone(),
+            watch: self.watch.clone(),
+            watch_opened: Arc::clone(&self.watch_opened),
+            server: self.server.clone(),
+            auth: Rc::clone(&self.auth),
+            executor: Some(Rc::from(service_account)),
+            scratch: RefCell::new(Vec::new()),
+            pause: self.pause.clone(),
+            fence: self.fence.clone(),
+        }
+    }
+
+    /// Whom `method` `path` is sent as: `None` for this client's own
+    /// identity; the executor of the namespace of `path` for a request
+    /// that may change the cluster. A write whose path names no namespace
+    /// is never sent as the executor, nor as the Manager: an error.
+    fn acting_as(&self, method: &Method, path: &str) -> Result<Option<String>, Error> {
+        let Some(sa) = &self.executor else {
+            return Ok(None);
+        };
+        if *method == Method::GET {
+            return Ok(None);
+        }
+        let path = path.split('?').next().unwrap_or_default();
+        let mut segments = path.split('/');
+        let namespace = segments
+            .by_ref()
+            .find(|s| *s == "namespaces")
+            .and(segments.next())
+            .filter(|ns| !ns.is_empty());
+        match namespace {
+            Some(ns) => Ok(Some(format!("system:serviceaccount:{ns}:{sa}"))),
+            None => Err(Error::Config(format!(
+                "{method} {path} names no namespace, so it cannot be sent as the executor"
+            ))),
+        }
     }
 
     /// `Err(Fenced)` when a request may not be sent now.
@@ -263,6 +318,21 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Option<T>, Error> {
+        self.request_fenced(method, path, body, true)
+    }
+
+    /// [`Client::request_as`], asking the lease fence first when `fence`:
+    /// a request that completes a create this process already sent (its
+    /// proof and apply fields, each guarded to that one object as made) is
+    /// sent whatever the fence says, so that an object it made is never
+    /// left half made, unproven, by a lease lost in between.
+    pub(super) fn request_fenced<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+        fence: bool,
+    ) -> Result<Option<T>, Error> {
         let mut backoff = None;
         let mut attempt = 0;
         let mut reloaded = false;
@@ -272,12 +342,15 @@ impl Client {
             }
             // Asked right before each attempt: a stop may have come in
             // the checkpoint or the pause before it.
-            self.fenced(&method, path)?;
+            if fence {
+                self.fenced(&method, path)?;
+            }
             let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if let (Some(401), Auth::Bearer(source), false) = (err.status(), &self.auth, reloaded) {
+            if let (Some(401), Auth::Bearer(source), false) = (err.status(), &*self.auth, reloaded)
+            {
                 reloaded = true;
                 if source.reload() {
                     log::info!("service-account token rotated; retrying {method} {path}");
@@ -362,11 +435,14 @@ impl Client {
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
             .header("Accept", JSON);
-        if let Auth::Bearer(source) = &self.auth {
+        if let Auth::Bearer(source) = &*self.auth {
             req = req.header(
                 "Authorization",
                 format!("Bearer {}", source.token().expose()),
             );
+        }
+        if let Some(user) = self.acting_as(method, path)? {
+            req = req.header("Impersonate-User", user);
         }
         let result = match body {
             Some(b) => {
@@ -476,44 +552,6 @@ fn verb_label(method: &Method) -> &'static str {
 
 fn certs_from_pem(pem: &[u8], what: &str) -> Result<Vec<Certificate<'static>>, Error> {
     crate::tls::certs_from_pem(pem).map_err(|why| Error::Config(format!("{what} {why}")))
-}
-
-/// A URL query string builder with percent-encoding.
-#[derive(Default)]
-pub struct Query(String);
-
-impl Query {
-    /// An empty query.
-    pub fn new() -> Self {
-        Query(String::new())
-    }
-
-    /// Adds `key=value`, percent-encoding the value.
-    pub fn param(mut self, key: &str, value: &str) -> Self {
-        self.0.push(if self.0.is_empty() { '?' } else { '&' });
-        self.0.push_str(key);
-        self.0.push('=');
-        self.0.push_str(&percent_encode(value));
-        self
-    }
-
-    /// The query, with its leading `?` (empty when no parameter was added).
-    pub fn finish(self) -> String {
-        self.0
-    }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

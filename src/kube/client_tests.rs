@@ -231,3 +231,41 @@ fn a_fence_that_does_not_hold_stops_every_write_before_it_is_sent() {
             .is_ok()
     );
 }
+
+#[test]
+fn the_executor_sends_writes_as_the_namespaces_service_account_and_reads_as_itself() {
+    let manager = Client::new(KubeConfig {
+        server: "http://127.0.0.1:1".into(),
+        ca_pem: None,
+        auth: Auth::None,
+        namespace: None,
+    })
+    .unwrap();
+    let executor = manager.executor("nexo-executor");
+    let cm = "/api/v1/namespaces/shop/configmaps/x?fieldManager=nexo-manager";
+    assert_eq!(
+        executor.acting_as(&Method::PATCH, cm).unwrap().as_deref(),
+        Some("system:serviceaccount:shop:nexo-executor")
+    );
+    assert_eq!(
+        executor
+            .acting_as(
+                &Method::POST,
+                "/apis/nexo.io/v1alpha1/namespaces/billing/nexoproxies"
+            )
+            .unwrap()
+            .as_deref(),
+        Some("system:serviceaccount:billing:nexo-executor")
+    );
+    assert_eq!(executor.acting_as(&Method::GET, cm).unwrap(), None);
+    assert_eq!(manager.acting_as(&Method::PATCH, cm).unwrap(), None);
+    // A write outside a namespace is never sent, as anyone.
+    for path in [
+        "/api/v1/nodes/n1",
+        "/api/v1/namespaces/",
+        "/apis/x/v1/things?namespaces=a",
+    ] {
+        let e = executor.acting_as(&Method::DELETE, path).unwrap_err();
+        assert!(e.to_string().contains("names no namespace"), "{path}: {e}");
+    }
+}

@@ -4,6 +4,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod pause;
+mod query;
 pub mod verbs;
 pub mod watch;
 

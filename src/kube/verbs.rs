@@ -111,7 +111,11 @@ impl Client {
     /// `managedFields` of the apply's dry run (`apply_fields`) put in
     /// place of the POST's own entry, guarded by the new resourceVersion.
     /// Later applies then own, change and remove its fields as if it had
-    /// been applied. `annotations` gives, from the created object (its uid),
+    /// been applied. Both later steps complete the create: sent whatever
+    /// the lease fence says; the first
+    /// guarded by the uid the create answered, the second by the version
+    /// the first answered.
+    /// `annotations` gives, from the created object (its uid),
     /// annotations set in a step between the two (a proof, whose value
     /// needs the uid: the dry run's fields own it, with a placeholder),
     /// which must succeed. Should the last step fail, the object stays
@@ -140,12 +144,14 @@ impl Client {
         if let Some(annotations) = annotations(&created) {
             // Its own step: a change in the request that sets the fields
             // would be recorded as an update, which takes the field from
-            // the apply's entry.
+            // the apply's entry. Guarded by the uid, not the version: a
+            // controller may have written the new object already (a
+            // Deployment's status), and the proof must still be written.
             let patch = serde_json::json!({"metadata": {
-                "resourceVersion": created["metadata"]["resourceVersion"],
+                "uid": created["metadata"]["uid"],
                 "annotations": annotations,
             }});
-            created = self.patch(&path, MERGE_PATCH, &patch)?;
+            created = self.patch_completing(&path, &patch)?;
         }
         let Some(fields) = apply_fields.filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
         else {
@@ -155,7 +161,7 @@ impl Client {
             "resourceVersion": created["metadata"]["resourceVersion"],
             "managedFields": fields,
         }});
-        match self.patch(&path, MERGE_PATCH, &patch) {
+        match self.patch_completing(&path, &patch) {
             Ok(updated) => Ok(updated),
             Err(e) => {
                 log::warn!(
@@ -164,6 +170,20 @@ impl Client {
                 Ok(created)
             }
         }
+    }
+
+    /// A merge patch that completes a create: sent whatever the lease fence
+    /// says (`Client::request_fenced`).
+    fn patch_completing(&self, path: &str, patch: &Value) -> Result<Value, Error> {
+        let bytes = to_json("request body", patch)?;
+        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        let body = Body {
+            content_type: MERGE_PATCH,
+            bytes: &bytes,
+        };
+        Ok(self
+            .request_fenced::<Value>(Method::PATCH, &format!("{path}{query}"), Some(body), false)?
+            .unwrap_or(Value::Null))
     }
 
     /// PATCH with `content_type` (merge or strategic merge), as [`FIELD_MANAGER`].

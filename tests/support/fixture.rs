@@ -47,6 +47,7 @@ impl Fixture {
     /// A new world on the test bed `tb` (one of the caller's own).
     pub fn on(tb: &'static Testbed, prefix: &str, config: SimConfig) -> Fixture {
         let ns = tb.namespace(prefix);
+        super::grant_executor(tb, &ns.name, &super::executor_rules());
         let sim = Arc::new(Simulator::start(config));
         let env_id = format!(
             "env-{}-{}",
@@ -160,38 +161,46 @@ impl Fixture {
     }
 
     /// The integrity key of this environment's Manager: read from its
-    /// state Secret, or made and written in a new one (before the Manager
-    /// first starts, as an earlier Manager would have left it).
+    /// state Secret (waiting for a running Manager to make it), or made and
+    /// written in a new one (before the Manager first starts, as an earlier
+    /// Manager would have left it).
     pub fn integrity_key(&self) -> nexo_manager::integrity::Key {
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::STANDARD;
         let ns = self.ns.name.as_str();
         let path = format!("/api/v1/namespaces/{ns}/secrets/nexo-manager-state");
-        let existing: Option<Value> = self
-            .tb
-            .admin()
-            .get_opt(&path)
-            .expect("read the state Secret");
-        if let Some(secret) = existing {
-            let text = secret["data"]["state.json"].as_str().expect("state.json");
-            let doc: Value = serde_json::from_slice(&b64.decode(text).unwrap()).unwrap();
-            let stored = doc["integrityKey"]
-                .as_str()
-                .expect("the state's integrityKey");
-            return nexo_manager::integrity::Key::from_stored(stored).unwrap();
+        let admin = self.tb.admin();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let existing: Option<Value> = admin.get_opt(&path).expect("read the state Secret");
+            if let Some(secret) = existing {
+                let text = secret["data"]["state.json"].as_str().expect("state.json");
+                let doc: Value = serde_json::from_slice(&b64.decode(text).unwrap()).unwrap();
+                if let Some(stored) = doc["integrityKey"].as_str() {
+                    return nexo_manager::integrity::Key::from_stored(stored).unwrap();
+                }
+                // A Manager made the state and is about to make its key.
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the state Secret {path} has no integrityKey after 60 s"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                continue;
+            }
+            let (key, stored) = nexo_manager::integrity::Key::generate().unwrap();
+            let doc = json!({"version": 1, "integrityKey": stored});
+            let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "nexo-manager-state", "labels": {
+                    "app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id,
+                    "nexo.io/role": "manager-state"}},
+                "data": {"state.json": b64.encode(doc.to_string())}});
+            match admin.create(&format!("/api/v1/namespaces/{ns}/secrets"), &secret) {
+                Ok(_) => return key,
+                // A Manager made it meanwhile: read it.
+                Err(e) if e.status() == Some(409) => {}
+                Err(e) => panic!("create the state Secret with a key: {e}"),
+            }
         }
-        let (key, stored) = nexo_manager::integrity::Key::generate().unwrap();
-        let doc = json!({"version": 1, "integrityKey": stored});
-        let secret = json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "nexo-manager-state", "labels": {
-                "app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id,
-                "nexo.io/role": "manager-state"}},
-            "data": {"state.json": b64.encode(doc.to_string())}});
-        self.tb
-            .admin()
-            .create(&format!("/api/v1/namespaces/{ns}/secrets"), &secret)
-            .expect("create the state Secret with a key");
-        key
     }
 
     /// The proof this environment's Manager writes on `object`

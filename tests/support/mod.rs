@@ -618,3 +618,61 @@ pub fn prove_with(
         )
         .unwrap_or_else(|e| panic!("prove {name}: {e}"))
 }
+
+/// The rules of the shipped executor (`manifests/rbac.yaml`, ClusterRole
+/// `nexo-executor`; `tests/manifests.rs` holds them equal): what a command
+/// may write in a managed namespace.
+pub fn executor_rules() -> Value {
+    let verbs = json!(["get", "list", "create", "patch", "delete"]);
+    json!([
+        {"apiGroups": ["nexo.io"], "resources": ["nexoproxies", "nexopipelines"], "verbs": verbs},
+        {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": verbs},
+        {"apiGroups": [""], "resources": ["services"], "verbs": verbs},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
+    ])
+}
+
+/// Gives namespace `ns` the executor commands write as
+/// (`NEXO_EXECUTOR`'s default, `nexo-executor`): its ServiceAccount, a
+/// Role with `rules` (replaced if there is one) and their RoleBinding, as
+/// an administrator does for a managed namespace.
+pub fn grant_executor(tb: &Testbed, ns: &str, rules: &Value) {
+    let admin = tb.admin();
+    let labels = json!({"app.kubernetes.io/name": "nexo-manager"});
+    let objects = [
+        (
+            format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "nexo-executor", "labels": labels}}),
+        ),
+        (
+            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "nexo-executor", "labels": labels}, "rules": rules}),
+        ),
+        (
+            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "nexo-executor", "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nexo-executor"},
+                "subjects": [{"kind": "ServiceAccount", "name": "nexo-executor", "namespace": ns}]}),
+        ),
+    ];
+    for (collection, object) in objects {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let path = format!("{collection}/{name}");
+        match admin.get_opt::<Value>(&path) {
+            Ok(Some(_)) => {
+                admin
+                    .replace(&path, &object)
+                    .unwrap_or_else(|e| panic!("replace {path}: {e}"));
+            }
+            Ok(None) => {
+                admin
+                    .create(&collection, &object)
+                    .unwrap_or_else(|e| panic!("create {path}: {e}"));
+            }
+            Err(e) => panic!("read {path}: {e}"),
+        }
+    }
+}

@@ -94,3 +94,49 @@ true
 true
 {{- end -}}
 {{- end -}}
+
+{{/* What the Manager may do in a managed namespace: read, and impersonate
+  that namespace's executor (manifests/rbac.yaml explains each rule). */}}
+{{- define "nexo-manager.managedRules" -}}
+- apiGroups: ["nexo.io"]
+  resources: ["nexoproxies"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["nexo.io"]
+  resources: ["nexopipelines"]
+  verbs: ["get", "list"]
+- apiGroups: [""]
+  resources: ["configmaps", "secrets", "services"]
+  verbs: ["get", "list"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  resourceNames: [{{ .Values.executor.name | quote }}]
+  verbs: ["impersonate"]
+{{- end -}}
+
+{{/* What a command may write in a managed namespace, as its executor. */}}
+{{- define "nexo-manager.executorRules" -}}
+- apiGroups: ["nexo.io"]
+  resources: ["nexoproxies", "nexopipelines"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps", "secrets"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+{{- end -}}
