@@ -207,7 +207,9 @@ fn a_denied_event_is_a_warning_and_the_command_still_applies() {
             {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": all},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": all},
             {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": all},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": all}]}),
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": all},
+            // What a command writes is written as the namespace's executor.
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["nexo-executor"], "verbs": ["impersonate"]}]}),
         )
         .unwrap();
     admin.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"), &json!({
