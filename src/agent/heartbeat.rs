@@ -40,28 +40,49 @@ pub fn clamp_interval(seconds: u64) -> Duration {
     Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
 }
 
-/// Region and zone from the last node listing, and when it was made.
+/// Region and zone from the last node listing, and when it was made; or
+/// why the last one failed (the nodes not readable: a namespace-scoped
+/// install), and when.
 #[derive(Debug, Default)]
 pub struct TopologyCache {
     listed: Option<(Instant, Option<String>, Option<String>)>,
+    failed: Option<(Instant, String)>,
 }
 
 impl TopologyCache {
     /// Whether the nodes should be listed: never yet, or longer than
-    /// [`TOPOLOGY_REFRESH`] ago.
+    /// [`TOPOLOGY_REFRESH`] ago (a failed listing as well: a 403 is not
+    /// asked again at every heartbeat).
     pub fn due(&self, now: Instant) -> bool {
-        self.listed
-            .as_ref()
-            .is_none_or(|(at, _, _)| now.saturating_duration_since(*at) >= TOPOLOGY_REFRESH)
+        let last = match (&self.listed, &self.failed) {
+            (Some((a, _, _)), Some((b, _))) => Some((*a).max(*b)),
+            (Some((a, _, _)), None) => Some(*a),
+            (None, Some((b, _))) => Some(*b),
+            (None, None) => None,
+        };
+        last.is_none_or(|at| now.saturating_duration_since(at) >= TOPOLOGY_REFRESH)
     }
 
-    /// Remembers a fresh listing, or fills `inv` from the last one.
+    /// A listing that failed: `why` goes to every heartbeat's
+    /// `inventoryErrors` until one succeeds.
+    pub fn failed(&mut self, now: Instant, why: String) {
+        self.failed = Some((now, why));
+    }
+
+    /// Remembers a fresh listing, or fills `inv` from the last one (and
+    /// with why the last one failed, while it did).
     pub fn update(&mut self, inv: &mut Inventory, now: Instant) {
         if inv.topology_read {
             self.listed = Some((now, inv.region.clone(), inv.zone.clone()));
-        } else if let Some((_, region, zone)) = &self.listed {
+            self.failed = None;
+            return;
+        }
+        if let Some((_, region, zone)) = &self.listed {
             inv.region.clone_from(region);
             inv.zone.clone_from(zone);
+        }
+        if let Some((_, why)) = &self.failed {
+            inv.errors.push(why.clone());
         }
     }
 }
@@ -411,7 +432,7 @@ impl Agent {
                 Ok((region, zone)) => (inv.region, inv.zone) = (region, zone),
                 Err(e) => {
                     inv.topology_read = false;
-                    inv.errors.push(e);
+                    self.beats.topology.failed(now, e);
                 }
             }
         }
@@ -496,92 +517,5 @@ fn by_phase(deployments: &[std::rc::Rc<wire::DeploymentEntry>]) -> [(&'static st
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backoff::Backoff;
-
-    #[test]
-    fn a_held_answer_is_the_wait_unless_it_came_back_at_once_with_nothing() {
-        let interval = Duration::from_secs(15);
-        let ms = Duration::from_millis;
-        assert_eq!(wait_after(false, ms(10), 3, interval), interval);
-        assert_eq!(wait_after(false, ms(14_000), 0, interval), interval);
-        assert_eq!(wait_after(true, ms(14_000), 0, interval), Duration::ZERO);
-        assert_eq!(wait_after(true, ms(20), 1, interval), Duration::ZERO);
-        assert_eq!(
-            wait_after(true, ms(200), 0, interval),
-            ms(800),
-            "a CP saying held without holding gets one heartbeat a second"
-        );
-        assert_eq!(wait_after(true, ms(200), 0, ms(500)), ms(500));
-    }
-
-    #[test]
-    fn nodes_are_listed_first_then_every_five_minutes() {
-        let now = Instant::now();
-        let mut t = TopologyCache::default();
-        assert!(t.due(now));
-        let mut listed = Inventory {
-            region: Some("eu".into()),
-            zone: Some("eu-1a".into()),
-            topology_read: true,
-            ..Inventory::default()
-        };
-        t.update(&mut listed, now);
-        assert!(!t.due(now));
-        assert!(!t.due(now + TOPOLOGY_REFRESH - Duration::from_secs(1)));
-        assert!(t.due(now + TOPOLOGY_REFRESH));
-        let mut not_listed = Inventory::default();
-        t.update(&mut not_listed, now + Duration::from_secs(15));
-        assert_eq!(not_listed.region.as_deref(), Some("eu"), "reused");
-        assert_eq!(not_listed.zone.as_deref(), Some("eu-1a"));
-        assert!(
-            !t.due(now + Duration::from_secs(15)),
-            "a reuse is no listing"
-        );
-    }
-
-    #[test]
-    fn interval_override_is_clamped() {
-        assert_eq!(clamp_interval(1), Duration::from_secs(5));
-        assert_eq!(clamp_interval(30), Duration::from_secs(30));
-        assert_eq!(clamp_interval(100_000), Duration::from_secs(600));
-        let mut pace = Pace {
-            interval: Duration::from_secs(15),
-            backoff: Backoff::control_plane(),
-        };
-        assert_eq!(pace.set_interval(15), None, "unchanged");
-        assert_eq!(pace.set_interval(2), Some(INTERVAL_MIN));
-        assert_eq!(pace.interval, INTERVAL_MIN);
-    }
-
-    #[test]
-    fn the_body_reports_configured_topology_over_listed_and_counts_proxies() {
-        let cfg = Config::from_lookup(|k| match k {
-            "NEXO_CONTROL_PLANE_URL" => Some("https://cp.example".into()),
-            "NEXO_CONNECT_TOKEN" => Some(format!("nexo_ct_env-a_{}", "a".repeat(32))),
-            "NEXO_PROXY_IMAGE" => Some("r.example/nexo/proxy:1.0.0".into()),
-            "NEXO_CLUSTER_REGION" => Some("configured".into()),
-            _ => None,
-        })
-        .unwrap();
-        let inv = Inventory {
-            region: Some("listed".into()),
-            zone: Some("zone-listed".into()),
-            errors: vec!["list nodes: forbidden".into()],
-            ..Inventory::default()
-        };
-        let cluster = ClusterRef {
-            uid: "uid-1".into(),
-            kubernetes_version: "v1.34.0".into(),
-        };
-        let b = body(inv, &cfg, &cluster, ("m-1", 7), Vec::new());
-        assert_eq!((b.manager_id.as_str(), b.sequence), ("m-1", 7));
-        assert_eq!(b.cluster.region.as_deref(), Some("configured"));
-        assert_eq!(b.cluster.zone.as_deref(), Some("zone-listed"));
-        assert_eq!(b.managed_proxy_count, 0);
-        assert_eq!(b.inventory_errors, ["list nodes: forbidden"]);
-        assert_eq!(b.manager.version, env!("CARGO_PKG_VERSION"));
-        assert_eq!(b.proxy_image, "r.example/nexo/proxy:1.0.0");
-    }
-}
+#[path = "heartbeat_tests.rs"]
+mod tests;

@@ -75,17 +75,18 @@ pub fn pod_reason(
 }
 
 /// Region and zone, when every node shares them; `Err` is the
-/// `inventoryErrors` entry. Nodes that may not be listed (optional RBAC)
-/// leave both unknown, without an error.
+/// `inventoryErrors` entry. Nodes that may not be listed (a
+/// namespace-scoped install) leave both unknown, and say so: never
+/// guessed.
 pub fn topology(client: &Client) -> Result<(Option<String>, Option<String>), String> {
     let mut topo = Topology::default();
     let visit = |node: NodeItem| topo.add_node(&node);
     match client.list_each_as(&resource::NODES.collection(None), None, PAGE, visit) {
         Ok(()) => Ok((topo.region.get(), topo.zone.get())),
-        Err(e) if e.is_forbidden() => {
-            log::debug!("inventory: nodes not readable: {e}");
-            Ok((None, None))
-        }
+        Err(e) if e.is_forbidden() => Err(format!(
+            "nodes are not readable ({}): region and zone unavailable; set NEXO_CLUSTER_REGION and NEXO_CLUSTER_ZONE",
+            crate::text::clip(&e.to_string(), 200)
+        )),
         Err(e) => Err(describe("list nodes", &e)),
     }
 }

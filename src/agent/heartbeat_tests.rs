@@ -1,0 +1,112 @@
+//! The heartbeat's pure parts: pacing, the topology cache, the body.
+use super::*;
+use crate::backoff::Backoff;
+
+#[test]
+fn a_held_answer_is_the_wait_unless_it_came_back_at_once_with_nothing() {
+    let interval = Duration::from_secs(15);
+    let ms = Duration::from_millis;
+    assert_eq!(wait_after(false, ms(10), 3, interval), interval);
+    assert_eq!(wait_after(false, ms(14_000), 0, interval), interval);
+    assert_eq!(wait_after(true, ms(14_000), 0, interval), Duration::ZERO);
+    assert_eq!(wait_after(true, ms(20), 1, interval), Duration::ZERO);
+    assert_eq!(
+        wait_after(true, ms(200), 0, interval),
+        ms(800),
+        "a CP saying held without holding gets one heartbeat a second"
+    );
+    assert_eq!(wait_after(true, ms(200), 0, ms(500)), ms(500));
+}
+
+#[test]
+fn nodes_are_listed_first_then_every_five_minutes() {
+    let now = Instant::now();
+    let mut t = TopologyCache::default();
+    assert!(t.due(now));
+    let mut listed = Inventory {
+        region: Some("eu".into()),
+        zone: Some("eu-1a".into()),
+        topology_read: true,
+        ..Inventory::default()
+    };
+    t.update(&mut listed, now);
+    assert!(!t.due(now));
+    assert!(!t.due(now + TOPOLOGY_REFRESH - Duration::from_secs(1)));
+    assert!(t.due(now + TOPOLOGY_REFRESH));
+    let mut not_listed = Inventory::default();
+    t.update(&mut not_listed, now + Duration::from_secs(15));
+    assert_eq!(not_listed.region.as_deref(), Some("eu"), "reused");
+    assert_eq!(not_listed.zone.as_deref(), Some("eu-1a"));
+    assert!(
+        !t.due(now + Duration::from_secs(15)),
+        "a reuse is no listing"
+    );
+}
+
+#[test]
+fn nodes_not_readable_are_reported_at_every_heartbeat_and_asked_every_five_minutes() {
+    let now = Instant::now();
+    let mut t = TopologyCache::default();
+    t.failed(now, "nodes are not readable".into());
+    for later in [0, 15, 290] {
+        let mut inv = Inventory::default();
+        t.update(&mut inv, now + Duration::from_secs(later));
+        assert_eq!(inv.errors, ["nodes are not readable"], "{later} s");
+        assert_eq!(inv.region, None, "never guessed");
+    }
+    assert!(!t.due(now + Duration::from_secs(290)));
+    assert!(t.due(now + TOPOLOGY_REFRESH));
+    let mut listed = Inventory {
+        region: Some("eu".into()),
+        topology_read: true,
+        ..Inventory::default()
+    };
+    t.update(&mut listed, now + TOPOLOGY_REFRESH);
+    let mut inv = Inventory::default();
+    t.update(&mut inv, now + TOPOLOGY_REFRESH);
+    assert!(inv.errors.is_empty(), "readable again: {:?}", inv.errors);
+}
+
+#[test]
+fn interval_override_is_clamped() {
+    assert_eq!(clamp_interval(1), Duration::from_secs(5));
+    assert_eq!(clamp_interval(30), Duration::from_secs(30));
+    assert_eq!(clamp_interval(100_000), Duration::from_secs(600));
+    let mut pace = Pace {
+        interval: Duration::from_secs(15),
+        backoff: Backoff::control_plane(),
+    };
+    assert_eq!(pace.set_interval(15), None, "unchanged");
+    assert_eq!(pace.set_interval(2), Some(INTERVAL_MIN));
+    assert_eq!(pace.interval, INTERVAL_MIN);
+}
+
+#[test]
+fn the_body_reports_configured_topology_over_listed_and_counts_proxies() {
+    let cfg = Config::from_lookup(|k| match k {
+        "NEXO_CONTROL_PLANE_URL" => Some("https://cp.example".into()),
+        "NEXO_CONNECT_TOKEN" => Some(format!("nexo_ct_env-a_{}", "a".repeat(32))),
+        "NEXO_PROXY_IMAGE" => Some("r.example/nexo/proxy:1.0.0".into()),
+        "NEXO_CLUSTER_REGION" => Some("configured".into()),
+        _ => None,
+    })
+    .unwrap();
+    let inv = Inventory {
+        region: Some("listed".into()),
+        zone: Some("zone-listed".into()),
+        errors: vec!["list nodes: forbidden".into()],
+        ..Inventory::default()
+    };
+    let cluster = ClusterRef {
+        uid: "uid-1".into(),
+        kubernetes_version: "v1.34.0".into(),
+    };
+    let b = body(inv, &cfg, &cluster, ("m-1", 7), Vec::new());
+    assert_eq!((b.manager_id.as_str(), b.sequence), ("m-1", 7));
+    assert_eq!(b.cluster.region.as_deref(), Some("configured"));
+    assert_eq!(b.cluster.zone.as_deref(), Some("zone-listed"));
+    assert_eq!(b.managed_proxy_count, 0);
+    assert_eq!(b.inventory_errors, ["list nodes: forbidden"]);
+    assert_eq!(b.manager.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(b.proxy_image, "r.example/nexo/proxy:1.0.0");
+}
