@@ -8,9 +8,10 @@
 //! - renewal: on its own schedule, once half the duration has passed since
 //!   the last renewal (22.5 s at the default), whatever the loop is doing:
 //!   in the wait between heartbeats, while a held heartbeat waits for its
-//!   answer (`wait.rs` runs it as the loop's duty); and before the first
-//!   command of a batch, then before each next one once a third has passed
-//!   (a command's own calls do not wait in the loop). So half the duration is to spare at each renewal, more
+//!   answer, and at the checkpoints and pauses of a command's own
+//!   Kubernetes calls (`wait.rs` runs it as the loop's duty); and before
+//!   the first command of a batch, then before each next one once a third
+//!   has passed. So half the duration is to spare at each renewal, more
 //!   than the third protocol.md asks for while a heartbeat is held. A
 //!   leader renews with one PUT on the `resourceVersion` it wrote last (a
 //!   409 sends it back to reading the lease): leading costs 2.7 requests a

@@ -251,9 +251,12 @@ impl Readiness for Waiter {
     }
 }
 
+/// A Kubernetes call's pauses and checkpoints run the duty too: a command
+/// longer than the lease's renew deadline (a big deploy through a slow API
+/// server) keeps the lease on its schedule instead of tripping the fence.
 impl Pause for Waiter {
     fn pause(&self, timeout: Duration) -> Wake {
-        match self.wait(timeout) {
+        match self.idle(timeout) {
             Ok(wake) => wake,
             Err(e) => {
                 // poll(2) on two valid descriptors does not fail; if it ever
@@ -267,7 +270,7 @@ impl Pause for Waiter {
 
     fn checkpoint(&self) {
         if self.polled_at.get().elapsed() >= CHECKPOINT_EVERY
-            && let Err(e) = self.wait(Duration::ZERO)
+            && let Err(e) = self.idle(Duration::ZERO)
         {
             log::warn!("wait failed: {e}");
         }
