@@ -77,6 +77,16 @@ impl Backoff {
         ceiling.mul_f64(self.jitter.fraction())
     }
 
+    /// Records a failure and returns how long to wait before the next try,
+    /// at least half the ceiling ("equal jitter"): for what may fail at
+    /// once again and again (a watch that ends as soon as it is opened),
+    /// where full jitter's waits near zero would add up to a flood.
+    pub fn next_delay_at_least_half(&mut self) -> Duration {
+        let ceiling = self.ceiling();
+        self.failures = self.failures.saturating_add(1);
+        ceiling.mul_f64(0.5 + 0.5 * self.jitter.fraction())
+    }
+
     /// Consecutive failures so far.
     pub fn failures(&self) -> u32 {
         self.failures

@@ -38,9 +38,15 @@ use crate::resource;
 /// every 10 minutes at rest.
 pub const WATCH_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Backoff of a watch that cannot be opened.
+/// Backoff of a watch that cannot be opened, or that ended (or expired)
+/// before it was open for [`HEALTHY`]: from 1 s, doubling to 30 s,
+/// jittered (protocol.md, "Hostile and buggy values").
 const RETRY_BASE: Duration = Duration::from_secs(1);
-const RETRY_CAP: Duration = Duration::from_secs(60);
+const RETRY_CAP: Duration = Duration::from_secs(30);
+
+/// A watch open this long was healthy: its backoff starts again from the
+/// beginning, and when it ends it is opened again at once.
+pub const HEALTHY: Duration = Duration::from_secs(60);
 
 /// What a set holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +75,8 @@ pub struct Set {
     /// Not opened again before this.
     retry_at: Option<Instant>,
     backoff: Backoff,
+    /// When the open watch was opened.
+    opened_at: Option<Instant>,
     /// The objects with this environment's labels but no valid proof:
     /// reported in `inventoryErrors`, listed only through the gate.
     unproven: BTreeSet<Rc<str>>,
@@ -147,6 +155,7 @@ impl Set {
             problem: None,
             retry_at: None,
             backoff: Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()),
+            opened_at: None,
             unproven: BTreeSet::new(),
         }
     }
@@ -311,10 +320,27 @@ impl Set {
         }
     }
 
+    /// The watch ended (the server's timeout, or a 410 Gone): opened again
+    /// at once if it was open for [`HEALTHY`] (its backoff then starts
+    /// again), else after the backoff: a watch that ends as soon as it is
+    /// opened is not opened again as fast as it ends.
+    fn ended(&mut self, now: Instant) {
+        self.stream = None;
+        let healthy = self
+            .opened_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= HEALTHY);
+        if healthy {
+            self.backoff.reset();
+            self.retry_at = None;
+        } else {
+            self.retry_at = Some(now + self.backoff.next_delay_at_least_half());
+        }
+    }
+
     /// The watch failed: opened again after the backoff; the entries may
     /// be stale until then.
     fn failed(&mut self, problem: String, now: Instant) {
-        let delay = self.backoff.next_delay();
+        let delay = self.backoff.next_delay_at_least_half();
         log::warn!(
             "inventory: {}: {problem}; watching again in {:?}",
             self.describe(),
@@ -451,7 +477,7 @@ impl Index {
                     "inventory: the watch of {} ended; watching again",
                     set.describe()
                 );
-                set.retry_at = None;
+                set.ended(now);
             }
             (_, Applied::Expired) => {
                 log::info!(
@@ -459,7 +485,7 @@ impl Index {
                     set.describe()
                 );
                 set.version = None;
-                set.retry_at = None;
+                set.ended(now);
             }
             (_, Applied::Broken(why)) => set.failed(why, now),
             (Err(e), Applied::Taken) => set.failed(format!("the watch broke: {e}"), now),
@@ -532,8 +558,8 @@ impl Index {
                 if set.problem.take().is_some() {
                     log::info!("inventory: watching {} again", set.describe());
                 }
-                set.backoff.reset();
                 set.retry_at = None;
+                set.opened_at = Some(now);
                 set.stream = Some(stream);
                 // Events may have come with the head: read them now.
                 self.pump(i, now);

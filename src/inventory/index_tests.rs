@@ -208,3 +208,46 @@ fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
     assert_eq!(errors.len(), 1);
     assert!(errors[0].contains("nexoproxies in shop") && errors[0].contains("stale"));
 }
+
+#[test]
+fn a_watch_that_ends_at_once_waits_its_backoff_and_a_healthy_one_does_not() {
+    let (mut s, _) = set();
+    let t0 = Instant::now();
+    let mut at = t0;
+    let mut delays = Vec::new();
+    for _ in 0..8 {
+        s.opened_at = Some(at);
+        at += Duration::from_millis(10);
+        s.ended(at);
+        let retry = s.retry_at.expect("not at once");
+        delays.push(retry - at);
+        at = retry;
+    }
+    // From 1 s doubling to 30 s, each at least half its ceiling.
+    let ceilings = [1, 2, 4, 8, 16, 30, 30, 30];
+    for (d, c) in delays.iter().zip(ceilings) {
+        let c = Duration::from_secs(c);
+        assert!(*d >= c / 2 && *d <= c, "{d:?} for a ceiling of {c:?}");
+    }
+    // In the first minute at most 10 opens, whatever the jitter.
+    let mut sum = Duration::ZERO;
+    let opens = delays
+        .iter()
+        .take_while(|d| {
+            sum += **d;
+            sum <= Duration::from_secs(60)
+        })
+        .count();
+    assert!(opens <= 10, "{opens} opens in a minute: {delays:?}");
+    // Open for a healthy minute: opened again at once, the backoff anew.
+    s.opened_at = Some(at);
+    s.ended(at + HEALTHY);
+    assert_eq!(s.retry_at, None);
+    s.opened_at = Some(at + HEALTHY);
+    s.ended(at + HEALTHY + Duration::from_millis(10));
+    let d = s.retry_at.unwrap() - (at + HEALTHY + Duration::from_millis(10));
+    assert!(
+        d <= Duration::from_secs(1),
+        "the backoff starts again: {d:?}"
+    );
+}

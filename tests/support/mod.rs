@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod apiproxy;
 pub mod chart;
 pub mod commands;
 pub mod drift;

@@ -52,3 +52,16 @@ pub fn generate(extra_names: &[String]) -> Tls {
         config: Arc::new(config),
     }
 }
+
+/// A server-side TLS stream over TCP.
+pub type Stream = rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>;
+
+/// `tcp` served as the TLS server of `config` (the handshake happens on
+/// the first read or write).
+pub fn server_stream(
+    config: &Arc<rustls::ServerConfig>,
+    tcp: std::net::TcpStream,
+) -> Option<Stream> {
+    let conn = rustls::ServerConnection::new(config.clone()).ok()?;
+    Some(rustls::StreamOwned::new(conn, tcp))
+}
