@@ -61,7 +61,11 @@ impl Agent {
             let mut first = i == 0;
             let mut fenced = 0;
             loop {
-                match self.go_on(first) {
+                // A command this process already finished is acknowledged
+                // from the ledger: no renewal of the lease for it (the
+                // lease's schedule, and the ack's own fence, still hold).
+                let finished = fenced == 0 && self.state_current() && self.in_ledger(command);
+                match self.go_on(first && !finished) {
                     Go::On => {}
                     Go::Leave => break 'batch,
                     Go::Stop => return Next::Stop,
@@ -91,11 +95,17 @@ impl Agent {
         Next::Wait(self.pace.interval)
     }
 
+    /// Whether `raw` is a command the ledger holds the result of.
+    fn in_ledger(&self, raw: &RawValue) -> bool {
+        let outer = CommandFields::read(raw.get());
+        commands::id_of(raw.get(), outer.as_ref()).is_ok_and(|id| self.store.find(&id).is_some())
+    }
+
     /// Before each command: probes are answered (once the last wait is
     /// 0.5 s old), a stop is honoured, and the lease is renewed (before the
     /// first, and then once a third of it has passed), so a command starts
-    /// with most of its renew deadline ahead: its own calls do not wait in
-    /// the loop, where the scheduled renewal runs.
+    /// with most of its renew deadline ahead; during it, the scheduled
+    /// renewal runs at its calls' checkpoints.
     fn go_on(&mut self, first: bool) -> Go {
         self.link.waiter.checkpoint();
         if self.link.waiter.stop_requested() {

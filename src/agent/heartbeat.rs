@@ -156,12 +156,13 @@ pub const HOLD_FLOOR: Duration = Duration::from_secs(1);
 
 /// The wait after a heartbeat and its commands (protocol.md, "Held
 /// heartbeat"): none after a held answer (the hold was the wait), the
-/// interval after any other. A held answer that came back sooner than
-/// [`HOLD_FLOOR`] without a command waits out the floor.
-pub fn wait_after(held: bool, took: Duration, commands: usize, interval: Duration) -> Duration {
+/// interval after any other. A held cycle (the heartbeat and its
+/// commands) that took less than [`HOLD_FLOOR`] waits out the floor,
+/// whatever the answer carried: a CP that answers at once, commands or
+/// not, gets at most one heartbeat a second.
+pub fn wait_after(held: bool, took: Duration, interval: Duration) -> Duration {
     match held {
         false => interval,
-        true if commands > 0 => Duration::ZERO,
         true => HOLD_FLOOR.saturating_sub(took).min(interval),
     }
 }
@@ -169,8 +170,6 @@ pub fn wait_after(held: bool, took: Duration, commands: usize, interval: Duratio
 /// A heartbeat's answer, with what it carried.
 pub(super) struct Answer {
     bytes: HeartbeatAnswer,
-    /// How long the request took (a held one: about its hold).
-    pub(super) took: Duration,
     sequence: u64,
     managed: usize,
     /// The ids of the pending acks it carried.
@@ -213,7 +212,6 @@ impl Agent {
             return Ok(Sent::RetryIn(Duration::ZERO));
         }
         let mut renewed = false;
-        let sent = Instant::now();
         self.link.status().heartbeat_out = true;
         let result = loop {
             let result = match &self.session {
@@ -244,7 +242,6 @@ impl Agent {
             }
             Ok(bytes) => Sent::Answered(Answer {
                 bytes,
-                took: sent.elapsed(),
                 sequence: body.sequence,
                 managed: body.managed_proxy_count,
                 carried: body

@@ -3,19 +3,22 @@ use super::*;
 use crate::backoff::Backoff;
 
 #[test]
-fn a_held_answer_is_the_wait_unless_it_came_back_at_once_with_nothing() {
+fn a_held_answer_is_the_wait_but_never_less_than_a_second_a_cycle() {
     let interval = Duration::from_secs(15);
     let ms = Duration::from_millis;
-    assert_eq!(wait_after(false, ms(10), 3, interval), interval);
-    assert_eq!(wait_after(false, ms(14_000), 0, interval), interval);
-    assert_eq!(wait_after(true, ms(14_000), 0, interval), Duration::ZERO);
-    assert_eq!(wait_after(true, ms(20), 1, interval), Duration::ZERO);
+    assert_eq!(wait_after(false, ms(10), interval), interval);
+    assert_eq!(wait_after(false, ms(14_000), interval), interval);
+    assert_eq!(wait_after(true, ms(14_000), interval), Duration::ZERO);
     assert_eq!(
-        wait_after(true, ms(200), 0, interval),
+        wait_after(true, ms(200), interval),
         ms(800),
         "a CP saying held without holding gets one heartbeat a second"
     );
-    assert_eq!(wait_after(true, ms(200), 0, ms(500)), ms(500));
+    // Whatever the answer carried: a cycle of a heartbeat and its commands
+    // that took 20 ms waits out the second too.
+    assert_eq!(wait_after(true, ms(20), interval), ms(980));
+    assert_eq!(wait_after(true, ms(1_500), interval), Duration::ZERO);
+    assert_eq!(wait_after(true, ms(200), ms(500)), ms(500));
 }
 
 #[test]

@@ -212,6 +212,7 @@ impl Agent {
         {
             return Ok(Next::Wait(delay));
         }
+        let started = std::time::Instant::now();
         let answer = match self.heartbeat()? {
             heartbeat::Sent::Answered(answer) => answer,
             heartbeat::Sent::RetryIn(delay) => return Ok(Next::Wait(delay)),
@@ -220,7 +221,6 @@ impl Agent {
             Ok(accepted) => accepted,
             Err(delay) => return Ok(Next::Wait(delay)),
         };
-        let count = commands.taken.len();
         let next = self.batch(commands);
         self.store.flush_delivered(&self.link, false);
         if self.elector().leading() {
@@ -230,8 +230,9 @@ impl Agent {
         }
         self.link.status().pending_acks = self.store.undelivered().count();
         Ok(match next {
+            // The heartbeat and its commands: the floor counts both.
             Next::Wait(interval) => {
-                Next::Wait(heartbeat::wait_after(held, answer.took, count, interval))
+                Next::Wait(heartbeat::wait_after(held, started.elapsed(), interval))
             }
             Next::Stop => Next::Stop,
         })

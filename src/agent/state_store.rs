@@ -171,6 +171,14 @@ impl StateStore {
 
     /// Marks acks delivered, in memory: the flags go with the next write.
     pub(super) fn mark_delivered(&mut self, ids: &[String]) {
+        // An ack sent again for an entry already delivered changes
+        // nothing, and writes nothing.
+        let ids: Vec<String> = ids
+            .iter()
+            .filter(|id| self.state.find(id).is_some_and(|e| !e.delivered))
+            .cloned()
+            .collect();
+        let ids = &ids[..];
         self.state.mark_delivered(ids);
         for id in ids {
             if !self.delivered.contains(id) {
