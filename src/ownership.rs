@@ -208,19 +208,18 @@ impl Verifier<'_> {
     /// name, uid and `nexo.io/deployment` label.
     pub fn proven(&self, kind: &str, object: &Value) -> bool {
         let meta = &object["metadata"];
-        let text = |v: &Value| v.as_str().map(str::to_owned);
         let (Some(namespace), Some(name), Some(uid), Some(deployment)) = (
-            text(&meta["namespace"]),
-            text(&meta["name"]),
-            text(&meta["uid"]),
-            text(&meta["labels"][DEPLOYMENT]),
+            meta["namespace"].as_str(),
+            meta["name"].as_str(),
+            meta["uid"].as_str(),
+            meta["labels"][DEPLOYMENT].as_str(),
         ) else {
             return false;
         };
         let proof = meta["annotations"][integrity::ANNOTATION]
             .as_str()
             .unwrap_or_default();
-        self.verify(kind, &namespace, &name, &uid, &deployment, proof)
+        self.verify(kind, namespace, name, uid, deployment, proof)
     }
 
     /// Whether `proof` is this Manager's for that object.
@@ -280,7 +279,12 @@ impl Verifier<'_> {
         existing: &Value,
         legacy_gate: bool,
     ) -> Option<String> {
-        match self.classify(kind, existing) {
+        self.refusal_of(&self.classify(kind, existing), legacy_gate)
+    }
+
+    /// [`Verifier::refusal_reason`] of an object classified already.
+    fn refusal_of(&self, ownership: &Ownership, legacy_gate: bool) -> Option<String> {
+        match ownership {
             Ownership::Owned => None,
             Ownership::Unproven if self.adopt_unproven => None,
             Ownership::Unproven => Some(UNPROVEN.into()),
@@ -303,8 +307,21 @@ impl Verifier<'_> {
         deployment: &str,
         legacy_gate: bool,
     ) -> Option<String> {
-        self.refusal_reason(kind, existing, legacy_gate)
-            .or_else(|| match self.classify(kind, existing) {
+        let ownership = self.classify(kind, existing);
+        self.refusal_for_classified(&ownership, existing, deployment, legacy_gate)
+    }
+
+    /// [`Verifier::refusal_for`] of `existing` classified already as
+    /// `ownership` (its proof checked once).
+    pub fn refusal_for_classified(
+        &self,
+        ownership: &Ownership,
+        existing: &Value,
+        deployment: &str,
+        legacy_gate: bool,
+    ) -> Option<String> {
+        self.refusal_of(ownership, legacy_gate)
+            .or_else(|| match ownership {
                 Ownership::Owned | Ownership::Unproven => other_deployment(existing, deployment),
                 _ => None,
             })

@@ -471,14 +471,16 @@ impl Compare<'_> {
         };
         let mut diff = drift::differences(&applied, o, &r.kept.settings.ignore);
         let meta = &o["metadata"];
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        fn text(v: &Value) -> &str {
+            v.as_str().unwrap_or_default()
+        }
         let proven = self.proofs.verify(
             m.kind.name(),
-            &text(&meta["namespace"]),
+            text(&meta["namespace"]),
             &m.name,
-            &text(&meta["uid"]),
+            text(&meta["uid"]),
             &r.kept.name,
-            &text(&meta["annotations"][crate::integrity::ANNOTATION]),
+            text(&meta["annotations"][crate::integrity::ANNOTATION]),
         );
         if !proven && !diff.iter().any(|d| d == UNPROVEN_FIELD) {
             diff.insert(0, UNPROVEN_FIELD.to_owned());

@@ -54,13 +54,11 @@ impl TopologyCache {
     /// [`TOPOLOGY_REFRESH`] ago (a failed listing as well: a 403 is not
     /// asked again at every heartbeat).
     pub fn due(&self, now: Instant) -> bool {
-        let last = match (&self.listed, &self.failed) {
-            (Some((a, _, _)), Some((b, _))) => Some((*a).max(*b)),
-            (Some((a, _, _)), None) => Some(*a),
-            (None, Some((b, _))) => Some(*b),
-            (None, None) => None,
-        };
-        last.is_none_or(|at| now.saturating_duration_since(at) >= TOPOLOGY_REFRESH)
+        let listed = self.listed.as_ref().map(|(at, _, _)| *at);
+        let failed = self.failed.as_ref().map(|(at, _)| *at);
+        listed
+            .max(failed)
+            .is_none_or(|at| now.saturating_duration_since(at) >= TOPOLOGY_REFRESH)
     }
 
     /// A listing that failed: `why` goes to every heartbeat's

@@ -173,9 +173,12 @@ pub fn deploy(
     let mut reasons = Vec::new();
     for (manifest, existing) in d.manifests.iter().zip(existing) {
         let reference = &manifest.reference;
-        if let Some(obj) = existing
-            && let Some(why) =
-                v.refusal_for(reference.kind.name(), obj, &d.deployment.name, gate_open)
+        // Classified once: its proof is checked once.
+        let ownership = existing
+            .as_ref()
+            .map(|o| v.classify(reference.kind.name(), o));
+        if let (Some(obj), Some(o)) = (existing, &ownership)
+            && let Some(why) = v.refusal_for_classified(o, obj, &d.deployment.name, gate_open)
         {
             reasons.push(format!("{reference} {why}"));
             refused.push(reference.ack(ResourceAction::Refused));
@@ -185,9 +188,7 @@ pub fn deploy(
             None => None,
             Some(o) => Some(ReadAt::of(o).ok_or_else(|| unguardable(reference, Nothing::Applied))?),
         };
-        let adopt = existing
-            .as_ref()
-            .is_some_and(|o| v.classify(reference.kind.name(), o) == Ownership::Legacy);
+        let adopt = ownership == Some(Ownership::Legacy);
         let write = Write {
             reference: reference.clone(),
             object: labelled(
