@@ -80,6 +80,14 @@ pub const DEPLOYMENTS: Resource = Resource {
     plural: "deployments",
     namespaced: true,
 };
+/// `apps/v1` ReplicaSets: listed only to find a legacy Deployment's own
+/// pods (those its ReplicaSets own).
+pub const REPLICA_SETS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "replicasets",
+    namespaced: true,
+};
 /// `coordination.k8s.io/v1` Leases.
 pub const LEASES: Resource = Resource {
     group: "coordination.k8s.io",

@@ -3,7 +3,8 @@
 //! it, as the operator would), its progress deadline, `degraded`, and the
 //! command's progress ending in exactly one heartbeat; a legacy
 //! Deployment's phase from what the deployment controller writes, its own
-//! progress deadline included.
+//! progress deadline included, and only the pods its own ReplicaSets own
+//! read to say why it failed.
 
 mod support;
 
@@ -187,6 +188,24 @@ fn a_legacy_deployment_fails_at_its_controllers_progress_deadline() {
         "spec": {"replicas": 1, "progressDeadlineSeconds": 2, "selector": {"matchLabels": {"app": "billing"}},
                  "template": {"metadata": {"labels": {"app": "billing"}},
                               "spec": {"containers": [{"name": "proxy", "image": "registry.example.com/nexo/proxy:1.3.0"}]}}}});
+    // A pod of another controller that carries the Deployment's selector
+    // labels, whose kubelet message holds a secret: not the Deployment's,
+    // so nothing of it may reach a heartbeat or an Event.
+    let stranger = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "stranger", "namespace": f.ns.name, "labels": {"app": "billing"}},
+        "spec": {"containers": [{"name": "proxy", "image": "registry.example.com/other:1"}]}});
+    let pods = format!("/api/v1/namespaces/{}/pods", f.ns.name);
+    f.tb.admin()
+        .create(&pods, &stranger)
+        .expect("create the stranger pod");
+    let leak = json!({"status": {"containerStatuses": [{"name": "proxy", "ready": false, "restartCount": 0,
+        "image": "registry.example.com/other:1", "imageID": "",
+        "state": {"waiting": {"reason": "CreateContainerConfigError",
+                              "message": "couldn't find key in env DB_PASSWORD=hunter2"}}}]}});
+    let _: Value =
+        f.tb.admin()
+            .patch(&format!("{pods}/stranger/status"), MERGE_PATCH, &leak)
+            .expect("write the stranger pod's status");
     let payload = json!({"deployment": {"name": "billing", "namespace": f.ns.name}, "format": "legacy",
         "manifests": [deployment]});
     f.sim
@@ -211,6 +230,31 @@ fn a_legacy_deployment_fails_at_its_controllers_progress_deadline() {
                 == json!({"id": "st-legacy", "class": "deploy", "phase": "failed"})
             && e["status"]["updatedReplicas"].is_i64(),
         &format!("the deployment controller's verdict: {e}"),
+    );
+    // The next heartbeats, the log and the Events know nothing of the
+    // stranger's pod.
+    let seen = f.sim.heartbeats().len();
+    wait_heartbeat(&f, &mut m, seen + 1, "two more heartbeats", |_| Some(()));
+    let heartbeats = serde_json::to_string(&f.sim.heartbeats()).unwrap();
+    let events: Value =
+        f.tb.admin()
+            .get(&format!(
+                "/apis/events.k8s.io/v1/namespaces/{}/events",
+                f.ns.name
+            ))
+            .unwrap();
+    let events = events.to_string();
+    m.check(
+        !heartbeats.contains("hunter2") && !heartbeats.contains("stranger"),
+        "no heartbeat quotes the stranger's pod",
+    );
+    m.check(
+        !events.contains("hunter2") && events.contains("ProgressFailed"),
+        &format!("the ProgressFailed Event does not quote the stranger's pod: {events}"),
+    );
+    m.check(
+        !m.stderr().contains("hunter2"),
+        "the log does not quote the stranger's pod",
     );
     m.stop_expecting_exit_0();
 }

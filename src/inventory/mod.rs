@@ -47,7 +47,10 @@ fn describe(what: &str, e: &kube::Error) -> String {
 }
 
 /// Why the pods of legacy Deployment `name` do not run
-/// ([`status::pod_reason`]): its selector read, then one list of its pods.
+/// ([`status::pod_reason`]): the Deployment read, then one list of the
+/// ReplicaSets and one of the pods its selector selects, of which only the
+/// pods its own ReplicaSets own are read ([`status::own_pods`]): a pod of
+/// another controller that carries the same labels says nothing here.
 /// Asked only when its phase turns `failed` or `degraded`, never per
 /// heartbeat.
 pub fn pod_reason(
@@ -56,6 +59,9 @@ pub fn pod_reason(
     name: &str,
 ) -> Result<Option<String>, kube::Error> {
     let d: serde_json::Value = client.get(&resource::DEPLOYMENTS.object(Some(namespace), name))?;
+    let Some(uid) = d["metadata"]["uid"].as_str() else {
+        return Ok(None);
+    };
     let selector: Vec<String> = d["spec"]["selector"]["matchLabels"]
         .as_object()
         .into_iter()
@@ -65,13 +71,20 @@ pub fn pod_reason(
     if selector.is_empty() {
         return Ok(None);
     }
-    let (pods, _) = client.list_page(
-        &resource::PODS.collection(Some(namespace)),
-        Some(&selector.join(",")),
+    let selector = selector.join(",");
+    let (sets, _) = client.list_page(
+        &resource::REPLICA_SETS.collection(Some(namespace)),
+        Some(&selector),
         100,
         None,
     )?;
-    Ok(status::pod_reason(&pods))
+    let (pods, _) = client.list_page(
+        &resource::PODS.collection(Some(namespace)),
+        Some(&selector),
+        100,
+        None,
+    )?;
+    Ok(status::pod_reason(&status::own_pods(uid, &sets, pods)))
 }
 
 /// Region and zone, when every node shares them; `Err` is the

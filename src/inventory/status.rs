@@ -260,6 +260,35 @@ impl Track {
     }
 }
 
+/// The uid of the controller that owns `object` (its ownerReference with
+/// `controller: true`), if any.
+fn controller_uid(object: &serde_json::Value) -> Option<&str> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)?["uid"]
+        .as_str()
+}
+
+/// The pods of the Deployment whose uid is `deployment`: those a
+/// ReplicaSet among `sets` controls, that ReplicaSet being controlled by
+/// the Deployment. A pod that merely matches the selector (another
+/// controller's, a tenant's) is not one of them.
+pub fn own_pods(
+    deployment: &str,
+    sets: &[serde_json::Value],
+    pods: Vec<serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let own: Vec<&str> = sets
+        .iter()
+        .filter(|rs| controller_uid(rs) == Some(deployment))
+        .filter_map(|rs| rs["metadata"]["uid"].as_str())
+        .collect();
+    pods.into_iter()
+        .filter(|pod| controller_uid(pod).is_some_and(|uid| own.contains(&uid)))
+        .collect()
+}
+
 /// Why the pods of a legacy Deployment do not run, as the kubelet and
 /// the scheduler say: the first container waiting for a reason other than
 /// its start (`ImagePullBackOff`, `CrashLoopBackOff`, ...), else the first
@@ -348,6 +377,30 @@ mod tests {
             pod_reason(&[pending]).as_deref(),
             Some("pod b-4: Unschedulable: 0/1 nodes are available")
         );
+    }
+
+    #[test]
+    fn only_the_pods_of_the_deployments_own_replica_sets_are_read() {
+        let owned_by = |uid: &str| json!([{"uid": uid, "controller": true}]);
+        let rs = |name: &str, uid: &str, owner: &str| json!({"metadata": {"name": name, "uid": uid, "ownerReferences": owned_by(owner)}});
+        let pod = |name: &str, owner: serde_json::Value| json!({"metadata": {"name": name, "ownerReferences": owner}});
+        let sets = [
+            rs("billing-1", "rs-1", "dep"),
+            rs("other-1", "rs-2", "stranger"),
+        ];
+        let pods = vec![
+            pod("billing-1-a", owned_by("rs-1")),
+            // Another ReplicaSet's, an orphan, a controller's that is not one.
+            pod("other-1-a", owned_by("rs-2")),
+            pod("orphan", json!(null)),
+            pod("job", json!([{"uid": "rs-1", "controller": false}])),
+        ];
+        let names: Vec<_> = own_pods("dep", &sets, pods)
+            .into_iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["billing-1-a"]);
+        assert!(own_pods("dep", &[], vec![pod("billing-1-a", owned_by("rs-1"))]).is_empty());
     }
 
     const DEADLINE: Duration = Duration::from_secs(600);
