@@ -8,7 +8,8 @@
 mod record;
 
 pub use record::{
-    Kept, KeptManifest, claimed_deployment, is_record, proven_payload, record_name, record_secret,
+    Kept, KeptManifest, OverBound, claimed_deployment, is_record, proven_payload, record_name,
+    record_secret,
 };
 
 use std::collections::BTreeMap;

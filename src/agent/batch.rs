@@ -220,7 +220,7 @@ impl Agent {
                 keep_until,
             }) => {
                 log::info!("command {id}: executing");
-                let outcome = apply::run(&self.execution(), &permitted);
+                let mut outcome = apply::run(&self.execution(), &permitted);
                 if !self.elector().leading() {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
@@ -233,7 +233,7 @@ impl Agent {
                     );
                     return Handled::Fenced;
                 }
-                self.record_applied(permitted.command(), &outcome);
+                self.record_applied(permitted.command(), &mut outcome);
                 (outcome, keep_until)
             }
             Err(Rejected { refusal, .. }) if !refusal.recorded() => {

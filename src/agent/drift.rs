@@ -29,6 +29,11 @@ pub(super) struct Drift {
     /// The deployments whose record was reported as not the Manager's at
     /// the last check, by namespace: forgotten when no longer so.
     unproven: BTreeSet<(String, String)>,
+    /// The deployments whose last change could not be recorded
+    /// (`record.rs`): reported `failed`, "drift not watched", until a
+    /// change is recorded, an uninstall, or the deployment is gone; an
+    /// earlier record of theirs, if its deletion failed, is never checked.
+    pub(super) unwatched: BTreeSet<(String, String)>,
 }
 
 impl Drift {
@@ -40,6 +45,7 @@ impl Drift {
             report: drift::Report::default(),
             refused: HashMap::new(),
             unproven: BTreeSet::new(),
+            unwatched: BTreeSet::new(),
         }
     }
 
@@ -106,6 +112,7 @@ impl Agent {
     /// One namespace: its records and its Secrets in one list, then one
     /// list per other kind the records name.
     fn check_namespace(&mut self, ns: &str) {
+        self.forget_unwatched_gone(ns);
         let env = self.me.token.environment_id().to_owned();
         let selector = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
@@ -174,6 +181,14 @@ impl Agent {
         // NexoProxy or Deployment of that name the inventory holds) is the
         // garbage collector's, never enforced; nor is one whose mode is off.
         records.retain(|r| {
+            // A change that could not be recorded is newer than its record.
+            if self
+                .drift
+                .unwatched
+                .contains(&(ns.to_owned(), r.kept.name.clone()))
+            {
+                return false;
+            }
             let alive = self
                 .link
                 .index
@@ -240,6 +255,21 @@ impl Agent {
         }
         for r in records.into_iter().filter(|r| !r.skipped) {
             self.conclude(ns, r);
+        }
+    }
+
+    /// The "drift not watched" entries of `ns` whose deployment is gone.
+    fn forget_unwatched_gone(&mut self, ns: &str) {
+        let gone: Vec<(String, String)> = self
+            .drift
+            .unwatched
+            .iter()
+            .filter(|(n, d)| n == ns && self.link.index.borrow().owned(n, d).is_empty())
+            .cloned()
+            .collect();
+        for (n, d) in gone {
+            self.drift.report.forget(&n, &d);
+            self.drift.unwatched.remove(&(n, d));
         }
     }
 

@@ -9,14 +9,56 @@ use super::Agent;
 use crate::apply::Outcome;
 use crate::commands::{Action, Command};
 use crate::cp::wire::AckResult;
-use crate::drift;
-use crate::kube::ApplyParams;
+use crate::drift::{self, Found, Mode};
+use crate::kube::{self, ApplyParams};
 use crate::resource::SECRETS;
+
+/// Why what a deploy or rollout applied is not recorded, so that its drift
+/// is not watched: the ack and the heartbeat's drift entry say so
+/// (protocol.md, `drift.v1`).
+#[derive(Debug)]
+pub(super) enum Unrecorded {
+    /// Over the record's bound.
+    OverBound(drift::OverBound),
+    /// The apply answered no uid for the deployment's primary object (the
+    /// record's owner).
+    NoOwner(&'static str),
+    /// No integrity key: the state Secret could not be read or written.
+    NoKey,
+    /// A Secret of the record's name that is not this Manager's record.
+    InTheWay(String),
+    /// The record could not be read or written.
+    Read(kube::Error),
+    Write(kube::Error),
+}
+
+impl std::fmt::Display for Unrecorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unrecorded::OverBound(o) => o.fmt(f),
+            Unrecorded::NoOwner(kind) => write!(f, "the apply gave no uid for its {kind}"),
+            Unrecorded::NoKey => {
+                f.write_str("no integrity key (the state secret could not be read or written)")
+            }
+            Unrecorded::InTheWay(name) => {
+                write!(
+                    f,
+                    "Secret {name} is in the way and is not this Manager's record"
+                )
+            }
+            Unrecorded::Read(e) => write!(f, "cannot read its record: {e}"),
+            Unrecorded::Write(e) => write!(f, "cannot write its record: {e}"),
+        }
+    }
+}
 
 impl Agent {
     /// After a command applied: a deploy's record written, a rollout's
-    /// image kept in its records, an uninstalled deployment forgotten.
-    pub(super) fn record_applied(&mut self, command: &Command, outcome: &Outcome) {
+    /// image kept in its records, an uninstalled deployment forgotten. A
+    /// change that could not be recorded is not watched for drift: its
+    /// ack (`outcome`) and the heartbeat's drift entry say so
+    /// ([`Agent::not_watched`]).
+    pub(super) fn record_applied(&mut self, command: &Command, outcome: &mut Outcome) {
         if outcome.result != AckResult::Applied {
             return;
         }
@@ -24,44 +66,96 @@ impl Agent {
         // of it may be tried again.
         match &command.action {
             Action::Deploy(d) => {
-                self.forget_refusal(&d.deployment.namespace, &d.deployment.name);
+                let (ns, name) = (&d.deployment.namespace, &d.deployment.name);
+                self.forget_refusal(ns, name);
                 let primary = d.format.primary();
-                let owner = outcome.workloads.iter().find(|w| {
-                    w.kind == primary.name()
-                        && w.name == d.deployment.name
-                        && w.namespace == d.deployment.namespace
-                });
-                let Some(uid) = owner.and_then(|w| w.uid.as_deref()) else {
-                    log::warn!(
-                        "drift: no uid for the {primary} of {}; what it applied is not recorded",
-                        d.deployment.name
-                    );
-                    return;
+                let owner = outcome
+                    .workloads
+                    .iter()
+                    .find(|w| w.kind == primary.name() && &w.name == name && &w.namespace == ns);
+                let written = match owner.and_then(|w| w.uid.as_deref()) {
+                    Some(uid) => {
+                        let payload = d.record_payload();
+                        self.write_record(ns, name, &payload, (primary.name(), uid), false)
+                    }
+                    None => Err(Unrecorded::NoOwner(primary.name())),
                 };
-                let payload = d.record_payload();
-                self.write_record(
-                    &d.deployment.namespace,
-                    &d.deployment.name,
-                    &payload,
-                    (primary.name(), uid),
-                    false,
-                );
+                self.watched(ns, name, primary.name(), d.drift.mode, written, outcome);
             }
             Action::Rollout(_) => {
-                for w in &outcome.workloads {
-                    self.forget_refusal(&w.namespace, &w.name);
-                    if let (Some(image), Some(uid)) = (&w.image, &w.uid) {
-                        self.record_rollout(&w.namespace, &w.name, image, uid);
+                let workloads: Vec<_> = outcome
+                    .workloads
+                    .iter()
+                    .filter_map(|w| {
+                        Some((
+                            w.namespace.clone(),
+                            w.name.clone(),
+                            w.image.clone()?,
+                            w.uid.clone()?,
+                        ))
+                    })
+                    .collect();
+                for (ns, name, image, uid) in workloads {
+                    self.forget_refusal(&ns, &name);
+                    if let Some((mode, written)) = self.record_rollout(&ns, &name, &image, &uid) {
+                        self.watched(&ns, &name, "NexoProxy", mode, written, outcome);
                     }
                 }
             }
             Action::Uninstall(t) => {
                 self.forget_refusal(&t.namespace, &t.name);
                 self.drift.report.forget(&t.namespace, &t.name);
+                self.drift
+                    .unwatched
+                    .remove(&(t.namespace.clone(), t.name.clone()));
                 self.delete_record(&t.namespace, &t.name);
             }
             Action::Upgrade(_) => {}
         }
+    }
+
+    /// What a record's write means for the deployment's drift: watched
+    /// (an earlier "not watched" entry gone), or not watched, said in the
+    /// ack and, while it lasts, in the heartbeat's drift entry (`failed`,
+    /// on its `kind` object), and its earlier record deleted so that it is
+    /// never enforced over this change (a rollback by the Manager itself).
+    fn watched(
+        &mut self,
+        ns: &str,
+        name: &str,
+        kind: &'static str,
+        mode: Mode,
+        written: Result<(), Unrecorded>,
+        outcome: &mut Outcome,
+    ) {
+        let key = (ns.to_owned(), name.to_owned());
+        let why = match written {
+            Ok(()) => {
+                if self.drift.unwatched.remove(&key) {
+                    self.drift.report.forget(ns, name);
+                }
+                return;
+            }
+            Err(why) => why,
+        };
+        log::warn!("drift: what {ns}/{name} applied is not recorded, its drift not watched: {why}");
+        self.delete_record(ns, name);
+        if mode == Mode::Off {
+            return;
+        }
+        let message = format!("drift not watched: {why}");
+        outcome.message = crate::text::clip(&format!("{}; {message}", outcome.message), 1024);
+        let found = Found {
+            kind,
+            name: name.to_owned(),
+            fields: Vec::new(),
+            gone: false,
+            action: drift::Action::Failed,
+            message: Some(crate::text::clip(&message, 256)),
+            detected_at: super::now_rfc3339(),
+        };
+        self.drift.report.checked(ns, name, mode, vec![found]);
+        self.drift.unwatched.insert(key);
     }
 
     /// The record of `namespace/name` (its path, the Secret and its
@@ -119,19 +213,29 @@ impl Agent {
     /// Keeps a rollout's image in the deployment's record, so that
     /// enforcing it never rolls back; only a record the Manager wrote is
     /// carried forward (a rollout never launders a forged one into a
-    /// proven one).
-    fn record_rollout(&mut self, namespace: &str, name: &str, image: &str, uid: &str) {
-        let Some((_, _, mut payload)) = self.read_record(namespace, name, "to keep its image")
-        else {
-            return;
-        };
+    /// proven one). `None` when there is no record to keep; else its mode
+    /// and whether it was written.
+    fn record_rollout(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        image: &str,
+        uid: &str,
+    ) -> Option<(Mode, Result<(), Unrecorded>)> {
+        let (_, _, mut payload) = self.read_record(namespace, name, "to keep its image")?;
+        let mode = drift::Settings::parse(&payload["drift"])
+            .map(|s| s.mode)
+            .unwrap_or_default();
         let manifests = payload["manifests"].as_array_mut().into_iter().flatten();
         for m in manifests {
             if m["kind"] == "NexoProxy" && m["metadata"]["name"] == name {
                 m["spec"]["image"] = Value::String(image.to_owned());
             }
         }
-        self.write_record(namespace, name, &payload, ("NexoProxy", uid), true);
+        Some((
+            mode,
+            self.write_record(namespace, name, &payload, ("NexoProxy", uid), true),
+        ))
     }
 
     /// Writes a record, unless a Secret of its name that is not one is in
@@ -144,47 +248,29 @@ impl Agent {
         payload: &Value,
         owner: (&str, &str),
         read_as_record: bool,
-    ) {
+    ) -> Result<(), Unrecorded> {
         let env = self.me.token.environment_id();
-        let Some(key) = &self.integrity else {
-            log::warn!(
-                "drift: no integrity key (the state secret could not be read or written); what {namespace}/{name} applied is not recorded"
-            );
-            return;
-        };
-        let Some(secret) = drift::record_secret(payload, namespace, name, env, owner, key) else {
-            log::warn!(
-                "drift: what {namespace}/{name} applied is over {} bytes; not recorded, its drift not checked",
-                drift::MAX_RECORD_BYTES
-            );
-            return;
-        };
+        let key = self.integrity.as_ref().ok_or(Unrecorded::NoKey)?;
+        let secret = drift::record_secret(payload, namespace, name, env, owner, key)
+            .map_err(Unrecorded::OverBound)?;
         let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let in_the_way = if read_as_record {
-            Ok(None)
-        } else {
-            self.link.kube.get_opt::<Value>(&path)
-        };
-        match in_the_way {
-            Ok(Some(other)) if !drift::is_record(&other, env) => {
-                log::warn!(
-                    "drift: Secret {namespace}/{} is not this Manager's record; left alone, the drift of {name} is not checked",
-                    drift::record_name(name)
-                );
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                log::warn!("drift: cannot read {path}: {e}; what {name} applied is not recorded");
-                return;
-            }
+        if !read_as_record
+            && let Some(other) = self
+                .link
+                .kube
+                .get_opt::<Value>(&path)
+                .map_err(Unrecorded::Read)?
+            && !drift::is_record(&other, env)
+        {
+            return Err(Unrecorded::InTheWay(format!(
+                "{namespace}/{}",
+                drift::record_name(name)
+            )));
         }
-        if let Err(e) = self
-            .link
+        self.link
             .writer
             .apply(&path, &secret, ApplyParams::WRITE.forced(true))
-        {
-            log::warn!("drift: cannot write the record of {namespace}/{name}: {e}");
-        }
+            .map(drop)
+            .map_err(Unrecorded::Write)
     }
 }

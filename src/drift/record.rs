@@ -11,6 +11,25 @@ use serde_json::{Value, json};
 use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
 use crate::ownership;
 
+/// What a deploy applied, too big for its record ([`MAX_RECORD_BYTES`]):
+/// applied, but not recorded, so its drift is not watched (protocol.md,
+/// `drift.v1`: the ack and the drift entry say so, naming the bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverBound {
+    /// The payload's size as JSON.
+    pub bytes: usize,
+}
+
+impl std::fmt::Display for OverBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "what it applied is {} bytes, over the drift record's bound of {MAX_RECORD_BYTES} bytes",
+            self.bytes
+        )
+    }
+}
+
 /// What a record Secret's name starts with; the deployment's name follows.
 const NAME_PREFIX: &str = "nexo-applied-";
 
@@ -25,8 +44,7 @@ pub fn record_name(deployment: &str) -> String {
 /// the deployment's NexoProxy or Deployment (`owner`: kind, uid) and
 /// labelled as the Manager's own, but not with the deployment's label:
 /// an uninstall or a deploy that lists the deployment's objects never
-/// meets it (the garbage collector removes it with its owner). `None`
-/// when it is over [`MAX_RECORD_BYTES`].
+/// meets it (the garbage collector removes it with its owner).
 pub fn record_secret(
     payload: &Value,
     namespace: &str,
@@ -34,10 +52,10 @@ pub fn record_secret(
     environment_id: &str,
     owner: (&str, &str),
     key: &crate::integrity::Key,
-) -> Option<Value> {
-    let text = serde_json::to_string(payload).ok()?;
+) -> Result<Value, OverBound> {
+    let text = payload.to_string();
     if text.len() > MAX_RECORD_BYTES {
-        return None;
+        return Err(OverBound { bytes: text.len() });
     }
     let api_version = match owner.0 {
         "NexoProxy" => "nexo.io/v1alpha1",
@@ -50,7 +68,7 @@ pub fn record_secret(
         owner_uid: owner.1,
         payload: text.as_bytes(),
     });
-    Some(json!({
+    Ok(json!({
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {

@@ -178,7 +178,16 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
     assert!(!is_record(&s, "env-2"));
     assert_eq!(proven_payload(&s, "env-1", "shop", &key).unwrap(), payload);
     let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
-    assert!(record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u"), &key).is_none());
+    let over =
+        record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u"), &key).unwrap_err();
+    assert_eq!(over.bytes, huge.to_string().len());
+    assert_eq!(
+        over.to_string(),
+        format!(
+            "what it applied is {} bytes, over the drift record's bound of 524288 bytes",
+            over.bytes
+        )
+    );
     let mut bad = s.clone();
     bad["data"]["payload"] = json!("%%%");
     assert!(
