@@ -1,7 +1,9 @@
 //! Drift at its bounds, against the real API server: a deploy too big for
 //! its record is applied, and its ack and the heartbeat's drift entry say
 //! that its drift is not watched (naming the bound), and the record of an
-//! earlier deploy is never enforced over it.
+//! earlier deploy is never enforced over it; 10 MiB of owned Secrets in
+//! a namespace (more than one read may hold) leave the drift check
+//! working, listed in pages the read limit allows.
 
 mod support;
 
@@ -95,6 +97,79 @@ fn a_deploy_too_big_for_its_record_says_so_and_is_never_rolled_back() {
     m.check(
         drift_of(&last, "orders").is_none() && get(&f, "Secret", "nexo-applied-orders").is_some(),
         "recorded again, watched again",
+    );
+    m.stop_expecting_exit_0();
+}
+
+/// The Manager's peak resident memory (`VmHWM`), in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM for pid {pid}"))
+}
+
+#[test]
+fn ten_mib_of_secrets_in_a_namespace_leave_the_drift_check_working() {
+    let f = Fixture::new("drift-bulk");
+    let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
+    deploy(&f, &mut m, "dk-deploy", json!({"mode": "enforce"}));
+    // 42 Secrets of 256 KiB with this environment's labels (another
+    // deployment's, as its deploys would have left them): 10.5 MiB in the
+    // one list the check makes of the namespace's Secrets, read at most
+    // 8 MiB at a time.
+    let before = peak_kib(m.pid());
+    let collection = format!("/api/v1/namespaces/{}/secrets", f.ns.name);
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for i in 0..42 {
+        let bytes: Vec<u8> = (0..192 * 1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let bulk = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("bulk-{i:02}"), "labels": f.owned_labels("bulk")},
+            "data": {"blob": support::drift::base64_encode(&bytes)}});
+        f.tb.admin()
+            .create(&collection, &bulk)
+            .unwrap_or_else(|e| panic!("create bulk-{i:02}: {e}"));
+    }
+    let start = f.sim.heartbeats().len();
+    support::drift::edit(
+        &f,
+        "ConfigMap",
+        "orders-config",
+        json!({"data": {"listen": "27099"}}),
+    );
+    let (i, d) = wait_drift(&f, &mut m, start, "orders", "the edit corrected", |d| {
+        d.is_some_and(|d| d["objects"][0]["action"] == "corrected")
+    });
+    let listen = get(&f, "ConfigMap", "orders-config").unwrap()["data"]["listen"].clone();
+    m.check(
+        listen == "27017",
+        &format!("the edit is undone: listen {listen}, entry {d:?}"),
+    );
+    let errors: Vec<Value> = f.sim.heartbeats()[start..=i]
+        .iter()
+        .flat_map(|hb| {
+            hb["inventoryErrors"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    m.check(
+        errors.is_empty(),
+        &format!("no part of the inventory or the check is stale: {errors:?}"),
+    );
+    println!(
+        "drift check over 10.5 MiB of Secrets: peak resident {} KiB ({before} KiB before them)",
+        peak_kib(m.pid())
     );
     m.stop_expecting_exit_0();
 }

@@ -1,11 +1,12 @@
 //! Drift (protocol.md, `drift.v1`), the agent's side: the check, every
 //! `NEXO_DRIFT_INTERVAL` (never more often than heartbeats), with one
-//! label-selected list per kind and namespace and a comparison made page
-//! by page ([`crate::drift`] decides), of the records `record.rs` writes
-//! (only those that carry the Manager's proof, of a deployment that is
-//! still there); enforcement (`enforce.rs`) where the record says so.
+//! label-selected list of the records and one per kind they name, each
+//! object compared as it comes ([`crate::drift`] decides), of the records
+//! `record.rs` writes (only those that carry the Manager's proof, of a
+//! deployment that is still there); enforcement (`enforce.rs`) where the
+//! record says so. A list it cannot make is named in `inventoryErrors`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -34,6 +35,10 @@ pub(super) struct Drift {
     /// change is recorded, an uninstall, or the deployment is gone; an
     /// earlier record of theirs, if its deletion failed, is never checked.
     pub(super) unwatched: BTreeSet<(String, String)>,
+    /// The lists the last check of each namespace could not make, by
+    /// (namespace, resource): what it could not check, said in
+    /// `inventoryErrors` until the namespace's next check makes them.
+    failed: BTreeMap<(String, &'static str), String>,
 }
 
 impl Drift {
@@ -46,7 +51,16 @@ impl Drift {
             refused: HashMap::new(),
             unproven: BTreeSet::new(),
             unwatched: BTreeSet::new(),
+            failed: BTreeMap::new(),
         }
+    }
+
+    /// The `inventoryErrors` entries of the lists the last checks could
+    /// not make: the parts of the drift check that are stale.
+    pub(super) fn errors(&self) -> impl Iterator<Item = String> + '_ {
+        self.failed.iter().map(|((ns, what), e)| {
+            format!("drift check of {what} in {ns}: {e} (not checked; drift there may go unseen)")
+        })
     }
 
     /// The heartbeat's `drift`.
@@ -109,68 +123,68 @@ impl Agent {
         crate::metrics::drift_checked(started.elapsed());
     }
 
-    /// One namespace: its records and its Secrets in one list, then one
-    /// list per other kind the records name.
+    /// One namespace: its records in one list (their own label), then one
+    /// list per kind the records name, compared page by page: memory stays
+    /// bounded by a page whatever the namespace holds (pages are asked
+    /// smaller when over the read limit: `kube::verbs::smaller`).
     fn check_namespace(&mut self, ns: &str) {
         self.forget_unwatched_gone(ns);
+        self.drift.failed.retain(|(n, _), _| n != ns);
         let env = self.me.token.environment_id().to_owned();
-        let selector = crate::ownership::owned_selector(&env);
+        let owned = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
         let mut records: Vec<Recorded> = Vec::new();
         // Records that are not the Manager's: (deployment, Secret, why).
         let mut unproven: Vec<(String, String, String)> = Vec::new();
         let key = self.integrity.clone();
-        // The deployed Secrets, as text until compared (a Value each would
-        // cost several times their size for the check's length).
-        let mut secrets: Vec<Box<str>> = Vec::new();
+        let role = crate::ownership::ROLE;
         let listed = kube.list_each(
             &SECRETS.collection(Some(ns)),
-            Some(&selector),
+            Some(&format!("{owned},{role}={}", drift::RECORD_ROLE)),
             crate::inventory::PAGE,
             |s| {
-                if drift::is_record(&s, &env) {
-                    // A record being deleted is never enforced, nor read.
-                    if !s["metadata"]["deletionTimestamp"].is_null() {
-                        return;
-                    }
-                    let proven = match &key {
-                        Some(key) => drift::proven_payload(&s, &env, ns, key),
-                        None => Err("no integrity key to check it with".to_owned()),
-                    };
-                    let proven = proven.map_err(|why| {
-                        let claimed = drift::claimed_deployment(&s).unwrap_or_default();
-                        let name = s["metadata"]["name"].as_str().unwrap_or_default();
-                        unproven.push((claimed.to_owned(), name.to_owned(), why));
-                    });
-                    let Ok(payload) = proven else {
-                        return;
-                    };
-                    match drift::Kept::read(&payload, ns) {
-                        Ok(kept) => records.push(Recorded {
-                            kept,
-                            owner: s["metadata"]["ownerReferences"][0]["uid"]
-                                .as_str()
-                                .map(str::to_owned),
-                            version: s["metadata"]["resourceVersion"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned(),
-                            seen: 0,
-                            found: Vec::new(),
-                            skipped: false,
-                        }),
-                        Err(e) => log::warn!(
-                            "drift: record {ns}/{} is not readable: {e}",
-                            s["metadata"]["name"].as_str().unwrap_or("?")
-                        ),
-                    }
-                } else {
-                    secrets.push(s.to_string().into_boxed_str());
+                // A record being deleted is never enforced, nor read.
+                if !drift::is_record(&s, &env) || !s["metadata"]["deletionTimestamp"].is_null() {
+                    return;
+                }
+                let proven = match &key {
+                    Some(key) => drift::proven_payload(&s, &env, ns, key),
+                    None => Err("no integrity key to check it with".to_owned()),
+                };
+                let proven = proven.map_err(|why| {
+                    let claimed = drift::claimed_deployment(&s).unwrap_or_default();
+                    let name = s["metadata"]["name"].as_str().unwrap_or_default();
+                    unproven.push((claimed.to_owned(), name.to_owned(), why));
+                });
+                let Ok(payload) = proven else {
+                    return;
+                };
+                match drift::Kept::read(&payload, ns) {
+                    Ok(kept) => records.push(Recorded {
+                        kept,
+                        owner: s["metadata"]["ownerReferences"][0]["uid"]
+                            .as_str()
+                            .map(str::to_owned),
+                        version: s["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        seen: 0,
+                        found: Vec::new(),
+                        skipped: false,
+                    }),
+                    Err(e) => log::warn!(
+                        "drift: record {ns}/{} is not readable: {e}",
+                        s["metadata"]["name"].as_str().unwrap_or("?")
+                    ),
                 }
             },
         );
         if let Err(e) = listed {
-            log::warn!("drift: cannot list the Secrets of {ns}: {e}");
+            log::warn!("drift: cannot list the records of {ns}: {e}");
+            self.drift
+                .failed
+                .insert((ns.to_owned(), "drift records"), e.to_string());
             return;
         }
         self.report_unproven(ns, unproven);
@@ -219,33 +233,30 @@ impl Agent {
             names: &names,
             proofs: &proofs,
         };
-        // Secrets are compared from the list already made.
-        let secrets = secrets.iter().filter_map(|t| serde_json::from_str(t).ok());
-        check.kind(&mut records, Kind::Secret, secrets);
+        // The deployed objects, never a record (nor any object with a
+        // role: the Manager's own).
+        let selector = format!("{owned},!{role}");
         let kinds: BTreeSet<&'static str> = records
             .iter()
             .flat_map(|r| r.kept.manifests.iter().map(|m| m.kind.name()))
-            .filter(|k| *k != "Secret")
             .collect();
         for name in kinds {
             let Some(kind) = Kind::ALL.into_iter().find(|k| k.name() == name) else {
                 continue;
             };
-            let mut page = Vec::new();
+            // Each object compared as it comes, then dropped.
             let listed = kube.list_each(
                 &kind.resource().collection(Some(ns)),
                 Some(&selector),
                 crate::inventory::PAGE,
-                |o| {
-                    page.push(o);
-                    if page.len() >= crate::inventory::PAGE as usize {
-                        check.kind(&mut records, kind, page.drain(..));
-                    }
-                },
+                |o| check.object(&mut records, kind, &o),
             );
-            check.kind(&mut records, kind, page.drain(..));
             if let Err(e) = listed {
                 log::warn!("drift: cannot list the {kind}s of {ns}: {e}; not checked this time");
+                let what = kind.resource().plural;
+                self.drift
+                    .failed
+                    .insert((ns.to_owned(), what), e.to_string());
                 for r in &mut records {
                     if r.kept.manifests.iter().any(|m| m.kind == kind) {
                         r.skipped = true;
@@ -473,23 +484,21 @@ struct Compare<'a> {
 const UNPROVEN_FIELD: &str = "/metadata/annotations/nexo.io~1proof";
 
 impl Compare<'_> {
-    /// Compares the listed objects of `kind` with what the records applied.
-    fn kind(&self, records: &mut [Recorded], kind: Kind, objects: impl Iterator<Item = Value>) {
-        for o in objects {
-            let Some(name) = o["metadata"]["name"].as_str() else {
+    /// Compares a listed object of `kind` with what the records applied.
+    fn object(&self, records: &mut [Recorded], kind: Kind, o: &Value) {
+        let Some(name) = o["metadata"]["name"].as_str() else {
+            return;
+        };
+        let h = name_hash(kind, name);
+        let names = self.names;
+        let from = names.partition_point(|(x, _, _)| *x < h);
+        for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
+            let (r, i) = (&mut records[r as usize], i as usize);
+            if r.kept.manifests[i].kind != kind || r.kept.manifests[i].name != name {
                 continue;
-            };
-            let h = name_hash(kind, name);
-            let names = self.names;
-            let from = names.partition_point(|(x, _, _)| *x < h);
-            for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
-                let (r, i) = (&mut records[r as usize], i as usize);
-                if r.kept.manifests[i].kind != kind || r.kept.manifests[i].name != name {
-                    continue;
-                }
-                r.seen |= 1 << i;
-                self.one(r, i, &o);
             }
+            r.seen |= 1 << i;
+            self.one(r, i, o);
         }
     }
 
@@ -520,5 +529,33 @@ impl Compare<'_> {
             let object = (r.kept.settings.mode == Mode::Enforce).then(|| o.clone());
             r.found.push((i, diff, object));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_the_check_could_not_make_is_named_until_the_namespace_is_checked_again() {
+        let mut d = Drift::new(Duration::from_secs(300));
+        assert_eq!(d.errors().count(), 0);
+        d.failed.insert(
+            ("shop".into(), "configmaps"),
+            "kubernetes api: 500 Internal Server Error".into(),
+        );
+        d.failed
+            .insert(("web".into(), "drift records"), "timed out".into());
+        let errors: Vec<String> = d.errors().collect();
+        assert_eq!(
+            errors,
+            [
+                "drift check of configmaps in shop: kubernetes api: 500 Internal Server Error (not checked; drift there may go unseen)",
+                "drift check of drift records in web: timed out (not checked; drift there may go unseen)",
+            ]
+        );
+        // What `check_namespace` does first: the namespace's own go.
+        d.failed.retain(|(n, _), _| n != "shop");
+        assert_eq!(d.errors().count(), 1);
     }
 }

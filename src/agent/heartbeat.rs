@@ -439,6 +439,7 @@ impl Agent {
         if let Some(report) = self.store.error() {
             inv.errors.push(report.to_owned());
         }
+        inv.errors.extend(self.drift.errors());
         self.beats.sequence += 1;
         let acks = pending_acks(self.store.undelivered(), self.manager_id());
         let mut body = body(

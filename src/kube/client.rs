@@ -23,12 +23,33 @@ use super::pause::{Pause, Wake};
 use crate::backoff::{Backoff, Jitter};
 
 pub use super::query::{Query, percent_encode};
-/// Largest response body read from the API server (one object, or one page
-/// of a list): the same as the Control Plane's, so that with the heartbeat
-/// body and the state document it fits the pod's 32 MiB limit. An object is
-/// at most 1.5 MiB (etcd's request limit); a page of 500 items over 8 MiB
-/// is refused (`TooLarge`), not retried.
+/// Largest response body read from the API server (an object, a write's
+/// answer; a page of a list has [`MAX_PAGE_BODY`]): the same as the
+/// Control Plane's, so that with the heartbeat body and the state document
+/// it fits the pod's 32 MiB limit. An object is at most 1.5 MiB (etcd's
+/// request limit); a body over it is refused (`TooLarge`), not retried.
 pub const MAX_BODY: u64 = 8 * 1024 * 1024;
+
+/// Largest page of a list read (a GET whose query starts with `limit`,
+/// as every page the client asks does): items are counted by the API
+/// server, not bytes, so a page over this is asked again with fewer
+/// items (`verbs::smaller`); one item always fits (an object is at most
+/// 1.5 MiB). A quarter of [`MAX_BODY`]: a namespace of big Secrets is
+/// read in pages that keep the check's memory small.
+pub const MAX_PAGE_BODY: u64 = 2 * 1024 * 1024;
+
+/// The read limit of a 2xx body: [`MAX_PAGE_BODY`] for a page of a list,
+/// [`MAX_BODY`] for anything else.
+fn read_limit(method: &Method, path: &str) -> u64 {
+    let page = path
+        .split_once('?')
+        .is_some_and(|(_, query)| query.starts_with("limit="));
+    if *method == Method::GET && page {
+        MAX_PAGE_BODY
+    } else {
+        MAX_BODY
+    }
+}
 
 /// How much of an error body is read (a `Status` is small; a longer page,
 /// a proxy's say, is cut here and still reported with its status).
@@ -419,7 +440,7 @@ impl Client {
         body: Option<&Body<'_>>,
     ) -> Result<Option<T>, Error> {
         let mut resp = self.call(agent, method, path, body)?;
-        self.decode(&mut resp)
+        self.decode(&mut resp, read_limit(method, path))
     }
 
     /// Sends one request; a 2xx response with its body unread, or the
@@ -482,17 +503,18 @@ impl Client {
     fn decode<T: DeserializeOwned>(
         &self,
         resp: &mut ureq::http::Response<ureq::Body>,
+        limit: u64,
     ) -> Result<Option<T>, Error> {
         let mut bytes = self.scratch.take();
         bytes.clear();
         let read = resp
             .body_mut()
             .with_config()
-            .limit(MAX_BODY)
+            .limit(limit)
             .reader()
             .read_to_end(&mut bytes);
         let decoded = match read {
-            Err(_) if bytes.len() as u64 >= MAX_BODY => Err(Error::TooLarge(MAX_BODY)),
+            Err(_) if bytes.len() as u64 >= limit => Err(Error::TooLarge(limit)),
             Err(e) => Err(Error::Transport(ureq::Error::Io(e))),
             Ok(0) => Ok(None),
             Ok(_) => serde_json::from_slice(&bytes)

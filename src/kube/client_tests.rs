@@ -50,7 +50,7 @@ fn retry_policy() {
 }
 
 #[test]
-fn paging_follows_tokens_and_restarts_once_on_410() {
+fn paging_follows_tokens_asks_smaller_pages_and_restarts_once_on_410() {
     let page = |items: &[i64], next: Option<&str>| {
         Ok((
             items.iter().map(|i| json!(i)).collect(),
@@ -62,7 +62,8 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
     let mut gone_once = false;
     let mut seen = Vec::new();
     let r = page_through(
-        |token| {
+        500,
+        |token, _| {
             calls.push(token.map(str::to_owned));
             match token {
                 None => page(&[1, 2], Some("t1")),
@@ -84,7 +85,8 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
     assert_eq!(seen, [1, 2, 1, 2, 3]);
     // A second 410 is an error.
     let r = page_through(
-        |t| {
+        500,
+        |t, _| {
             if t.is_none() {
                 page(&[1], Some("t"))
             } else {
@@ -98,7 +100,8 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
     let mut calls = 0;
     let mut seen = Vec::new();
     let r = page_through(
-        |_| {
+        500,
+        |_, _| {
             calls += 1;
             page(&[1, 2, 3], Some("t"))
         },
@@ -113,6 +116,44 @@ fn paging_follows_tokens_and_restarts_once_on_410() {
     );
     assert!(r.is_ok());
     assert_eq!((calls, seen), (1, vec![1, 2]));
+    // A page over the read limit is asked again at half the size, from the
+    // same place, and the rest of the list comes in pages that size; a
+    // single item over the limit is an error.
+    let mut asked = Vec::new();
+    let mut seen = Vec::new();
+    let r = page_through(
+        500,
+        |t, limit| {
+            asked.push((t.map(str::to_owned), limit));
+            match (t, limit) {
+                (_, 126..) => Err(Error::TooLarge(MAX_BODY)),
+                (None, _) => page(&[1], Some("t")),
+                (Some(_), _) => page(&[2], None),
+            }
+        },
+        |v| {
+            seen.push(v.as_i64().unwrap());
+            ControlFlow::Continue(())
+        },
+    );
+    assert!(r.is_ok());
+    let t = Some("t".to_owned());
+    assert_eq!(
+        asked,
+        [(None, 500), (None, 250), (None, 125), (t.clone(), 125)]
+    );
+    assert_eq!(seen, [1, 2]);
+    let mut asked = Vec::new();
+    let r = page_through(
+        4,
+        |_, limit| {
+            asked.push(limit);
+            Err::<(Vec<serde_json::Value>, _), _>(Error::TooLarge(MAX_BODY))
+        },
+        |_| ControlFlow::Continue(()),
+    );
+    assert!(matches!(r, Err(Error::TooLarge(_))));
+    assert_eq!(asked, [4, 2, 1]);
 }
 
 /// Serves one canned HTTP answer on loopback; returns its base URL.
@@ -173,6 +214,28 @@ fn a_body_over_the_limit_is_refused_not_retried() {
     assert_eq!(
         err.to_string(),
         "kubernetes api: response body over the 8 MiB limit"
+    );
+    // A page of a list has a quarter of it.
+    let n = MAX_PAGE_BODY as usize + 1024;
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
+    )
+    .into_bytes();
+    answer.resize(answer.len() + n - 3, b'x');
+    answer.extend_from_slice(b"\"]");
+    let client = one_answer(answer);
+    let page = "/api/v1/configmaps?limit=500&labelSelector=a";
+    let err = client
+        .send_with::<Value>(&client.agent, &Method::GET, page, None)
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLarge(MAX_PAGE_BODY)), "{err}");
+    assert_eq!(
+        read_limit(&Method::GET, "/api/v1/configmaps/limit"),
+        MAX_BODY
+    );
+    assert_eq!(
+        read_limit(&Method::GET, "/api/v1/x?watch=1&limit=1"),
+        MAX_BODY
     );
 }
 

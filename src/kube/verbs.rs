@@ -275,7 +275,8 @@ impl Client {
 
     /// Every item of a collection decoded into `T`, a page at a time, and
     /// the list's `resourceVersion` (to watch from). A page that expired
-    /// (410) fails the whole list: its caller lists again.
+    /// (410) fails the whole list: its caller lists again. A page over the
+    /// read limit is asked again smaller ([`smaller`]).
     pub fn list_versioned<T: DeserializeOwned>(
         &self,
         collection: &str,
@@ -284,9 +285,22 @@ impl Client {
         mut visit: impl FnMut(T),
     ) -> Result<String, Error> {
         let mut token: Option<String> = None;
+        let mut limit = limit;
         loop {
             let query = list_query(label_selector, limit, token.as_deref());
-            let page: ListPage<T> = self.get(&format!("{collection}{}", query.finish()))?;
+            let page: ListPage<T> = match self.get(&format!("{collection}{}", query.finish())) {
+                Ok(page) => page,
+                Err(e) => match smaller(&e, limit) {
+                    Some(less) => {
+                        log::debug!(
+                            "a page of {limit} {collection} is over the read limit; asking {less}"
+                        );
+                        limit = less;
+                        continue;
+                    }
+                    None => return Err(e),
+                },
+            };
             page.items.into_iter().for_each(&mut visit);
             let version = page.metadata.resource_version.clone();
             match page.metadata.next() {
@@ -309,7 +323,8 @@ impl Client {
         mut visit: impl FnMut(T),
     ) -> Result<(), Error> {
         page_through(
-            |token| self.list_page_as(collection, label_selector, limit, token),
+            limit,
+            |token, limit| self.list_page_as(collection, label_selector, limit, token),
             |item| {
                 visit(item);
                 ControlFlow::Continue(())
@@ -317,6 +332,15 @@ impl Client {
         )
         .inspect_err(|e| warn_if_gone(collection, e))
     }
+}
+
+/// The page size to ask again with when a page of `limit` failed with `e`:
+/// half of it when the page was over the read limit (items are counted,
+/// not bytes: a namespace of big Secrets fills 8 MiB in a few dozen), down
+/// to one item, which always fits (the API server stores objects of a
+/// little over 1 MiB at most). `None`: `e` is not that, or one item is.
+pub fn smaller(e: &Error, limit: u32) -> Option<u32> {
+    (matches!(e, Error::TooLarge(_)) && limit > 1).then_some(limit / 2)
 }
 
 /// The warning of a list given up on because its pages expired twice.
@@ -338,17 +362,21 @@ fn list_query(label_selector: Option<&str>, limit: u32, continue_token: Option<&
     query
 }
 
-/// The paging loop of [`Client::list_each`], over any page source: follows
-/// `continue` tokens, and restarts once from the beginning on 410 Gone;
-/// when `visit` breaks, it visits and fetches nothing more.
+/// The paging loop of [`Client::list_each`], over any page source, from
+/// pages of `limit`: follows `continue` tokens, asks a page over the read
+/// limit again smaller ([`smaller`], and the rest of the list in pages
+/// that size), and restarts once from the beginning on 410 Gone; when
+/// `visit` breaks, it visits and fetches nothing more.
 pub fn page_through<T>(
-    mut fetch: impl FnMut(Option<&str>) -> Result<(Vec<T>, Option<String>), Error>,
+    limit: u32,
+    mut fetch: impl FnMut(Option<&str>, u32) -> Result<(Vec<T>, Option<String>), Error>,
     mut visit: impl FnMut(T) -> ControlFlow<()>,
 ) -> Result<(), Error> {
     let mut restarted = false;
     let mut token: Option<String> = None;
+    let mut limit = limit.max(1);
     loop {
-        match fetch(token.as_deref()) {
+        match fetch(token.as_deref(), limit) {
             Ok((items, next)) => {
                 if items.into_iter().try_for_each(&mut visit).is_break() {
                     return Ok(());
@@ -358,12 +386,18 @@ pub fn page_through<T>(
                     None => return Ok(()),
                 }
             }
-            Err(e) if e.is_gone() && token.is_some() && !restarted => {
-                log::warn!("a list's continue token expired mid-way; restarting it once");
-                restarted = true;
-                token = None;
-            }
-            Err(e) => return Err(e),
+            Err(e) => match smaller(&e, limit) {
+                Some(less) => {
+                    log::debug!("a page of {limit} is over the read limit; asking {less}");
+                    limit = less;
+                }
+                None if e.is_gone() && token.is_some() && !restarted => {
+                    log::warn!("a list's continue token expired mid-way; restarting it once");
+                    restarted = true;
+                    token = None;
+                }
+                None => return Err(e),
+            },
         }
     }
 }
