@@ -36,6 +36,7 @@ pub mod cp;
 pub mod drift;
 pub mod events;
 pub(crate) mod fatal;
+pub(crate) mod files;
 pub mod image;
 pub mod integrity;
 pub(crate) mod inventory;

@@ -670,7 +670,56 @@ fn a_rotated_ca_bundle_is_picked_up_without_restart() {
         m.stderr().contains("NEXO_CONTROL_PLANE_CA_FILE holds no PEM certificate: the last bundle read stays trusted"),
         "the log says the broken bundle was not taken",
     );
+    // A FIFO at the path, which nothing writes: refused at once (an
+    // open(2) of it would block the process), the Manager goes on.
+    std::fs::remove_file(&ca_file).unwrap();
+    mkfifo(&ca_file);
+    f.sim
+        .inject(Fault::new(Endpoint::Heartbeat, FaultAction::Reset).times(1));
+    let before = heartbeat_count(&f);
+    m.wait_until(
+        Duration::from_secs(60),
+        "heartbeats after a FIFO at the CA path",
+        || heartbeat_count(&f) > before + 1,
+    );
+    m.check(
+        m.stderr().contains(
+            "NEXO_CONTROL_PLANE_CA_FILE is not a regular file: the last bundle read stays trusted",
+        ),
+        "the log warns that the FIFO was not read",
+    );
     m.stop_expecting_exit_0();
+}
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "mkfifo {} failed (coreutils' mkfifo is needed)",
+        path.display()
+    );
+}
+
+#[test]
+fn a_fifo_at_the_ca_path_at_start_exits_2_at_once() {
+    let f = Fixture::new("core-fifo");
+    let ca_file = f.dir.join("cp-ca.pem");
+    let _ = std::fs::remove_file(&ca_file);
+    mkfifo(&ca_file);
+    let started = std::time::Instant::now();
+    let mut m = f.spawn(&f.env());
+    let status = m.wait_exit(WAIT);
+    m.check(
+        status.code() == Some(2) && started.elapsed() < Duration::from_secs(10),
+        &format!("exit 2 at once: {status:?} after {:?}", started.elapsed()),
+    );
+    m.check(
+        m.stderr()
+            .contains("NEXO_CONTROL_PLANE_CA_FILE: cannot read")
+            && m.stderr().contains("not a regular file (a FIFO)"),
+        "the message names the variable and what is at the path",
+    );
 }
 
 #[test]

@@ -249,16 +249,14 @@ fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Health>>), Fatal> {
 fn control_plane(cfg: &Config) -> Result<CpClient, Fatal> {
     let ca = match &cfg.control_plane_ca_file {
         Some(path) => {
-            use std::io::Read as _;
             // One byte over the bound, for CpClient::new to refuse.
-            let mut pem = Vec::new();
-            std::fs::File::open(path)
-                .and_then(|f| f.take(crate::cp::MAX_CA_BUNDLE + 1).read_to_end(&mut pem))
-                .map_err(|source| Fatal::ReadFile {
+            let pem = crate::files::read(path, crate::cp::MAX_CA_BUNDLE + 1).map_err(|source| {
+                Fatal::ReadFile {
                     variable: "NEXO_CONTROL_PLANE_CA_FILE",
                     path: path.clone(),
                     source,
-                })?;
+                }
+            })?;
             Some(crate::cp::CaBundle {
                 path: path.clone(),
                 pem,

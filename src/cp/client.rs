@@ -250,18 +250,14 @@ impl std::error::Error for SetupError {}
 /// The largest CA bundle read: a ConfigMap holds at most 1 MiB.
 pub const MAX_CA_BUNDLE: u64 = 1024 * 1024;
 
-/// A file's bytes, refused when over `max`.
+/// A file's bytes, refused when over `max` (1 MiB) or not a regular file
+/// (a FIFO would block: [`crate::files`]).
 pub fn read_bounded(path: &std::path::Path, max: u64) -> Result<Vec<u8>, &'static str> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|_| "cannot be read")?;
-    let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|_| "cannot be read")?;
-    if bytes.len() as u64 > max {
-        return Err("is over 1 MiB");
-    }
-    Ok(bytes)
+    crate::files::read(path, max).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => "is over 1 MiB",
+        std::io::ErrorKind::InvalidInput => "is not a regular file",
+        _ => "cannot be read",
+    })
 }
 
 impl Tls {

@@ -112,8 +112,12 @@ impl BearerToken {
     }
 }
 
+/// The largest file of a kubeconfig or a service account read (a token, a
+/// CA bundle, the kubeconfig itself): a Secret or ConfigMap holds 1 MiB.
+const MAX_FILE: u64 = 1024 * 1024;
+
 fn read_token(path: &Path) -> Result<Secret, Error> {
-    let raw = std::fs::read_to_string(path)
+    let raw = crate::files::read_to_string(path, MAX_FILE)
         .map_err(|e| Error::Config(format!("cannot read token file {}: {e}", path.display())))?;
     let token = raw.trim();
     if token.is_empty() {
@@ -142,10 +146,10 @@ impl KubeConfig {
             format!("https://{host}:{port}")
         };
         let ca_path = dir.join("ca.crt");
-        let ca_pem = std::fs::read(&ca_path)
+        let ca_pem = crate::files::read(&ca_path, MAX_FILE)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", ca_path.display())))?;
         let auth = Auth::Bearer(BearerToken::file(&dir.join("token"))?);
-        let namespace = std::fs::read_to_string(dir.join("namespace"))
+        let namespace = crate::files::read_to_string(&dir.join("namespace"), MAX_FILE)
             .ok()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty());
@@ -160,7 +164,7 @@ impl KubeConfig {
     /// Reads a kubeconfig file (JSON), using its current context. Relative
     /// file paths inside it are taken relative to the file's folder.
     pub fn from_kubeconfig(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::files::read_to_string(path, MAX_FILE).map_err(|e| {
             Error::Config(format!("cannot read kubeconfig {}: {e}", path.display()))
         })?;
         let file: KubeconfigFile = serde_json::from_str(&text).map_err(|e| {
@@ -314,7 +318,7 @@ fn pem_from(
     match file {
         Some(f) => {
             let path = base.join(f);
-            std::fs::read(&path)
+            crate::files::read(&path, MAX_FILE)
                 .map(Some)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))
         }

@@ -138,15 +138,15 @@ pub fn read(path: &Path) -> Result<Option<Keys>, KeysError> {
         path: path.to_owned(),
         source,
     };
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
+    // Only a regular file, never waited for (`crate::files`).
+    let text = match crate::files::read_to_string(path, MAX_KEY_FILE) {
+        Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return Err(KeysError::Size("it is over 64 KiB"));
+        }
         Err(e) => return Err(read_error(e)),
     };
-    if meta.len() > MAX_KEY_FILE {
-        return Err(KeysError::Size("it is over 64 KiB"));
-    }
-    let text = std::fs::read_to_string(path).map_err(read_error)?;
     Keys::parse(&text).map(Some)
 }
 
