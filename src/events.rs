@@ -8,8 +8,8 @@
 //! last becomes a series (one Event, its `series.count` raised, repeats
 //! not yet written coalesced in the queue); at most [`PER_MINUTE`] writes
 //! a minute, the rest waiting in a bounded queue. [`flush`] is the thin
-//! I/O: each write one quick attempt; a denied one is a warning, never a
-//! failure of anything.
+//! I/O: each write one attempt, all of them within [`BUDGET`] a wake-up;
+//! a denied one is a warning, never a failure of anything.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -30,6 +30,14 @@ pub const QUEUE: usize = 64;
 /// Series remembered; past it, the oldest is forgotten (its next repeat
 /// starts a new Event).
 const SERIES_KEPT: usize = 512;
+/// What writing Events may take of one wake-up of the loop, all writes
+/// together (protocol.md, "Hostile and buggy values": Events and metrics
+/// never delay a command or a heartbeat by more than 250 ms a wake-up).
+/// What does not fit waits for the next; a write the budget cut short is
+/// dropped, counted.
+pub const BUDGET: Duration = Duration::from_millis(250);
+/// The least time a write is started with.
+const LEAST_WRITE: Duration = Duration::from_millis(20);
 /// The API server's limit on `note`.
 const NOTE_BYTES: usize = 1024;
 
@@ -385,12 +393,27 @@ fn micro_time(t: SystemTime) -> String {
     humantime::format_rfc3339_micros(t).to_string()
 }
 
-/// Writes what the rate allows, each write one quick attempt (no retry),
-/// so that a slow or refusing API server costs at most one timeout per
-/// Event and never a command's time: called between heartbeats, after a
-/// batch is acknowledged.
-pub fn flush(recorder: &mut Recorder, kube: &Client) {
-    while let Some(write) = recorder.next(Instant::now()) {
+/// Writes what the rate and `budget` allow, each write one attempt (no
+/// retry) within what is left of the budget, so that a slow or refusing
+/// API server costs at most `budget` a call and never a command's time:
+/// called between heartbeats, after a batch is acknowledged. What is left
+/// waits for the next call.
+pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
+    let started = Instant::now();
+    loop {
+        let left = budget.saturating_sub(started.elapsed());
+        if left < LEAST_WRITE {
+            if recorder.queued() > 0 {
+                log::debug!(
+                    "{} Events wait for the next wake-up (budget spent)",
+                    recorder.queued()
+                );
+            }
+            return;
+        }
+        let Some(write) = recorder.next(Instant::now()) else {
+            return;
+        };
         let (path, method, content_type, body) = match &write {
             Write::Create { namespace, body } => (
                 format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
@@ -418,13 +441,14 @@ pub fn flush(recorder: &mut Recorder, kube: &Client) {
                 continue;
             }
         };
-        let sent = kube.request_quick(
+        let sent = kube.request_within(
             method,
             &path,
             Some(Body {
                 content_type,
                 bytes: &bytes,
             }),
+            left,
         );
         match sent {
             Ok(_) => crate::metrics::event_written(),

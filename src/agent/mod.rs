@@ -226,7 +226,7 @@ impl Agent {
         if self.elector().leading() {
             self.check_drift_if_due();
             // After the acks: Events never hold up a command.
-            crate::events::flush(&mut self.events, &self.link.kube);
+            crate::events::flush(&mut self.events, &self.link.kube, crate::events::BUDGET);
         }
         self.link.status().pending_acks = self.store.undelivered().count();
         Ok(match next {

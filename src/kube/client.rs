@@ -38,6 +38,18 @@ pub const MAX_BODY: u64 = 8 * 1024 * 1024;
 /// read in pages that keep the check's memory small.
 pub const MAX_PAGE_BODY: u64 = 2 * 1024 * 1024;
 
+/// `req` with `timeout` as its whole call's, when given.
+fn within<S: ureq::AsSendBody>(
+    agent: &ureq::Agent,
+    req: Request<S>,
+    timeout: Option<Duration>,
+) -> Request<S> {
+    match timeout {
+        Some(t) => agent.configure_request(req).timeout_global(Some(t)).build(),
+        None => req,
+    }
+}
+
 /// The read limit of a 2xx body: [`MAX_PAGE_BODY`] for a page of a list,
 /// [`MAX_BODY`] for anything else.
 fn read_limit(method: &Method, path: &str) -> u64 {
@@ -366,7 +378,7 @@ impl Client {
             if fence {
                 self.fenced(&method, path)?;
             }
-            let err = match self.send_with(&self.agent, &method, path, body.as_ref()) {
+            let err = match self.send_with(&self.agent, &method, path, body.as_ref(), None) {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -409,9 +421,23 @@ impl Client {
         path: &str,
         body: Option<Body<'_>>,
     ) -> Result<Value, Error> {
+        self.request_within(method, path, body, QUICK_TIMEOUT)
+    }
+
+    /// [`Client::request_quick`] within `timeout` (at most
+    /// [`QUICK_TIMEOUT`]), the whole call: for what has a budget of its own
+    /// (Kubernetes Events, `events::flush`).
+    pub fn request_within(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body<'_>>,
+        timeout: Duration,
+    ) -> Result<Value, Error> {
         self.fenced(&method, path)?;
+        let timeout = timeout.min(QUICK_TIMEOUT);
         Ok(self
-            .send_with::<Value>(&self.quick, &method, path, body.as_ref())?
+            .send_with::<Value>(&self.quick, &method, path, body.as_ref(), Some(timeout))?
             .unwrap_or(Value::Null))
     }
 
@@ -422,7 +448,7 @@ impl Client {
         if let Some(pause) = &self.pause {
             pause.checkpoint();
         }
-        let resp = self.call(&self.watch, &Method::GET, path, None)?;
+        let resp = self.call(&self.watch, &Method::GET, path, None, None)?;
         let opened = self
             .watch_opened
             .lock()
@@ -438,19 +464,22 @@ impl Client {
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
+        timeout: Option<Duration>,
     ) -> Result<Option<T>, Error> {
-        let mut resp = self.call(agent, method, path, body)?;
+        let mut resp = self.call(agent, method, path, body, timeout)?;
         self.decode(&mut resp, read_limit(method, path))
     }
 
     /// Sends one request; a 2xx response with its body unread, or the
-    /// error of any other answer.
+    /// error of any other answer. `timeout`: the whole call's, instead of
+    /// `agent`'s.
     fn call(
         &self,
         agent: &ureq::Agent,
         method: &Method,
         path: &str,
         body: Option<&Body<'_>>,
+        timeout: Option<Duration>,
     ) -> Result<ureq::http::Response<ureq::Body>, Error> {
         let mut req = Request::builder()
             .method(method.clone())
@@ -470,13 +499,14 @@ impl Client {
                 let req = req
                     .header("Content-Type", b.content_type)
                     .body(b.bytes.to_vec());
-                agent.run(req.map_err(|e| Error::Config(format!("bad request: {e}")))?)
+                let req = req.map_err(|e| Error::Config(format!("bad request: {e}")))?;
+                agent.run(within(agent, req, timeout))
             }
             None => {
                 let req = req
                     .body(())
                     .map_err(|e| Error::Config(format!("bad request: {e}")))?;
-                agent.run(req)
+                agent.run(within(agent, req, timeout))
             }
         };
         let verb = verb_label(method);

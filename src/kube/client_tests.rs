@@ -186,7 +186,7 @@ fn a_long_error_body_keeps_its_status() {
     );
     let client = one_answer(answer.into_bytes());
     let err = client
-        .send_with::<Value>(&client.agent, &Method::GET, "/api", None)
+        .send_with::<Value>(&client.agent, &Method::GET, "/api", None, None)
         .unwrap_err();
     assert_eq!(err.status(), Some(503), "{err}");
     let message = err.to_string();
@@ -207,7 +207,13 @@ fn a_body_over_the_limit_is_refused_not_retried() {
     answer.extend_from_slice(b"\"]");
     let client = one_answer(answer);
     let err = client
-        .send_with::<Value>(&client.agent, &Method::GET, "/api/v1/configmaps", None)
+        .send_with::<Value>(
+            &client.agent,
+            &Method::GET,
+            "/api/v1/configmaps",
+            None,
+            None,
+        )
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge(MAX_BODY)), "{err}");
     assert!(!err.is_transient(), "a retry would read it again");
@@ -226,7 +232,7 @@ fn a_body_over_the_limit_is_refused_not_retried() {
     let client = one_answer(answer);
     let page = "/api/v1/configmaps?limit=500&labelSelector=a";
     let err = client
-        .send_with::<Value>(&client.agent, &Method::GET, page, None)
+        .send_with::<Value>(&client.agent, &Method::GET, page, None, None)
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge(MAX_PAGE_BODY)), "{err}");
     assert_eq!(

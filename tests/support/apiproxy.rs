@@ -1,8 +1,10 @@
 //! A TLS proxy in front of the test bed's API server that injects the
-//! faults a flapping load balancer makes: in the namespaces it is told,
-//! every watch ends at once (`End`), or answers 410 Gone (`Gone`). Every
-//! other request goes to the API server as the test bed's administrator.
-//! It counts the watches and lists it was asked, by namespace.
+//! faults a flapping load balancer or a struggling API server makes: in
+//! the namespaces it is told, every watch ends at once (`End`), or
+//! answers 410 Gone (`Gone`); and, when told, every Event write answers
+//! 504 after a delay (`slow_events`). Every other request, watches
+//! included, goes to the API server as the test bed's administrator. It
+//! counts the watches and lists it was asked, by namespace.
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
@@ -30,13 +32,33 @@ pub struct ApiProxy {
     /// Its address.
     pub addr: SocketAddr,
     ca_pem: String,
-    /// (namespace, "watch" | "list") → requests.
+    /// (namespace, "watch" | "list" | "event") → requests.
     counts: Arc<Mutex<BTreeMap<(String, &'static str), usize>>>,
 }
 
+/// What the proxy does wrong.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// To the watches of a namespace.
+    pub watches: BTreeMap<String, WatchFault>,
+    /// Every Event write waits this long, then answers 504.
+    pub slow_events: Option<std::time::Duration>,
+}
+
 impl ApiProxy {
-    /// Starts on a free loopback port, with `faults` by namespace.
+    /// Starts on a free loopback port, with watch `faults` by namespace.
     pub fn start(tb: &'static Testbed, faults: BTreeMap<String, WatchFault>) -> ApiProxy {
+        ApiProxy::with(
+            tb,
+            Faults {
+                watches: faults,
+                slow_events: None,
+            },
+        )
+    }
+
+    /// Starts on a free loopback port, with `faults`.
+    pub fn with(tb: &'static Testbed, faults: Faults) -> ApiProxy {
         let tls = nexo_cpsim::tls::generate(&[]);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -98,7 +120,7 @@ fn namespace_of(path: &str) -> Option<&str> {
 fn serve(
     tb: &Testbed,
     stream: nexo_cpsim::tls::Stream,
-    faults: &BTreeMap<String, WatchFault>,
+    faults: &Faults,
     counts: &Mutex<BTreeMap<(String, &'static str), usize>>,
 ) {
     let admin = tb.admin();
@@ -107,8 +129,11 @@ fn serve(
         let namespace = namespace_of(&req.path).unwrap_or_default().to_owned();
         let watch = req.path.contains("watch=1") || req.path.contains("watch=true");
         let collection = req.method == "GET" && !watch && req.path.contains("labelSelector=");
+        let event = req.method != "GET" && req.path.starts_with("/apis/events.k8s.io/");
         let what = if watch {
             Some("watch")
+        } else if event {
+            Some("event")
         } else if collection {
             Some("list")
         } else {
@@ -122,7 +147,20 @@ fn serve(
                 .or_default() += 1;
         }
         let stream = reader.get_mut();
-        match (watch, faults.get(&namespace)) {
+        if let (true, Some(delay)) = (event, faults.slow_events) {
+            std::thread::sleep(delay);
+            let resp = Response::json(
+                504,
+                &json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "Timeout", "code": 504,
+                "message": "the proxy times out every Event write"}),
+            );
+            if write_response(stream, &resp, false).is_err() {
+                return;
+            }
+            continue;
+        }
+        match (watch, faults.watches.get(&namespace)) {
             (true, Some(WatchFault::End)) => {
                 let _ = stream.write_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
@@ -148,10 +186,8 @@ fn serve(
             _ => {}
         }
         if watch {
-            // Not a faulty namespace: a watch that ends at once would be
-            // a fault of its own; the tests give every watched one a fault.
-            let resp = Response::json(500, &json!({"message": "the proxy streams no watch"}));
-            let _ = write_response(stream, &resp, true);
+            // Not a faulty namespace: streamed as the API server sends it.
+            stream_watch(&admin, &req.path, stream);
             return;
         }
         let method = Method::from_bytes(req.method.as_bytes()).unwrap_or(Method::GET);
@@ -172,12 +208,61 @@ fn serve(
             Err(nexo_manager::kube::Error::Api { status, body, .. }) => Response::json(
                 status,
                 &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "reason": body.reason, "message": body.message, "code": status}),
+                        "reason": body.reason, "message": body.message, "code": status,
+                        "details": body.details}),
             ),
             Err(e) => Response::json(502, &json!({"message": e.to_string()})),
         };
         if write_response(reader.get_mut(), &resp, false).is_err() {
             return;
+        }
+    }
+}
+
+/// Streams the watch at `path` to `stream`, one chunk an event, until the
+/// API server or the client ends it.
+fn stream_watch(admin: &nexo_manager::kube::Client, path: &str, stream: &mut impl Write) {
+    let mut watch = match admin.watch(path) {
+        Ok(w) => w,
+        Err(e) => {
+            let resp = Response::json(502, &json!({"message": e.to_string()}));
+            let _ = write_response(stream, &resp, true);
+            return;
+        }
+    };
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    if stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.flush())
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let mut lines = Vec::new();
+        let flow = watch.pump(|line| lines.push(line.to_vec()));
+        for mut line in lines {
+            line.push(b'\n');
+            let mut chunk = format!("{:x}\r\n", line.len()).into_bytes();
+            chunk.extend_from_slice(&line);
+            chunk.extend_from_slice(b"\r\n");
+            if stream
+                .write_all(&chunk)
+                .and_then(|()| stream.flush())
+                .is_err()
+            {
+                return;
+            }
+        }
+        match flow {
+            Ok(nexo_manager::kube::watch::Flow::Open) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                let _ = stream.write_all(b"0\r\n\r\n");
+                let _ = stream.flush();
+                return;
+            }
         }
     }
 }
