@@ -1,16 +1,18 @@
-//! The TCP transport of the Control Plane client, whose waits go through
-//! the process's one `poll(2)` instead of blocking in `read(2)`.
+//! The TCP transport of the Control Plane and Kubernetes clients, whose
+//! waits go through the process's one `poll(2)` instead of blocking in
+//! `connect(2)`, `read(2)` or `write(2)`.
 //!
 //! A held heartbeat (protocol.md, "Held heartbeat") leaves the CP
-//! connection waiting for up to a heartbeat interval. ureq's own TCP
-//! transport would block in `read(2)` for all that time: no probe
-//! answered, no stop seen, no lease renewed. This transport is the
-//! bottom link of the CP client's connector chain (under TLS and any
-//! CONNECT proxy): whenever a layer above needs bytes, it asks the loop to
-//! wait until the socket is readable ([`Readiness::readable`]), and the
-//! loop serves its probes, its signals and its timers meanwhile, in the
-//! same `poll(2)`, on the same thread. Only then does it `read(2)`, which
-//! returns at once.
+//! connection waiting for up to a heartbeat interval, and a peer may stop
+//! reading (a full send buffer) or answering at any time. ureq's own TCP
+//! transport would block in the system call for all that time: no probe
+//! answered, no stop seen, no lease renewed. This transport is the bottom
+//! link of both clients' connector chains (under TLS and any CONNECT
+//! proxy): whenever a layer above needs bytes or room to write, it asks
+//! the loop to wait until the socket is ready ([`Readiness::ready`]), and
+//! the loop serves its probes, its signals and (for the CP's calls) its
+//! timers meanwhile, in the same `poll(2)`, on the same thread. Only then
+//! does it `read(2)` or `write(2)`, which return at once.
 //!
 //! ureq's transports must be `Send + Sync`; the loop (`wait.rs`) is not.
 //! The loop is therefore found through a thread-local ([`install`]), set
@@ -19,8 +21,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -28,28 +30,71 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
 };
 
-/// How a wait for a readable socket ended.
+/// What a wait on a socket waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    /// Bytes (or the end) to read.
+    Read,
+    /// Room to write (or, after a non-blocking connect, its outcome).
+    Write,
+}
+
+impl Interest {
+    /// Its `poll(2)` events.
+    pub fn events(self) -> libc::c_short {
+        match self {
+            Interest::Read => libc::POLLIN,
+            Interest::Write => libc::POLLOUT,
+        }
+    }
+}
+
+/// How a wait on a socket ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ready {
-    /// The socket has bytes (or its end) to read.
-    Readable,
+    /// The socket is ready for what was asked (or has an error to tell).
+    Now,
     /// The timeout passed first.
     TimedOut,
     /// A stop was requested, and the wait was [`stoppable`].
     Stop,
 }
 
-/// The loop's side: wait until `fd` is readable, serving everything else
-/// the process waits for meanwhile.
+/// How a wait in the loop behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    /// A stop request ends it ([`Ready::Stop`]).
+    pub stoppable: bool,
+    /// The loop's duty (the lease renewal, the watches) may run in it:
+    /// true for the CP's calls; never for the Kubernetes client's, whose
+    /// callers may hold what the duty borrows (the lease).
+    pub duties: bool,
+}
+
+/// The loop's side: wait until `fd` is ready, serving everything else the
+/// process waits for meanwhile.
 pub trait Readiness {
-    /// Waits up to `timeout` for `fd` to be readable. [`Ready::Stop`] only
-    /// when `stoppable`.
-    fn readable(&self, fd: RawFd, timeout: Duration, stoppable: bool) -> io::Result<Ready>;
+    /// Waits up to `timeout` for `fd` to be ready for `interest`.
+    fn ready(
+        &self,
+        fd: RawFd,
+        interest: Interest,
+        timeout: Duration,
+        mode: Mode,
+    ) -> io::Result<Ready>;
 }
 
 thread_local! {
     static LOOP: RefCell<Option<Rc<dyn Readiness>>> = const { RefCell::new(None) };
     static STOPPABLE: Cell<bool> = const { Cell::new(false) };
+    static FINISHING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The process is stopping: from now on no call is [`stoppable`], so that
+/// what it does on its way out (the state's last write, the lease's
+/// release) is not cut short by the stop it is answering.
+pub fn finish() {
+    FINISHING.with(|f| f.set(true));
 }
 
 /// Makes `readiness` the wait of every socket of this thread's CP client.
@@ -57,13 +102,15 @@ pub fn install(readiness: Rc<dyn Readiness>) {
     LOOP.with(|l| *l.borrow_mut() = Some(readiness));
 }
 
-/// Runs `f` (a call whose answer may be abandoned: a heartbeat) so that a
-/// stop request ends its waits: the call then fails with an I/O error
-/// ("stop requested"; not `Interrupted`, which readers retry), and the
-/// caller sees the stop in the loop. Acks and connects are never run so: a
-/// stop lets them finish.
+/// Runs `f` (a call whose answer may be abandoned: a heartbeat, a
+/// Kubernetes read) so that a stop request ends its waits: the call then
+/// fails with an I/O error ("stop requested"; not `Interrupted`, which
+/// readers retry), and the caller sees the stop in the loop. Acks,
+/// connects and Kubernetes writes are never run so: a stop lets them
+/// finish. Once the process is stopping ([`finish`]), nothing is.
 pub fn stoppable<T>(f: impl FnOnce() -> T) -> T {
-    let before = STOPPABLE.with(|s| s.replace(true));
+    let stoppable = !FINISHING.with(Cell::get);
+    let before = STOPPABLE.with(|s| s.replace(stoppable));
     let out = f();
     STOPPABLE.with(|s| s.set(before));
     out
@@ -71,12 +118,22 @@ pub fn stoppable<T>(f: impl FnOnce() -> T) -> T {
 
 const STOPPED: &str = "stop requested";
 
-fn await_readable(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
-    let stoppable = STOPPABLE.with(Cell::get);
+/// Waits in the loop (or alone, without one) for `fd` to be ready for
+/// `interest`; `duties`: whether the loop's duty may run meanwhile.
+fn await_ready(
+    fd: RawFd,
+    interest: Interest,
+    timeout: Duration,
+    duties: bool,
+) -> io::Result<Ready> {
+    let mode = Mode {
+        stoppable: STOPPABLE.with(Cell::get),
+        duties,
+    };
     let installed = LOOP.with(|l| l.borrow().clone());
     match installed {
-        Some(readiness) => readiness.readable(fd, timeout, stoppable),
-        None => poll_one(fd, timeout),
+        Some(readiness) => readiness.ready(fd, interest, timeout, mode),
+        None => poll_for(fd, interest.events(), timeout),
     }
 }
 
@@ -86,10 +143,13 @@ pub fn poll_one(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
     poll_for(fd, libc::POLLIN, timeout)
 }
 
-/// `poll(2)` on one descriptor for `events`; [`Ready::Readable`] when
-/// they (or an error or hang-up) came.
+/// `poll(2)` on one descriptor for `events`; [`Ready::Now`] when they
+/// (or an error or hang-up) came.
 pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<Ready> {
-    let deadline = Instant::now() + timeout;
+    let now = Instant::now();
+    let deadline = now
+        .checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400));
     loop {
         let mut fds = [libc::pollfd {
             fd,
@@ -103,7 +163,7 @@ pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Resu
         #[allow(unsafe_code)]
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
         match n {
-            n if n > 0 => return Ok(Ready::Readable),
+            n if n > 0 => return Ok(Ready::Now),
             0 => return Ok(Ready::TimedOut),
             _ => {
                 let e = io::Error::last_os_error();
@@ -116,10 +176,15 @@ pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Resu
 }
 
 /// A TCP connection to the first of `details.addrs` that answers, all of
-/// them within the call's connect budget; `TCP_NODELAY` set, and the
-/// buffers its transport reads and writes through. Both of the crate's
-/// own TCP transports (this one, and the watches') connect with it.
-pub fn connect_tcp(details: &ConnectionDetails) -> Result<(TcpStream, LazyBuffers), ureq::Error> {
+/// them within the call's connect budget, each connect waiting in the loop
+/// ([`connect_one`]; `duties`: whether the loop's duty may run
+/// meanwhile); `TCP_NODELAY` set, and the buffers its transport reads and
+/// writes through. Both of the crate's own TCP transports (this one, and
+/// the watches') connect with it.
+pub fn connect_tcp(
+    details: &ConnectionDetails,
+    duties: bool,
+) -> Result<(TcpStream, LazyBuffers), ureq::Error> {
     let budget = *details.timeout.after;
     let started = Instant::now();
     let mut last = None;
@@ -128,7 +193,7 @@ pub fn connect_tcp(details: &ConnectionDetails) -> Result<(TcpStream, LazyBuffer
         if left.is_zero() {
             break;
         }
-        match TcpStream::connect_timeout(addr, left) {
+        match connect_one(addr, left, duties) {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
                 let config = details.config;
@@ -136,6 +201,7 @@ pub fn connect_tcp(details: &ConnectionDetails) -> Result<(TcpStream, LazyBuffer
                     LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size());
                 return Ok((stream, buffers));
             }
+            Err(e) if e.to_string() == STOPPED => return Err(e.into()),
             Err(e) => last = Some(e),
         }
     }
@@ -148,10 +214,103 @@ pub fn connect_tcp(details: &ConnectionDetails) -> Result<(TcpStream, LazyBuffer
     }
 }
 
-/// Opens plain TCP connections whose reads wait in the loop. Chained after
-/// ureq's CONNECT proxy connector and before its TLS connector.
+/// Connects to `addr` without blocking: a non-blocking `connect(2)`, then
+/// a wait in the loop (up to `timeout`) for its outcome, so that a peer
+/// that never answers (a dropped SYN) costs no probe and no stop. The
+/// stream is returned blocking; its transport decides how it waits.
+fn connect_one(addr: &SocketAddr, timeout: Duration, duties: bool) -> io::Result<TcpStream> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: socket(2) with constant arguments, no pointer; the
+    // descriptor it returns (when not -1) is owned at once below.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::socket(domain, kind, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns or closes.
+    #[allow(unsafe_code)]
+    let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    if raw_connect(fd, addr) != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        match await_ready(fd, Interest::Write, timeout, duties)? {
+            Ready::Now => {}
+            Ready::TimedOut => return Err(io::ErrorKind::TimedOut.into()),
+            Ready::Stop => return Err(io::Error::other(STOPPED)),
+        }
+        // SO_ERROR: how the connect ended.
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// `connect(2)` of `fd` to `addr`: 0, or -1 with `errno` set.
+fn raw_connect(fd: RawFd, addr: &SocketAddr) -> libc::c_int {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            // SAFETY: `sa` is a valid sockaddr_in that lives across the
+            // call, and `len` is its size.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::connect(fd, (&raw const sa).cast(), len)
+            }
+        }
+        SocketAddr::V6(a) => {
+            let sa = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            // SAFETY: `sa` is a valid sockaddr_in6 that lives across the
+            // call, and `len` is its size.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::connect(fd, (&raw const sa).cast(), len)
+            }
+        }
+    }
+}
+
+/// Opens plain TCP connections whose connects, reads and writes wait in
+/// the loop. Chained after ureq's CONNECT proxy connector and before its
+/// TLS connector.
 #[derive(Debug, Default)]
-pub struct PollTcpConnector;
+pub struct PollTcpConnector {
+    /// Whether the loop's duty may run in its waits ([`Mode::duties`]).
+    pub duties: bool,
+}
+
+impl PollTcpConnector {
+    /// The CP client's: the duty (the lease renewal, the watches) runs in
+    /// its waits (a held heartbeat lasts an interval).
+    pub const CONTROL_PLANE: PollTcpConnector = PollTcpConnector { duties: true };
+    /// The Kubernetes client's: probes and signals only (its callers may
+    /// hold what the duty borrows).
+    pub const KUBERNETES: PollTcpConnector = PollTcpConnector { duties: false };
+}
 
 impl<In: Transport> Connector<In> for PollTcpConnector {
     type Out = Either<In, PollTcpTransport>;
@@ -164,16 +323,31 @@ impl<In: Transport> Connector<In> for PollTcpConnector {
         if let Some(transport) = chained {
             return Ok(Some(Either::A(transport))); // a proxy's tunnel
         }
-        let (stream, buffers) = connect_tcp(details)?;
-        Ok(Some(Either::B(PollTcpTransport { stream, buffers })))
+        let (stream, buffers) = connect_tcp(details, self.duties)?;
+        Ok(Some(Either::B(PollTcpTransport {
+            stream,
+            buffers,
+            duties: self.duties,
+        })))
     }
 }
 
-/// A TCP connection whose reads wait in the loop ([`PollTcpConnector`]).
+/// A TCP connection whose reads and writes wait in the loop
+/// ([`PollTcpConnector`]).
 #[derive(Debug)]
 pub struct PollTcpTransport {
     stream: TcpStream,
     buffers: LazyBuffers,
+    duties: bool,
+}
+
+impl PollTcpTransport {
+    /// Ends the connection after a stop: the call fails with
+    /// "stop requested".
+    fn stopped(&self) -> ureq::Error {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        io::Error::other(STOPPED).into()
+    }
 }
 
 impl Transport for PollTcpTransport {
@@ -181,23 +355,47 @@ impl Transport for PollTcpTransport {
         &mut self.buffers
     }
 
+    /// Writes without blocking: what the socket takes now, then a wait in
+    /// the loop for room (a peer that stops reading fills its window),
+    /// within the call's write timeout.
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
         let timeout = timeout.for_write();
-        let limit = timeout.not_zero().map(|d| *d);
-        self.stream.set_write_timeout(limit)?;
-        let output = &self.buffers.output()[..amount];
-        match self.stream.write_all(output) {
-            Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Err(ureq::Error::Timeout(timeout.reason))
+        let limit = timeout
+            .not_zero()
+            .map_or(Duration::from_secs(86_400), |d| *d);
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(limit)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400));
+        let fd = self.stream.as_raw_fd();
+        self.stream.set_nonblocking(true)?;
+        let mut written = 0;
+        let result = loop {
+            if written >= amount {
+                break Ok(());
             }
-            Err(e) => Err(e.into()),
-        }
+            let output = &self.buffers.output()[written..amount];
+            match self.stream.write(output) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Err(ureq::Error::Timeout(timeout.reason));
+                    }
+                    match await_ready(fd, Interest::Write, left, self.duties) {
+                        Ok(Ready::Now) => {}
+                        Ok(Ready::TimedOut) => break Err(ureq::Error::Timeout(timeout.reason)),
+                        Ok(Ready::Stop) => break Err(self.stopped()),
+                        Err(e) => break Err(e.into()),
+                    }
+                }
+                Err(e) => break Err(e.into()),
+            }
+        };
+        self.stream.set_nonblocking(false)?;
+        result
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
@@ -209,13 +407,10 @@ impl Transport for PollTcpTransport {
         let limit = timeout
             .not_zero()
             .map_or(Duration::from_secs(86_400), |d| *d);
-        match await_readable(self.stream.as_raw_fd(), limit)? {
-            Ready::Readable => {}
+        match await_ready(self.stream.as_raw_fd(), Interest::Read, limit, self.duties)? {
+            Ready::Now => {}
             Ready::TimedOut => return Err(ureq::Error::Timeout(timeout.reason)),
-            Ready::Stop => {
-                let _ = self.stream.shutdown(Shutdown::Both);
-                return Err(io::Error::other(STOPPED).into());
-            }
+            Ready::Stop => return Err(self.stopped()),
         }
         // Readable: this read returns at once. The read timeout only
         // guards against a readiness that was not (it does not happen on
@@ -263,16 +458,61 @@ mod tests {
 
     use super::*;
 
-    struct Counting(Cell<usize>);
+    /// Counts the waits by interest; a stoppable one is stopped at once.
+    #[derive(Default)]
+    struct Counting {
+        reads: Cell<usize>,
+        writes: Cell<usize>,
+    }
 
     impl Readiness for Counting {
-        fn readable(&self, fd: RawFd, timeout: Duration, stoppable: bool) -> io::Result<Ready> {
-            self.0.set(self.0.get() + 1);
-            if stoppable {
+        fn ready(
+            &self,
+            fd: RawFd,
+            interest: Interest,
+            timeout: Duration,
+            mode: Mode,
+        ) -> io::Result<Ready> {
+            let count = match interest {
+                Interest::Read => &self.reads,
+                Interest::Write => &self.writes,
+            };
+            count.set(count.get() + 1);
+            if mode.stoppable {
                 return Ok(Ready::Stop);
             }
-            poll_one(fd, timeout)
+            poll_for(fd, interest.events(), timeout)
         }
+    }
+
+    #[test]
+    fn a_write_to_a_peer_that_stops_reading_waits_in_the_loop_and_ends_on_stop() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepts, reads nothing, holds the connection.
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop(s);
+        });
+        let counting = Rc::new(Counting::default());
+        install(counting.clone());
+        let agent = crate::resolve::agent_with(
+            ureq::Agent::config_builder()
+                .max_idle_connections(0)
+                .build(),
+            ().chain(PollTcpConnector::CONTROL_PLANE),
+        );
+        // More than the kernel holds for a peer that does not read.
+        let body = vec![b'x'; 64 << 20];
+        let url = format!("http://{addr}/");
+        let started = Instant::now();
+        let err = stoppable(|| agent.post(&url).send(&body[..])).unwrap_err();
+        assert!(err.to_string().contains(STOPPED), "{err}");
+        assert!(counting.writes.get() >= 1, "the write waited in the loop");
+        assert!(started.elapsed() < Duration::from_secs(1), "ended at once");
+        LOOP.with(|l| l.borrow_mut().take());
+        server.join().unwrap();
     }
 
     #[test]
@@ -287,18 +527,18 @@ mod tests {
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
             }
         });
-        let counting = Rc::new(Counting(Cell::new(0)));
+        let counting = Rc::new(Counting::default());
         install(counting.clone());
         let agent = crate::resolve::agent_with(
             ureq::Agent::config_builder()
                 .max_idle_connections(0)
                 .build(),
-            ().chain(PollTcpConnector),
+            ().chain(PollTcpConnector::CONTROL_PLANE),
         );
         let url = format!("http://{addr}/");
         let body = agent.get(&url).call().unwrap().body_mut().read_to_string();
         assert_eq!(body.unwrap(), "ok");
-        assert!(counting.0.get() >= 1, "the read waited in the loop");
+        assert!(counting.reads.get() >= 1, "the read waited in the loop");
         let err = stoppable(|| agent.get(&url).call()).unwrap_err();
         assert!(err.to_string().contains(STOPPED), "{err}");
         LOOP.with(|l| l.borrow_mut().take());

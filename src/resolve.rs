@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use ureq::config::Config;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{Connector, DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{Connector, NextTimeout};
 
 /// The capacity of [`ResolvedSocketAddrs`].
 const MAX_ADDRS: usize = 16;
@@ -54,11 +54,6 @@ impl Resolver for InlineResolver {
             Ok(out)
         }
     }
-}
-
-/// An agent with `config`, the default connector and [`InlineResolver`].
-pub fn agent(config: Config) -> ureq::Agent {
-    agent_with(config, DefaultConnector::new())
 }
 
 /// An agent with `config`, `connector` and [`InlineResolver`].

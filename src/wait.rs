@@ -18,7 +18,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::kube::pause::{CHECKPOINT_EVERY, Pause, Wake};
-use crate::net::{Readiness, Ready};
+use crate::net::{Interest, Mode, Readiness, Ready};
 use crate::probe::{Health, Probe};
 
 /// The signal self-pipe, the optional probe listener and the status it
@@ -128,13 +128,14 @@ impl Waiter {
     }
 
     /// The one `poll(2)`: the signal pipe, the probe listener and its
-    /// pending connections, and `socket` when given. Ends at `deadline`,
-    /// when `socket` is readable, or (when `stoppable`) on a stop
-    /// request; runs the duty when `duties` and it is due.
+    /// pending connections, and `socket` (a descriptor and the events
+    /// awaited) when given. Ends at `deadline`, when `socket` is ready, or
+    /// (when `stoppable`) on a stop request; runs the duty when `duties`
+    /// and it is due.
     fn wait_for(
         &self,
         deadline: Instant,
-        socket: Option<RawFd>,
+        socket: Option<(RawFd, libc::c_short)>,
         stoppable: bool,
         duties: bool,
     ) -> io::Result<Event> {
@@ -166,9 +167,14 @@ impl Waiter {
             // The signal pipe, the socket (or nothing), the probe
             // listener, and the probe connections waiting for their
             // request head.
+            let (fd, events) = socket.unwrap_or((-1, libc::POLLIN));
             let mut fds = vec![
                 pollfd(self.signals.as_raw_fd()),
-                pollfd(socket.unwrap_or(-1)),
+                libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                },
                 pollfd(self.probe.as_ref().map_or(-1, |p| p.listener().as_raw_fd())),
             ];
             if let Some(probe) = &self.probe {
@@ -240,10 +246,17 @@ pub trait Duty {
 }
 
 impl Readiness for Waiter {
-    fn readable(&self, fd: RawFd, timeout: Duration, stoppable: bool) -> io::Result<Ready> {
+    fn ready(
+        &self,
+        fd: RawFd,
+        interest: Interest,
+        timeout: Duration,
+        mode: Mode,
+    ) -> io::Result<Ready> {
+        let socket = Some((fd, interest.events()));
         Ok(
-            match self.wait_for(deadline_after(timeout), Some(fd), stoppable, true)? {
-                Event::Readable => Ready::Readable,
+            match self.wait_for(deadline_after(timeout), socket, mode.stoppable, mode.duties)? {
+                Event::Readable => Ready::Now,
                 Event::Timeout => Ready::TimedOut,
                 Event::Stop => Ready::Stop,
             },

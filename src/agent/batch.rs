@@ -36,6 +36,9 @@ enum Handled {
     /// up again, before any later command, once this process holds the
     /// lease again and has read the state again.
     Fenced,
+    /// Cut short by a stop (a read it waited for was abandoned): not
+    /// recorded, no ack; the CP sends it again to the next Manager.
+    Stopped,
 }
 
 /// Whether the batch goes on to its next command.
@@ -72,6 +75,7 @@ impl Agent {
                 }
                 match self.handle_command(command) {
                     Handled::Done => break,
+                    Handled::Stopped => return Next::Stop,
                     Handled::Fenced if fenced < FENCED_RETRIES => {
                         // Another leader may have run it meanwhile: the
                         // state is read again (whatever the term) when the
@@ -232,6 +236,12 @@ impl Agent {
                         "command {id}: the lease may have been lost while it ran; nothing recorded, no ack yet (run again, or acknowledged from the ledger, once the lease and the state are held again)"
                     );
                     return Handled::Fenced;
+                }
+                if outcome.result == AckResult::Failed && self.link.waiter.stop_requested() {
+                    log::warn!(
+                        "command {id}: cut short by a stop request; not recorded, no ack (the CP sends it again)"
+                    );
+                    return Handled::Stopped;
                 }
                 self.record_applied(permitted.command(), &mut outcome);
                 (outcome, keep_until)

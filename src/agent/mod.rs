@@ -193,6 +193,8 @@ impl Agent {
 
     fn stopped(&mut self) -> Result<(), Fatal> {
         log::info!("stop requested; exiting");
+        // What follows is not cut short by the stop it answers.
+        crate::net::finish();
         if self.elector().leading() && self.state_current() {
             // The delivery flags that wait, in one write.
             self.store.flush_delivered(&self.link, true);
@@ -222,6 +224,10 @@ impl Agent {
             Err(delay) => return Ok(Next::Wait(delay)),
         };
         let next = self.batch(commands);
+        if next == Next::Stop {
+            // The way out (`stopped`) writes what waits.
+            return Ok(Next::Stop);
+        }
         self.store.flush_delivered(&self.link, false);
         if self.elector().leading() {
             self.check_drift_if_due();

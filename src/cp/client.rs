@@ -284,7 +284,7 @@ impl Tls {
         // Proxy, then TCP whose reads wait in the loop (net.rs), then TLS.
         let chain =
             ().chain(ConnectProxyConnector::default())
-                .chain(crate::net::PollTcpConnector)
+                .chain(crate::net::PollTcpConnector::CONTROL_PLANE)
                 .chain(RustlsConnector::default());
         let agent = crate::resolve::agent_with(config.clone(), chain);
         Tls { agent, config }

@@ -22,55 +22,9 @@ use super::error::{Error, Status};
 use super::pause::{Pause, Wake};
 use crate::backoff::{Backoff, Jitter};
 
+pub use super::limits::{MAX_BODY, MAX_ERROR_BODY, MAX_PAGE_BODY, SCRATCH_KEEP};
+use super::limits::{read_limit, within};
 pub use super::query::{Query, percent_encode};
-/// Largest response body read from the API server (an object, a write's
-/// answer; a page of a list has [`MAX_PAGE_BODY`]): the same as the
-/// Control Plane's, so that with the heartbeat body and the state document
-/// it fits the pod's 32 MiB limit. An object is at most 1.5 MiB (etcd's
-/// request limit); a body over it is refused (`TooLarge`), not retried.
-pub const MAX_BODY: u64 = 8 * 1024 * 1024;
-
-/// Largest page of a list read (a GET whose query starts with `limit`,
-/// as every page the client asks does): items are counted by the API
-/// server, not bytes, so a page over this is asked again with fewer
-/// items (`verbs::smaller`); one item always fits (an object is at most
-/// 1.5 MiB). A quarter of [`MAX_BODY`]: a namespace of big Secrets is
-/// read in pages that keep the check's memory small.
-pub const MAX_PAGE_BODY: u64 = 2 * 1024 * 1024;
-
-/// `req` with `timeout` as its whole call's, when given.
-fn within<S: ureq::AsSendBody>(
-    agent: &ureq::Agent,
-    req: Request<S>,
-    timeout: Option<Duration>,
-) -> Request<S> {
-    match timeout {
-        Some(t) => agent.configure_request(req).timeout_global(Some(t)).build(),
-        None => req,
-    }
-}
-
-/// The read limit of a 2xx body: [`MAX_PAGE_BODY`] for a page of a list,
-/// [`MAX_BODY`] for anything else.
-fn read_limit(method: &Method, path: &str) -> u64 {
-    let page = path
-        .split_once('?')
-        .is_some_and(|(_, query)| query.starts_with("limit="));
-    if *method == Method::GET && page {
-        MAX_PAGE_BODY
-    } else {
-        MAX_BODY
-    }
-}
-
-/// How much of an error body is read (a `Status` is small; a longer page,
-/// a proxy's say, is cut here and still reported with its status).
-pub const MAX_ERROR_BODY: u64 = 64 * 1024;
-
-/// Capacity of the read buffer kept between calls: a page of 100 typical
-/// items fits; a larger page grows it for that call only.
-pub const SCRATCH_KEEP: usize = 256 * 1024;
-
 /// Connect timeout of every call.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -234,7 +188,15 @@ impl Client {
                 .user_agent(crate::USER_AGENT)
                 .tls_config(tls.clone())
         };
-        let agent_with = |call| crate::resolve::agent(config_with(Some(call)).build());
+        // Connects, reads and writes wait in the loop (`net.rs`): probes
+        // are answered and a stop is seen while the API server is slow.
+        let agent_with = |call| {
+            use ureq::unversioned::transport::{Connector as _, RustlsConnector};
+            let chain =
+                ().chain(crate::net::PollTcpConnector::KUBERNETES)
+                    .chain(RustlsConnector::default());
+            crate::resolve::agent_with(config_with(Some(call)).build(), chain)
+        };
         let (watch, watch_opened) = super::watch::agent(
             config_with(None)
                 .max_idle_connections(0)
@@ -378,7 +340,15 @@ impl Client {
             if fence {
                 self.fenced(&method, path)?;
             }
-            let err = match self.send_with(&self.agent, &method, path, body.as_ref(), None) {
+            // A read may be abandoned: a stop ends its waits (a write is
+            // never cut short: it finishes or times out).
+            let send = || self.send_with(&self.agent, &method, path, body.as_ref(), None);
+            let sent = if method == Method::GET {
+                crate::net::stoppable(send)
+            } else {
+                send()
+            };
+            let err = match sent {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };

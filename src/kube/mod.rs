@@ -3,6 +3,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+mod limits;
 pub mod pause;
 mod query;
 pub mod verbs;

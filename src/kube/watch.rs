@@ -58,7 +58,7 @@ impl<In: Transport> Connector<In> for WatchConnector {
         if let Some(transport) = chained {
             return Ok(Some(Either::A(transport)));
         }
-        let (stream, buffers) = crate::net::connect_tcp(details)?;
+        let (stream, buffers) = crate::net::connect_tcp(details, false)?;
         let nonblocking = Arc::new(AtomicBool::new(false));
         if let Ok(mut slot) = self.opened.lock() {
             *slot = Some((stream.as_raw_fd(), Arc::clone(&nonblocking)));

@@ -17,6 +17,7 @@ pub mod fixture;
 pub mod manager;
 pub mod proxy;
 pub mod secrets;
+pub mod stallproxy;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
