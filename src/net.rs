@@ -485,6 +485,20 @@ mod tests {
         }
     }
 
+    /// A [`Counting`] loop installed, and an agent whose connections wait
+    /// in it.
+    fn installed() -> (Rc<Counting>, ureq::Agent) {
+        let counting = Rc::new(Counting::default());
+        install(counting.clone());
+        let agent = crate::resolve::agent_with(
+            ureq::Agent::config_builder()
+                .max_idle_connections(0)
+                .build(),
+            ().chain(PollTcpConnector::CONTROL_PLANE),
+        );
+        (counting, agent)
+    }
+
     #[test]
     fn a_write_to_a_peer_that_stops_reading_waits_in_the_loop_and_ends_on_stop() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -495,14 +509,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(2));
             drop(s);
         });
-        let counting = Rc::new(Counting::default());
-        install(counting.clone());
-        let agent = crate::resolve::agent_with(
-            ureq::Agent::config_builder()
-                .max_idle_connections(0)
-                .build(),
-            ().chain(PollTcpConnector::CONTROL_PLANE),
-        );
+        let (counting, agent) = installed();
         // More than the kernel holds for a peer that does not read.
         let body = vec![b'x'; 64 << 20];
         let url = format!("http://{addr}/");
@@ -527,14 +534,7 @@ mod tests {
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
             }
         });
-        let counting = Rc::new(Counting::default());
-        install(counting.clone());
-        let agent = crate::resolve::agent_with(
-            ureq::Agent::config_builder()
-                .max_idle_connections(0)
-                .build(),
-            ().chain(PollTcpConnector::CONTROL_PLANE),
-        );
+        let (counting, agent) = installed();
         let url = format!("http://{addr}/");
         let body = agent.get(&url).call().unwrap().body_mut().read_to_string();
         assert_eq!(body.unwrap(), "ok");

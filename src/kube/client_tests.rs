@@ -196,16 +196,20 @@ fn a_long_error_body_keeps_its_status() {
     );
 }
 
-#[test]
-fn a_body_over_the_limit_is_refused_not_retried() {
-    let n = MAX_BODY as usize + 1024;
+/// A 200 answer whose JSON body (a list of one string) is `n` bytes.
+fn answer_of(n: usize) -> Vec<u8> {
     let mut answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
     )
     .into_bytes();
     answer.resize(answer.len() + n - 3, b'x');
     answer.extend_from_slice(b"\"]");
-    let client = one_answer(answer);
+    answer
+}
+
+#[test]
+fn a_body_over_the_limit_is_refused_not_retried() {
+    let client = one_answer(answer_of(MAX_BODY as usize + 1024));
     let err = client
         .send_with::<Value>(
             &client.agent,
@@ -222,14 +226,7 @@ fn a_body_over_the_limit_is_refused_not_retried() {
         "kubernetes api: response body over the 8 MiB limit"
     );
     // A page of a list has a quarter of it.
-    let n = MAX_PAGE_BODY as usize + 1024;
-    let mut answer = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n[\""
-    )
-    .into_bytes();
-    answer.resize(answer.len() + n - 3, b'x');
-    answer.extend_from_slice(b"\"]");
-    let client = one_answer(answer);
+    let client = one_answer(answer_of(MAX_PAGE_BODY as usize + 1024));
     let page = "/api/v1/configmaps?limit=500&labelSelector=a";
     let err = client
         .send_with::<Value>(&client.agent, &Method::GET, page, None, None)
