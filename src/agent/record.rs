@@ -57,7 +57,7 @@ impl Agent {
     /// image kept in its records, an uninstalled deployment forgotten. A
     /// change that could not be recorded is not watched for drift: its
     /// ack (`outcome`) and the heartbeat's drift entry say so
-    /// ([`Agent::not_watched`]).
+    /// (`Agent::watched`).
     pub(super) fn record_applied(&mut self, command: &Command, outcome: &mut Outcome) {
         if outcome.result != AckResult::Applied {
             return;

@@ -251,7 +251,7 @@ impl std::error::Error for SetupError {}
 pub const MAX_CA_BUNDLE: u64 = 1024 * 1024;
 
 /// A file's bytes, refused when over `max` (1 MiB) or not a regular file
-/// (a FIFO would block: [`crate::files`]).
+/// (a FIFO would block: `crate::files`).
 pub fn read_bounded(path: &std::path::Path, max: u64) -> Result<Vec<u8>, &'static str> {
     crate::files::read(path, max).map_err(|e| match e.kind() {
         std::io::ErrorKind::FileTooLarge => "is over 1 MiB",
