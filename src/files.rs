@@ -11,6 +11,10 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// The most a mounted file holds: a Secret or a ConfigMap holds at most
+/// 1 MiB.
+pub const MOUNTED_MAX: u64 = 1024 * 1024;
+
 /// Reads the regular file at `path` (after symbolic links, as the
 /// projected volumes of a pod are), at most `max` bytes: a longer file, or
 /// anything but a regular file, is an error ([`io::ErrorKind::InvalidInput`]

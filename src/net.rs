@@ -118,6 +118,35 @@ pub fn stoppable<T>(f: impl FnOnce() -> T) -> T {
 
 const STOPPED: &str = "stop requested";
 
+/// The error of a call a stop ended ("stop requested"; not `Interrupted`,
+/// which readers retry).
+fn stop_error() -> io::Error {
+    io::Error::other(STOPPED)
+}
+
+/// Whether `e` is [`stop_error`]'s.
+fn is_stop(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Other && e.to_string() == STOPPED
+}
+
+/// The longest any wait lasts, for "no timeout": the loop's timers still
+/// run meanwhile.
+const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
+
+/// `timeout` from now; no timeout can overflow the clock: at worst,
+/// [`LONGEST_WAIT`].
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + LONGEST_WAIT)
+}
+
+/// How long a wait under ureq's `timeout` may last: its time, or
+/// [`LONGEST_WAIT`] when it has none.
+pub fn wait_limit(timeout: &NextTimeout) -> Duration {
+    timeout.not_zero().map_or(LONGEST_WAIT, |d| *d)
+}
+
 /// Waits in the loop (or alone, without one) for `fd` to be ready for
 /// `interest`; `duties`: whether the loop's duty may run meanwhile.
 fn await_ready(
@@ -146,10 +175,7 @@ pub fn poll_one(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
 /// `poll(2)` on one descriptor for `events`; [`Ready::Now`] when they
 /// (or an error or hang-up) came.
 pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<Ready> {
-    let now = Instant::now();
-    let deadline = now
-        .checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400));
+    let deadline = deadline_after(timeout);
     loop {
         let mut fds = [libc::pollfd {
             fd,
@@ -201,7 +227,7 @@ pub fn connect_tcp(
                     LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size());
                 return Ok((stream, buffers));
             }
-            Err(e) if e.to_string() == STOPPED => return Err(e.into()),
+            Err(e) if is_stop(&e) => return Err(e.into()),
             Err(e) => last = Some(e),
         }
     }
@@ -242,7 +268,7 @@ fn connect_one(addr: &SocketAddr, timeout: Duration, duties: bool) -> io::Result
         match await_ready(fd, Interest::Write, timeout, duties)? {
             Ready::Now => {}
             Ready::TimedOut => return Err(io::ErrorKind::TimedOut.into()),
-            Ready::Stop => return Err(io::Error::other(STOPPED)),
+            Ready::Stop => return Err(stop_error()),
         }
         // SO_ERROR: how the connect ended.
         if let Some(e) = stream.take_error()? {
@@ -346,7 +372,7 @@ impl PollTcpTransport {
     /// "stop requested".
     fn stopped(&self) -> ureq::Error {
         let _ = self.stream.shutdown(Shutdown::Both);
-        io::Error::other(STOPPED).into()
+        stop_error().into()
     }
 }
 
@@ -360,13 +386,7 @@ impl Transport for PollTcpTransport {
     /// within the call's write timeout.
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
         let timeout = timeout.for_write();
-        let limit = timeout
-            .not_zero()
-            .map_or(Duration::from_secs(86_400), |d| *d);
-        let now = Instant::now();
-        let deadline = now
-            .checked_add(limit)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400));
+        let deadline = deadline_after(wait_limit(&timeout));
         let fd = self.stream.as_raw_fd();
         self.stream.set_nonblocking(true)?;
         let mut written = 0;
@@ -403,10 +423,7 @@ impl Transport for PollTcpTransport {
         if timeout.after.is_zero() {
             return Err(ureq::Error::Timeout(timeout.reason));
         }
-        // NotHappening is a day: the loop's timers still run meanwhile.
-        let limit = timeout
-            .not_zero()
-            .map_or(Duration::from_secs(86_400), |d| *d);
+        let limit = wait_limit(&timeout);
         match await_ready(self.stream.as_raw_fd(), Interest::Read, limit, self.duties)? {
             Ready::Now => {}
             Ready::TimedOut => return Err(ureq::Error::Timeout(timeout.reason)),

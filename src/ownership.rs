@@ -331,6 +331,15 @@ impl Verifier<'_> {
 /// The reason an unproven object is refused.
 pub const UNPROVEN: &str = "carries this environment's labels but no valid proof that this Manager wrote it (written by 0.4, or labelled by someone else); adopting it needs NEXO_ADOPT_UNPROVEN=true";
 
+/// The ownerReference of `object` with `controller: true`, if any: what
+/// controls it.
+pub fn controller(object: &Value) -> Option<&Value> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)
+}
+
 /// Why an owned object belongs to another deployment than `deployment`
 /// (protocol.md, "Ownership"): its `nexo.io/deployment` label names another
 /// one, or it has a controller ownerReference to something other than that
@@ -346,11 +355,7 @@ pub fn other_deployment(existing: &Value, deployment: &str) -> Option<String> {
             crate::text::escape(label)
         ));
     }
-    let controller = meta["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| r["controller"] == true)?;
+    let controller = controller(existing)?;
     let ours = controller["kind"] == "NexoProxy"
         && controller["apiVersion"]
             .as_str()

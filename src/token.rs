@@ -171,14 +171,13 @@ pub fn read(source: &TokenSource, expected: Option<&str>) -> Result<ConnectToken
             })
         }
         TokenSource::File(path) => {
-            // A Secret's key: at most 1 MiB; only a regular file, never
-            // waited for (`crate::files`).
-            let raw = crate::files::read_to_string(path, 1024 * 1024).map_err(|source| {
-                TokenReadError::Read {
+            // A Secret's key; only a regular file, never waited for.
+            let raw = crate::files::read_to_string(path, crate::files::MOUNTED_MAX).map_err(
+                |source| TokenReadError::Read {
                     path: path.clone(),
                     source,
-                }
-            })?;
+                },
+            )?;
             ConnectToken::parse(&raw, expected).map_err(|source| TokenReadError::Invalid {
                 variable: "NEXO_CONNECT_TOKEN_FILE",
                 path: Some(path.clone()),

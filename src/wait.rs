@@ -18,7 +18,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::kube::pause::{CHECKPOINT_EVERY, Pause, Wake};
-use crate::net::{Interest, Mode, Readiness, Ready};
+use crate::net::{Interest, Mode, Readiness, Ready, deadline_after};
 use crate::probe::{Health, Probe};
 
 /// The signal self-pipe, the optional probe listener and the status it
@@ -222,13 +222,6 @@ enum Event {
     Stop,
     Timeout,
     Readable,
-}
-
-/// `timeout` from now; no timeout can overflow the clock: at worst, a day.
-fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400))
 }
 
 /// Work the loop does on its own schedule, in whichever wait it is in

@@ -75,16 +75,8 @@ fn an_edit_is_reported_until_undone_and_ignored_fields_never_are() {
         get(&f, "ConfigMap", "orders-config").unwrap()["data"]["listen"] == "27018",
         "report changes nothing",
     );
-    let events: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/events.k8s.io/v1/namespaces/{}/events",
-                f.ns.name
-            ))
-            .unwrap();
-    let detected: Vec<&Value> = events["items"]
-        .as_array()
-        .unwrap()
+    let events = f.events();
+    let detected: Vec<&Value> = events
         .iter()
         .filter(|e| e["reason"] == "DriftDetected")
         .collect();

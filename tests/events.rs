@@ -18,19 +18,9 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The Manager's Events in the test's namespace.
 fn events(f: &Fixture) -> Vec<Value> {
-    let list: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/events.k8s.io/v1/namespaces/{}/events",
-                f.ns.name
-            ))
-            .unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
+    f.events()
+        .into_iter()
         .filter(|e| e["reportingController"] == "nexo.io/manager")
-        .cloned()
         .collect()
 }
 

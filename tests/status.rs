@@ -152,16 +152,8 @@ fn a_proxys_phase_follows_its_status_and_its_commands_end_once() {
         &format!("failed stays; the command's end is not shown again: {later}"),
     );
     // Each turn is a Warning Event about the proxy; the phase a metric.
-    let list: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/events.k8s.io/v1/namespaces/{}/events",
-                f.ns.name
-            ))
-            .unwrap();
-    let turns: Vec<(&str, &str)> = list["items"]
-        .as_array()
-        .unwrap()
+    let events = f.events();
+    let turns: Vec<(&str, &str)> = events
         .iter()
         .filter(|e| e["action"] == "ObserveStatus" && e["regarding"]["name"] == "orders")
         .map(|e| (e["reason"].as_str().unwrap(), e["type"].as_str().unwrap()))
@@ -236,14 +228,7 @@ fn a_legacy_deployment_fails_at_its_controllers_progress_deadline() {
     let seen = f.sim.heartbeats().len();
     wait_heartbeat(&f, &mut m, seen + 1, "two more heartbeats", |_| Some(()));
     let heartbeats = serde_json::to_string(&f.sim.heartbeats()).unwrap();
-    let events: Value =
-        f.tb.admin()
-            .get(&format!(
-                "/apis/events.k8s.io/v1/namespaces/{}/events",
-                f.ns.name
-            ))
-            .unwrap();
-    let events = events.to_string();
+    let events = serde_json::to_string(&f.events()).unwrap();
     m.check(
         !heartbeats.contains("hunter2") && !heartbeats.contains("stranger"),
         "no heartbeat quotes the stranger's pod",

@@ -83,22 +83,17 @@ impl Agent {
                 self.watched(ns, name, primary.name(), d.drift.mode, written, outcome);
             }
             Action::Rollout(_) => {
-                let workloads: Vec<_> = outcome
-                    .workloads
-                    .iter()
-                    .filter_map(|w| {
-                        Some((
-                            w.namespace.clone(),
-                            w.name.clone(),
-                            w.image.clone()?,
-                            w.uid.clone()?,
-                        ))
-                    })
-                    .collect();
-                for (ns, name, image, uid) in workloads {
-                    self.forget_refusal(&ns, &name);
-                    if let Some((mode, written)) = self.record_rollout(&ns, &name, &image, &uid) {
-                        self.watched(&ns, &name, "NexoProxy", mode, written, outcome);
+                // Taken out of `outcome`, whose message `watched` extends.
+                let workloads = outcome.workloads.clone();
+                for w in &workloads {
+                    self.forget_refusal(&w.namespace, &w.name);
+                    let (Some(image), Some(uid)) = (&w.image, &w.uid) else {
+                        continue;
+                    };
+                    if let Some((mode, written)) =
+                        self.record_rollout(&w.namespace, &w.name, image, uid)
+                    {
+                        self.watched(&w.namespace, &w.name, "NexoProxy", mode, written, outcome);
                     }
                 }
             }

@@ -248,7 +248,7 @@ impl fmt::Display for SetupError {
 impl std::error::Error for SetupError {}
 
 /// The largest CA bundle read: a ConfigMap holds at most 1 MiB.
-pub const MAX_CA_BUNDLE: u64 = 1024 * 1024;
+pub const MAX_CA_BUNDLE: u64 = crate::files::MOUNTED_MAX;
 
 /// A file's bytes, refused when over `max` (1 MiB) or not a regular file
 /// (a FIFO would block: `crate::files`).

@@ -17,6 +17,7 @@ use crate::resource;
 
 mod index;
 mod interner;
+mod pods;
 mod projection;
 pub mod status;
 
@@ -47,9 +48,9 @@ fn describe(what: &str, e: &kube::Error) -> String {
 }
 
 /// Why the pods of legacy Deployment `name` do not run
-/// ([`status::pod_reason`]): the Deployment read, then one list of the
+/// ([`pods::pod_reason`]): the Deployment read, then one list of the
 /// ReplicaSets and one of the pods its selector selects, of which only the
-/// pods its own ReplicaSets own are read ([`status::own_pods`]): a pod of
+/// pods its own ReplicaSets own are read ([`pods::own_pods`]): a pod of
 /// another controller that carries the same labels says nothing here.
 /// Asked only when its phase turns `failed` or `degraded`, never per
 /// heartbeat.
@@ -84,7 +85,7 @@ pub fn pod_reason(
         100,
         None,
     )?;
-    Ok(status::pod_reason(&status::own_pods(uid, &sets, pods)))
+    Ok(pods::pod_reason(&pods::own_pods(uid, &sets, pods)))
 }
 
 /// Region and zone, when every node shares them; `Err` is the

@@ -113,8 +113,8 @@ impl BearerToken {
 }
 
 /// The largest file of a kubeconfig or a service account read (a token, a
-/// CA bundle, the kubeconfig itself): a Secret or ConfigMap holds 1 MiB.
-const MAX_FILE: u64 = 1024 * 1024;
+/// CA bundle, the kubeconfig itself).
+const MAX_FILE: u64 = crate::files::MOUNTED_MAX;
 
 fn read_token(path: &Path) -> Result<Secret, Error> {
     let raw = crate::files::read_to_string(path, MAX_FILE)

@@ -287,20 +287,10 @@ impl Client {
         let mut token: Option<String> = None;
         let mut limit = limit;
         loop {
-            let query = list_query(label_selector, limit, token.as_deref());
-            let page: ListPage<T> = match self.get(&format!("{collection}{}", query.finish())) {
-                Ok(page) => page,
-                Err(e) => match smaller(&e, limit) {
-                    Some(less) => {
-                        log::debug!(
-                            "a page of {limit} {collection} is over the read limit; asking {less}"
-                        );
-                        limit = less;
-                        continue;
-                    }
-                    None => return Err(e),
-                },
-            };
+            let page: ListPage<T> = page_within(&mut limit, |limit| {
+                let query = list_query(label_selector, limit, token.as_deref());
+                self.get(&format!("{collection}{}", query.finish()))
+            })?;
             page.items.into_iter().for_each(&mut visit);
             let version = page.metadata.resource_version.clone();
             match page.metadata.next() {
@@ -343,6 +333,27 @@ pub fn smaller(e: &Error, limit: u32) -> Option<u32> {
     (matches!(e, Error::TooLarge(_)) && limit > 1).then_some(limit / 2)
 }
 
+/// One page from `fetch`, asked for `limit` items and again with fewer
+/// while it is over the read limit ([`smaller`]); `limit` keeps the size
+/// that fitted, for the rest of the list.
+fn page_within<P>(
+    limit: &mut u32,
+    mut fetch: impl FnMut(u32) -> Result<P, Error>,
+) -> Result<P, Error> {
+    loop {
+        match fetch(*limit) {
+            Err(e) => match smaller(&e, *limit) {
+                Some(less) => {
+                    log::debug!("a page of {limit} is over the read limit; asking {less}");
+                    *limit = less;
+                }
+                None => return Err(e),
+            },
+            page => return page,
+        }
+    }
+}
+
 /// The warning of a list given up on because its pages expired twice.
 fn warn_if_gone(collection: &str, e: &Error) {
     if e.is_gone() {
@@ -376,7 +387,7 @@ pub fn page_through<T>(
     let mut token: Option<String> = None;
     let mut limit = limit.max(1);
     loop {
-        match fetch(token.as_deref(), limit) {
+        match page_within(&mut limit, |limit| fetch(token.as_deref(), limit)) {
             Ok((items, next)) => {
                 if items.into_iter().try_for_each(&mut visit).is_break() {
                     return Ok(());
@@ -386,18 +397,12 @@ pub fn page_through<T>(
                     None => return Ok(()),
                 }
             }
-            Err(e) => match smaller(&e, limit) {
-                Some(less) => {
-                    log::debug!("a page of {limit} is over the read limit; asking {less}");
-                    limit = less;
-                }
-                None if e.is_gone() && token.is_some() && !restarted => {
-                    log::warn!("a list's continue token expired mid-way; restarting it once");
-                    restarted = true;
-                    token = None;
-                }
-                None => return Err(e),
-            },
+            Err(e) if e.is_gone() && token.is_some() && !restarted => {
+                log::warn!("a list's continue token expired mid-way; restarting it once");
+                restarted = true;
+                token = None;
+            }
+            Err(e) => return Err(e),
         }
     }
 }

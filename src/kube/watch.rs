@@ -123,9 +123,7 @@ impl Transport for WatchTransport {
             // the socket is readable.
         } else {
             let timeout = timeout.for_read();
-            let limit = timeout
-                .not_zero()
-                .map_or(Duration::from_secs(86_400), |d| *d);
+            let limit = crate::net::wait_limit(&timeout);
             if crate::net::poll_one(self.stream.as_raw_fd(), limit)? == crate::net::Ready::TimedOut
             {
                 return Err(ureq::Error::Timeout(timeout.reason));

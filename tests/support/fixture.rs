@@ -136,6 +136,23 @@ impl Fixture {
         ns["metadata"]["uid"].as_str().unwrap().to_owned()
     }
 
+    /// The Events (`events.k8s.io/v1`) in the test's namespace, whoever
+    /// reported them.
+    pub fn events(&self) -> Vec<Value> {
+        let list: Value = self
+            .tb
+            .admin()
+            .get(&format!(
+                "/apis/events.k8s.io/v1/namespaces/{}/events",
+                self.ns.name
+            ))
+            .expect("list the namespace's Events");
+        list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("an Event list without items: {list}"))
+    }
+
     /// Ownership labels of this environment.
     pub fn owned_labels(&self, deployment: &str) -> Value {
         json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": self.env_id, "nexo.io/deployment": deployment})
