@@ -1,7 +1,7 @@
 //! Configuration: the environment, parsed once into a validated [`Config`].
 //!
 //! Every error names the variable and what is wrong with it. Secrets are
-//! held in [`Secret`] and never printed.
+//! held in `Secret` and never printed.
 
 use std::fmt;
 use std::net::SocketAddr;

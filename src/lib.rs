@@ -63,6 +63,7 @@ pub(crate) mod tls;
 pub(crate) mod token;
 pub mod trust;
 pub mod wait;
+pub mod words;
 
 /// The Manager's version (the crate version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -2,7 +2,7 @@
 //!
 //! Values from the CP and the cluster reach log messages (ids, names,
 //! Kubernetes messages); a line is always one line: control characters in
-//! a text message are escaped ([`escape`](crate::text::escape)), and JSON escapes them anyway.
+//! a text message are escaped (`crate::text::escape`), and JSON escapes them anyway.
 //! While a command runs ([`CommandScope`]), JSON lines carry its
 //! `commandId` and `deploymentName` as fields. Timestamps have milliseconds.
 //!

@@ -24,7 +24,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::cp::wire::AckResult;
+use crate::words::AckResult;
 
 /// The time all probe connections of one wake-up may take together.
 pub const SERVE_BUDGET: Duration = Duration::from_millis(250);

@@ -9,7 +9,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::cp::wire::{AckResource, ResourceAction};
+use crate::cp::wire::AckResource;
+use crate::words::ResourceAction;
 
 /// A Kubernetes resource: where its API serves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

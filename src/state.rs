@@ -21,11 +21,12 @@ use k8s_openapi::api::core::v1::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::cp::wire::{AckResource, AckResult, ResourceAction};
+use crate::cp::wire::AckResource;
 use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 use crate::ownership;
 use crate::resource;
+use crate::words::{AckResult, ResourceAction};
 
 /// The key of the state document in the Secret's `data`.
 pub const KEY: &str = "state.json";

@@ -8,6 +8,17 @@
 //! `crate::folder::b` for the second. Comments and string literals are
 //! not read. Each graph must be acyclic; a cycle is printed with one
 //! place in the source for each of its edges.
+//!
+//! The agent's parts (the files of `src/agent/`) are one `Agent` type, so
+//! their imports cannot show how they use each other: a third graph joins
+//! the calls between them to their imports. A call is `self.m(…)`,
+//! `Self::m(…)` or `Agent::m(…)` of an `Agent` method `m` defined in
+//! another file (an inherent method's name is unique, so each call names
+//! one file). That graph must be acyclic too, and no part may call a
+//! method of the loop (`mod.rs`).
+//!
+//! And no source file of the Manager or of the CP simulator is over
+//! [`MAX_LINES`] lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -312,6 +323,153 @@ fn graphs(src: &Path) -> (Graph, Graph) {
     (top, inner)
 }
 
+/// The most lines a source file may have.
+const MAX_LINES: usize = 600;
+
+/// The `Agent` methods each file of `files` defines (name → file), from
+/// its `impl Agent { … }` blocks.
+fn agent_methods(files: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut defs = BTreeMap::new();
+    for (file, code) in files {
+        let mut from = 0;
+        while let Some(pos) = code[from..].find("\nimpl Agent {") {
+            let start = from + pos;
+            let end = code[start..]
+                .find("\n}\n")
+                .map_or(code.len(), |e| start + e);
+            for line in code[start..end].lines() {
+                // A method at the block's indentation: `    fn m(`,
+                // `    pub(super) fn m(`.
+                let Some(rest) = line.strip_prefix("    ") else {
+                    continue;
+                };
+                let rest = rest
+                    .trim_start_matches("pub(super) ")
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub ");
+                if let Some(name) = rest.strip_prefix("fn ") {
+                    let name = ident_at(name, 0);
+                    defs.insert(name.to_owned(), file.clone());
+                }
+            }
+            from = end;
+        }
+    }
+    defs
+}
+
+/// The graph of the agent's parts: an edge for each call of an `Agent`
+/// method defined in another file (`self.m(`, `Self::m(`, `Agent::m(`),
+/// and for each `super::file` import. `files` maps a file's name (`batch`)
+/// to its code (comments and strings blanked); `where_` names a place.
+fn part_graph(files: &BTreeMap<String, String>, where_: &dyn Fn(&str, usize) -> String) -> Graph {
+    let defs = agent_methods(files);
+    let mut graph = Graph::new();
+    for (file, code) in files {
+        let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+        for prefix in ["self.", "Self::", "Agent::"] {
+            let mut from = 0;
+            while let Some(pos) = code[from..].find(prefix) {
+                let at = from + pos + prefix.len();
+                from = at;
+                let before = code[..at - prefix.len()].chars().next_back();
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+                    continue;
+                }
+                let name = ident_at(code, at);
+                if !code[at + name.len()..].trim_start().starts_with('(') {
+                    continue;
+                }
+                if let Some(to) = defs.get(name)
+                    && to != file
+                {
+                    add(
+                        &mut graph,
+                        file,
+                        to,
+                        format!("{} calls {name}", where_(file, line_of(at))),
+                    );
+                }
+            }
+        }
+        for (to, line) in references(code, "super::") {
+            if files.contains_key(&to) && file != "mod" {
+                add(&mut graph, file, &to, where_(file, line));
+            }
+        }
+    }
+    graph
+}
+
+/// The calls of a part into the loop (`mod`): each a place.
+fn calls_into_the_loop(graph: &Graph) -> Vec<String> {
+    graph
+        .iter()
+        .filter(|(from, _)| from.as_str() != "mod")
+        .filter_map(|(_, edges)| edges.get("mod").cloned())
+        .filter(|place| place.contains(" calls "))
+        .collect()
+}
+
+/// The agent's production files (name → code).
+fn agent_files(src: &Path) -> BTreeMap<String, String> {
+    source::rust_files(&src.join("agent"))
+        .into_iter()
+        .filter(|f| !source::is_test_module(f))
+        .map(|f| {
+            let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+            (name, code_of(&std::fs::read_to_string(&f).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_agent_parts_call_each_other_without_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = agent_files(&src);
+    assert!(
+        agent_methods(&files).len() > 20,
+        "the check found almost no Agent methods: it no longer reads the source it checks"
+    );
+    let graph = part_graph(&files, &|f, l| format!("src/agent/{f}.rs:{l}"));
+    let mut report = String::new();
+    for scc in cycles(&graph) {
+        report.push_str(&describe(&graph, &scc));
+    }
+    for place in calls_into_the_loop(&graph) {
+        report.push_str(&format!("a part calls into the loop: {place}\n"));
+    }
+    assert!(
+        report.is_empty(),
+        "calls between the agent's parts:\n{report}"
+    );
+}
+
+/// Files over [`MAX_LINES`] among `files`, each with its count.
+fn too_long(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).unwrap().lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect()
+}
+
+#[test]
+fn no_source_file_is_over_600_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = source::rust_files(&root.join("src"));
+    files.extend(source::rust_files(&root.join("tests/cpsim/src")));
+    assert!(files.len() > 50, "only {} files found", files.len());
+    let long = too_long(&files);
+    assert!(
+        long.is_empty(),
+        "over {MAX_LINES} lines (split them by concern):\n  {}",
+        long.join("\n  ")
+    );
+}
+
 #[test]
 fn the_crate_has_no_import_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -343,4 +501,56 @@ fn the_check_sees_what_it_forbids() {
     assert!(cycles(&g).is_empty());
     add(&mut g, "c", "a", "z".into());
     assert_eq!(cycles(&g), [vec!["a".to_owned(), "b".into(), "c".into()]]);
+}
+
+#[test]
+fn the_part_check_sees_a_cycle_of_calls_and_a_call_into_the_loop() {
+    let file = |code: &str| code_of(&format!("\n{code}"));
+    let mut files = BTreeMap::new();
+    files.insert(
+        "mod".to_owned(),
+        file("impl Agent {\n    fn cycle(&mut self) {\n        self.batch();\n    }\n}\n"),
+    );
+    files.insert(
+        "batch".to_owned(),
+        file("impl Agent {\n    pub(super) fn batch(&mut self) {\n        self.checked();\n        // self.heartbeat() in a comment\n        let s = \"self.cycle()\";\n        self.store.record();\n    }\n}\n"),
+    );
+    files.insert(
+        "run".to_owned(),
+        file("impl Agent {\n    pub(super) fn checked(&self) {}\n    fn record(&self) {}\n}\n"),
+    );
+    let place = |f: &str, l: usize| format!("{f}:{l}");
+    let graph = part_graph(&files, &place);
+    assert!(cycles(&graph).is_empty(), "{graph:?}");
+    assert!(calls_into_the_loop(&graph).is_empty(), "{graph:?}");
+    // `self.store.record()` is the store's method, not the part's.
+    assert_eq!(graph["batch"].keys().collect::<Vec<_>>(), ["run"]);
+    // A cycle through a call: run calls back into batch.
+    files.insert(
+        "run".to_owned(),
+        file("impl Agent {\n    pub(super) fn checked(&self) {\n        Self::batch(self);\n    }\n}\n"),
+    );
+    let graph = part_graph(&files, &place);
+    assert_eq!(cycles(&graph), [vec!["batch".to_owned(), "run".into()]]);
+    // A cycle through an import and a call, and a call into the loop.
+    files.insert(
+        "run".to_owned(),
+        file("use super::batch::X;\nimpl Agent {\n    pub(super) fn checked(&self) {\n        self.cycle();\n    }\n}\n"),
+    );
+    let graph = part_graph(&files, &place);
+    assert_eq!(cycles(&graph).len(), 1, "{graph:?}");
+    assert_eq!(calls_into_the_loop(&graph), ["run:5 calls cycle"]);
+}
+
+#[test]
+fn the_size_check_sees_a_long_file() {
+    let dir = std::env::temp_dir().join(format!("nexo-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let short = dir.join("short.rs");
+    let long = dir.join("long.rs");
+    std::fs::write(&short, "fn a() {}\n".repeat(MAX_LINES)).unwrap();
+    std::fs::write(&long, "fn a() {}\n".repeat(MAX_LINES + 1)).unwrap();
+    let found = too_long(&[short, long.clone()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(found, [format!("{} (601 lines)", long.display())]);
 }

@@ -167,6 +167,13 @@ fn a_clippy_warning_fails() {
 }
 
 #[test]
+fn a_doc_link_to_nothing_fails() {
+    let lib = "/// Adds; see [`subtract`].\npub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n";
+    let dir = scratch("docs", lib, LICENSED, "", &[]);
+    expect_failure(&dir, None, "docs");
+}
+
+#[test]
 fn code_newer_than_the_declared_rust_version_fails() {
     // An inferred array length (`[0; _]`) is stable since Rust 1.89, after
     // the declared 1.88. (A library item newer than the declared version is

@@ -3,23 +3,23 @@
 //! again), recorded in the state Secret, then acknowledged with a bounded
 //! number of attempts; an ack not delivered waits in `pendingAcks`.
 
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use serde_json::value::RawValue;
 
+use super::run::{Checked, Rejected};
 use super::session::Renewal;
 use super::{Agent, Next};
 use crate::acks;
-use crate::apply::{self, Outcome, Permitted};
+use crate::apply::{self, Outcome};
 use crate::backoff::Jitter;
-use crate::commands::{self, Target};
+use crate::commands;
 use crate::cp::AckOutcome;
-use crate::cp::wire::{AckResult, CommandFields, Commands};
+use crate::cp::wire::{CommandFields, Commands};
 use crate::events::{self, Event, Reason, Regarding};
 use crate::kube::pause::{Pause as _, Wake};
-use crate::refusal::Refusal;
 use crate::state::LedgerEntry;
-use crate::trust::Trust;
+use crate::words::AckResult;
 
 /// How many times a command the lease fence stopped is taken up again in
 /// one batch, each time after the lease was held again and the state read
@@ -84,7 +84,7 @@ impl Agent {
                         // from the ledger, never run twice.
                         fenced += 1;
                         first = true;
-                        self.state_term = 0;
+                        self.leader.read_state_before_acting();
                     }
                     Handled::Fenced => {
                         log::warn!(
@@ -121,50 +121,6 @@ impl Agent {
             return Go::Leave;
         }
         Go::On
-    }
-
-    /// Renews the lease when `now`, or when a third of it has passed (a
-    /// long batch, an ack retried with backoff); whether this process may
-    /// act now. When leadership began anew (the lease lost while this
-    /// process was stopped, say), the state is read again first.
-    fn keep_lease(&mut self, now: bool) -> bool {
-        if now || self.elector().renewal_due_for_command() {
-            let duration = self.lease_duration();
-            let renewed = self.elector_mut().try_lead(&self.link.kube, duration);
-            match renewed {
-                Ok(true) if self.state_current() => {}
-                Ok(true) => {
-                    if let Err(e) = self.read_state_again() {
-                        log::warn!("leading again but cannot read the state: {e}");
-                        return false;
-                    }
-                }
-                Ok(false) => {
-                    log::warn!("lost the lease");
-                    return false;
-                }
-                Err(e) => log::warn!("cannot renew the lease: {e}"),
-            }
-        }
-        self.elector().leading()
-    }
-
-    /// Whether commands must be signed now (protocol.md, "Fail closed").
-    pub(super) fn signatures_required(&self) -> bool {
-        crate::trust::signatures_required(
-            self.me.cfg.command_signatures,
-            self.me.keys.configured(),
-            self.store.signatures_required(),
-        )
-    }
-
-    /// Once required, signatures stay required: recorded in the state, so
-    /// that a key file that disappears or a restart without it never
-    /// re-opens the door; only `NEXO_COMMAND_SIGNATURES=off` clears it.
-    pub(super) fn ratchet_signatures(&mut self) {
-        let off = self.me.cfg.command_signatures == crate::config::Signatures::Off;
-        let required = !off && self.signatures_required();
-        self.store.require_signatures(&self.link.kube, required);
     }
 
     /// Verifies, validates, executes (once), records and acknowledges one
@@ -256,7 +212,7 @@ impl Agent {
                     command_id: id.clone(),
                     result: AckResult::Failed,
                     message: refusal.to_string(),
-                    completed_at: super::now_rfc3339(),
+                    completed_at: super::shared::now_rfc3339(),
                     ..LedgerEntry::default()
                 };
                 self.deliver(entry, false);
@@ -268,80 +224,6 @@ impl Agent {
         self.finished(&id, class, outcome, keep_until);
         crate::metrics::command_duration(class, started.elapsed());
         Handled::Done
-    }
-
-    /// Every check made before anything is read from the cluster: the
-    /// signature first (protocol.md, "Command trust"), then validation,
-    /// then the content policy.
-    fn checked(
-        &self,
-        raw: &str,
-        outer: Result<CommandFields<'_>, serde_json::Error>,
-        id: &str,
-    ) -> Result<Checked, Rejected> {
-        let trust = Trust {
-            keys: self.me.keys.keys().map_err(Refusal::Untrusted)?,
-            required: self.signatures_required(),
-            environment_id: self.me.token.environment_id(),
-            now: SystemTime::now(),
-        };
-        let received = commands::receive(
-            raw,
-            outer,
-            id,
-            &trust,
-            &self.me.capabilities,
-            &self.me.namespaces,
-        )?;
-        // From here the command is valid: what it names is known, and a
-        // refusal is told on those of them that are owned.
-        let targets = received.command.action.targets().to_vec();
-        let class = received.command.action.class();
-        let rules = self.rules();
-        let keep_until = received
-            .keep_until
-            .map(|t| humantime::format_rfc3339_seconds(t).to_string());
-        match apply::permit(received.command, &rules) {
-            Ok(permitted) => Ok(Checked {
-                keep_until,
-                permitted,
-            }),
-            Err(refusal) => Err(Rejected {
-                refusal,
-                targets,
-                class,
-            }),
-        }
-    }
-
-    /// The rules a command is permitted by, borrowed from the agent.
-    pub(super) fn rules(&self) -> apply::Rules<'_> {
-        let cfg = &self.me.cfg;
-        apply::Rules {
-            policy: &cfg.policy,
-            proxy_image: &cfg.proxy_image,
-            own: &self.me.own,
-            running_bundle: cfg.bundle_version.as_deref(),
-        }
-    }
-
-    /// What the executor needs, borrowed from the agent.
-    pub(super) fn execution(&self) -> apply::Context<'_> {
-        apply::Context {
-            kube: &self.link.kube,
-            writer: &self.link.writer,
-            environment_id: self.me.token.environment_id(),
-            allow_legacy_adoption: self.me.cfg.allow_legacy_adoption,
-            proxy_image: &self.me.cfg.proxy_image,
-            namespaces: &self.me.namespaces,
-            own_namespace: &self.me.instance.namespace,
-            self_deployment: &self.me.cfg.self_deployment,
-            policy: &self.me.cfg.policy,
-            own: &self.me.own,
-            integrity: self.integrity.as_ref(),
-            adopt_unproven: self.me.cfg.adopt_unproven,
-            enforcing: false,
-        }
     }
 
     /// Queues the command's Events: one about each owned object it wrote
@@ -414,7 +296,7 @@ impl Agent {
             result,
             message: outcome.message,
             resources: outcome.resources,
-            completed_at: super::now_rfc3339(),
+            completed_at: super::shared::now_rfc3339(),
             keep_until,
             ..LedgerEntry::default()
         };
@@ -462,17 +344,17 @@ impl Agent {
                     log::warn!(
                         "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
                     );
-                    return self.delivered(id, recorded);
+                    return self.store.delivered(id, recorded);
                 }
                 Ok(outcome) => {
                     log::info!("command {id}: ack delivered on attempt {attempt} ({outcome:?})");
-                    return self.delivered(id, recorded);
+                    return self.store.delivered(id, recorded);
                 }
                 Err(e) => e,
             };
             if e.malformed() {
                 log::error!("command {id}: ack refused as malformed ({e}); not resending it");
-                return self.delivered(id, recorded);
+                return self.store.delivered(id, recorded);
             } else if n < acks::ATTEMPTS {
                 let delay = acks::delay(n, &mut jitter);
                 log::warn!(
@@ -499,38 +381,4 @@ impl Agent {
         );
         self.store.set_attempts(&self.link, &id, attempt);
     }
-
-    /// Marks an ack delivered, when its command is recorded.
-    fn delivered(&mut self, id: String, recorded: bool) {
-        if recorded {
-            self.store.mark_delivered(&[id]);
-        }
-    }
-}
-
-/// A command refused by a check made before the cluster is read; the
-/// deployments it names, when it was valid enough to name them.
-struct Rejected {
-    refusal: Refusal,
-    targets: Vec<Target>,
-    /// Its class, when it was valid enough to have one (for its Events;
-    /// its metrics and record say `invalid`).
-    class: &'static str,
-}
-
-impl From<Refusal> for Rejected {
-    fn from(refusal: Refusal) -> Rejected {
-        Rejected {
-            refusal,
-            targets: Vec::new(),
-            class: "invalid",
-        }
-    }
-}
-
-/// A command that passed every check made before the cluster is read.
-struct Checked {
-    permitted: Permitted,
-    /// Its ledger entry's keep-until (a verified signed command), RFC 3339.
-    keep_until: Option<String>,
 }

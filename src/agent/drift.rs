@@ -25,7 +25,7 @@ pub(super) struct Drift {
     pub(super) report: drift::Report,
     /// Enforcements that failed, by deployment: not tried again (no reads,
     /// no dry runs) until the record, a differing object or a command
-    /// changes it, or [`REFUSED_FOR`] has passed.
+    /// changes it, or `enforce::REFUSED_FOR` has passed.
     pub(super) refused: HashMap<(String, String), Held>,
     /// The deployments whose record was reported as not the Manager's at
     /// the last check, by namespace: forgotten when no longer so.
@@ -136,7 +136,7 @@ impl Agent {
         let mut records: Vec<Recorded> = Vec::new();
         // Records that are not the Manager's: (deployment, Secret, why).
         let mut unproven: Vec<(String, String, String)> = Vec::new();
-        let key = self.integrity.clone();
+        let key = self.leader.integrity().cloned();
         let role = crate::ownership::ROLE;
         let listed = kube.list_each(
             &SECRETS.collection(Some(ns)),
@@ -288,7 +288,7 @@ impl Agent {
     /// namespace cannot forge"): never enforced, each reported `failed`
     /// under the deployment it claims, while it lasts.
     fn report_unproven(&mut self, ns: &str, unproven: Vec<(String, String, String)>) {
-        let wall = super::now_rfc3339();
+        let wall = super::shared::now_rfc3339();
         let now: BTreeSet<(String, String)> = unproven
             .iter()
             .map(|(d, _, _)| (ns.to_owned(), d.clone()))
@@ -335,7 +335,7 @@ impl Agent {
 
     /// What a deployment's check found: reported, enforced, counted, told.
     fn conclude(&mut self, ns: &str, mut r: Recorded) {
-        let wall = super::now_rfc3339();
+        let wall = super::shared::now_rfc3339();
         let mut found: Vec<Found> = Vec::new();
         let mut live: HashMap<usize, Value> = HashMap::new();
         let mut differing: HashMap<usize, Vec<String>> = HashMap::new();

@@ -13,8 +13,8 @@ use serde_json::Value;
 use super::Agent;
 use crate::apply;
 use crate::commands::{Action, Command};
-use crate::cp::wire::AckResult;
 use crate::drift::{self, Found};
+use crate::words::AckResult;
 
 /// How long an enforcement that failed is not tried again while nothing
 /// it was decided from changed: an object of the record that became

@@ -3,18 +3,19 @@
 //! [`body`] builds the request from plain values (the inventory, the
 //! session's manager id, the undelivered acks); [`TopologyCache`] decides when
 //! the nodes are listed again; [`CpError::retry`] what a failure means.
-//! The I/O ([`Agent::heartbeat`], [`Agent::accepted`]) reads the inventory,
+//! The I/O (`Agent::heartbeat`, `Agent::accepted`) reads the inventory,
 //! sends, reconnects once on a 401, and takes the answer apart.
 
 use std::time::{Duration, Instant};
 
+use super::Agent;
 use super::session::Renewal;
-use super::{Agent, Pace, round_ms};
+use super::shared::round_ms;
 use crate::acks;
 use crate::config::Config;
 use crate::cp::client::HeartbeatAnswer;
 use crate::cp::wire::{
-    self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest, Phase,
+    self, Ack, ClusterInfo, ClusterRef, Commands, HeartbeatManager, HeartbeatRequest,
 };
 use crate::cp::{CpError, Retry};
 use crate::events::{Event, Reason, Regarding};
@@ -23,22 +24,15 @@ use crate::inventory::{self, Inventory};
 use crate::resource;
 use crate::self_rollout::{self, SelfDeployment};
 use crate::state::LedgerEntry;
+use crate::words::Phase;
 
-/// Bounds of the CP's interval override.
-pub const INTERVAL_MIN: Duration = Duration::from_secs(5);
-/// Bounds of the CP's interval override.
-pub const INTERVAL_MAX: Duration = Duration::from_secs(600);
+pub use super::shared::{INTERVAL_MAX, INTERVAL_MIN, clamp_interval};
 
 /// How long region and zone read from the nodes are reused before the
 /// nodes are listed again: node labels hardly ever change, and listing
 /// every node of a large cluster at every heartbeat would cost the API
 /// server and the Manager more than the whole rest of the heartbeat.
 pub const TOPOLOGY_REFRESH: Duration = Duration::from_secs(300);
-
-/// Clamps the CP's interval override to [`INTERVAL_MIN`]..=[`INTERVAL_MAX`].
-pub fn clamp_interval(seconds: u64) -> Duration {
-    Duration::from_secs(seconds).clamp(INTERVAL_MIN, INTERVAL_MAX)
-}
 
 /// Region and zone from the last node listing, and when it was made; or
 /// why the last one failed (the nodes not readable: a namespace-scoped
@@ -118,7 +112,7 @@ pub fn body(
     HeartbeatRequest {
         manager_id: manager_id.to_owned(),
         sequence,
-        sent_at: super::now_rfc3339(),
+        sent_at: super::shared::now_rfc3339(),
         manager: HeartbeatManager {
             version: crate::VERSION.into(),
             build: crate::BUILD.into(),
@@ -180,17 +174,6 @@ pub(super) enum Sent {
     Answered(Answer),
     /// It failed: wait this long.
     RetryIn(Duration),
-}
-
-impl Pace {
-    /// Takes the CP's interval override, clamped.
-    pub(super) fn set_interval(&mut self, secs: u64) -> Option<Duration> {
-        let interval = clamp_interval(secs);
-        (interval != self.interval).then(|| {
-            self.interval = interval;
-            interval
-        })
-    }
 }
 
 impl Agent {
@@ -383,17 +366,6 @@ impl Agent {
         }
     }
 
-    /// Takes the CP's interval override.
-    pub(super) fn set_interval(&mut self, secs: u64) {
-        if let Some(interval) = self.pace.set_interval(secs) {
-            log::info!(
-                "heartbeat interval is now {} (set by the Control Plane)",
-                humantime::format_duration(interval)
-            );
-            self.link.status().interval = interval;
-        }
-    }
-
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
         // The trust report says what holds now: keys rotated or removed
         // between batches are seen, and the ratchet recorded.
@@ -416,7 +388,7 @@ impl Agent {
         {
             let mut index = self.link.index.borrow_mut();
             index.sync(kube, now);
-            let wall = super::now_rfc3339();
+            let wall = super::shared::now_rfc3339();
             (inv.deployments, inv.errors) =
                 index.report(now, &wall, cfg.progress_deadline, &mut turned);
         }

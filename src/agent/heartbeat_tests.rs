@@ -1,5 +1,6 @@
 //! The heartbeat's pure parts: pacing, the topology cache, the body.
 use super::*;
+use crate::agent::shared::Pace;
 use crate::backoff::Backoff;
 
 #[test]

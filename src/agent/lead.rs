@@ -1,5 +1,5 @@
 //! May this pod act? The Lease, read and renewed at the start of a cycle
-//! when needed ([`Agent::lead`]), and on its own schedule in the loop's
+//! when needed (`Agent::lead`), and on its own schedule in the loop's
 //! waits ([`LeaseKeeper`], the loop's duty).
 
 use std::cell::{Ref, RefCell, RefMut};
@@ -68,16 +68,55 @@ impl LeaseKeeper {
     }
 }
 
+/// Who leads, as this process knows it: the lease (through the elector),
+/// the term the state was last read in, and the key of the proofs read
+/// with it.
+pub(super) struct Leadership {
+    /// Shared with the loop's duty, which renews the lease in its waits.
+    elector: Rc<RefCell<Elector>>,
+    /// The lease term the state was last read in (0: not read as leader,
+    /// or to be read again, after the fence stopped a command): a new term
+    /// (leadership begun anew, between heartbeats or mid-batch) reads it
+    /// again first.
+    state_term: u64,
+    /// The key of the proofs of records and objects, once the state was
+    /// read as leader: without it nothing is written, and nothing
+    /// labelled is trusted (SECURITY.md, "Integrity the namespace cannot
+    /// forge").
+    integrity: Option<crate::integrity::Key>,
+}
+
+impl Leadership {
+    pub(super) fn new(elector: Rc<RefCell<Elector>>) -> Leadership {
+        Leadership {
+            elector,
+            state_term: 0,
+            integrity: None,
+        }
+    }
+
+    /// The key of the proofs, once the state was read as leader.
+    pub(super) fn integrity(&self) -> Option<&crate::integrity::Key> {
+        self.integrity.as_ref()
+    }
+
+    /// The state is read again before the next command (after the fence
+    /// stopped one: another leader may have run it meanwhile).
+    pub(super) fn read_state_before_acting(&mut self) {
+        self.state_term = 0;
+    }
+}
+
 impl Agent {
     /// The elector, to read (never held across a wait: the loop's duty
     /// renews through it).
     pub(super) fn elector(&self) -> Ref<'_, Elector> {
-        self.elector.borrow()
+        self.leader.elector.borrow()
     }
 
     /// The elector, for one call that writes the lease.
     pub(super) fn elector_mut(&self) -> RefMut<'_, Elector> {
-        self.elector.borrow_mut()
+        self.leader.elector.borrow_mut()
     }
 
     /// Only the lease holder talks to the CP and touches the cluster. A pod
@@ -126,7 +165,8 @@ impl Agent {
 
     /// Whether the state was read in the current lease term.
     pub(super) fn state_current(&self) -> bool {
-        self.state_term == self.elector().term() && self.link.status.borrow().role == Role::Leader
+        self.leader.state_term == self.elector().term()
+            && self.link.status.borrow().role == Role::Leader
     }
 
     /// Reads the state again in a new lease term: another leader may have
@@ -135,16 +175,16 @@ impl Agent {
     pub(super) fn read_state_again(&mut self) -> Result<(), crate::state::StateError> {
         let entries = self.store.reload(&self.link.kube)?;
         let term = self.elector().term();
-        self.state_term = term;
+        self.leader.state_term = term;
         log::info!(
             "leading (term {}): state read again ({entries} ledger entries)",
-            self.state_term
+            self.leader.state_term
         );
         self.ratchet_signatures();
         match self.store.integrity_key(&self.link.kube) {
             Ok(key) => {
                 self.link.index.borrow_mut().trust(&key);
-                self.integrity = Some(key);
+                self.leader.integrity = Some(key);
             }
             Err(e) => log::warn!(
                 "{e}; no deploy, rollout or uninstall runs, and no record or object is trusted"
@@ -152,6 +192,32 @@ impl Agent {
         }
         self.link.status().role = Role::Leader;
         Ok(())
+    }
+
+    /// Renews the lease when `now`, or when a third of it has passed (a
+    /// long batch, an ack retried with backoff); whether this process may
+    /// act now. When leadership began anew (the lease lost while this
+    /// process was stopped, say), the state is read again first.
+    pub(super) fn keep_lease(&mut self, now: bool) -> bool {
+        if now || self.elector().renewal_due_for_command() {
+            let duration = self.lease_duration();
+            let renewed = self.elector_mut().try_lead(&self.link.kube, duration);
+            match renewed {
+                Ok(true) if self.state_current() => {}
+                Ok(true) => {
+                    if let Err(e) = self.read_state_again() {
+                        log::warn!("leading again but cannot read the state: {e}");
+                        return false;
+                    }
+                }
+                Ok(false) => {
+                    log::warn!("lost the lease");
+                    return false;
+                }
+                Err(e) => log::warn!("cannot renew the lease: {e}"),
+            }
+        }
+        self.elector().leading()
     }
 
     /// A standby's readiness check: the lease was just read with this

@@ -1,18 +1,28 @@
-//! The loop, as a short coordinator of parts that each answer one question:
+//! The loop (this file: `run`, `cycle`, `stopped`), a short coordinator
+//! of parts that each answer one question and keep their own state:
 //!
-//! - [`startup`]: who am I, which cluster is this, what did I record?
+//! - `startup`: who am I, which cluster is this, what did I record?
 //!   (identity, state, the binding check), before the loop starts;
-//! - [`lead`](Agent::lead) (here): may this pod act? (the Lease);
+//! - `lead`: who leads? (the Lease, the term the state was read in, the
+//!   integrity key: `Leadership`; the loop's duty that renews the lease);
+//! - `trusted`: what is trusted? (signatures required now, the ratchet);
 //! - [`session`]: am I connected? (connect, 401/403, connect-token re-read:
 //!   [`session::decide`] is a pure state machine);
-//! - [`heartbeat`]: what do I report? (a pure body builder, the topology
-//!   cache) and what did the CP answer?
-//! - [`batch`]: the commands of one answer, while the lease holds: each
-//!   executed once, recorded, then acknowledged.
+//! - [`heartbeat`]: what do I report? (a pure body from gathered inputs,
+//!   the topology cache) and what did the CP answer?
+//! - `batch` and `run`: how a command runs (its checks, the executor's
+//!   context) and the commands of one answer, each executed once,
+//!   recorded, then acknowledged;
+//! - `drift`, `record`, `enforce`: what drifted, the records it is
+//!   judged from, and its enforcement;
+//! - [`StateStore`]: the state Secret (record, mark delivered, reload);
+//!   `shared`: what every part borrows (connections, identity, pace, the
+//!   Events queue).
 //!
-//! The state Secret is owned by a [`StateStore`]: the parts ask it to
-//! record, mark delivered or reload. One thread; every blocking call has a
-//! timeout; a failed heartbeat or command never ends the loop.
+//! No part calls back into the loop, and the calls between parts have no
+//! cycle (`tests/layers.rs` checks both, with the imports). One thread;
+//! every blocking call has a timeout; a failed heartbeat or command never
+//! ends the loop.
 
 mod batch;
 mod drift;
@@ -20,28 +30,22 @@ mod enforce;
 pub mod heartbeat;
 mod lead;
 mod record;
+mod run;
 pub mod session;
+mod shared;
 mod startup;
 mod state_store;
+mod trusted;
 
-use std::cell::{RefCell, RefMut};
-use std::rc::Rc;
 use std::time::Duration;
 
-use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::cp::CpClient;
-use crate::cp::wire::{ClusterRef, InstanceInfo};
-use crate::kube::Client;
 use crate::kube::pause::Wake;
-use crate::lease::Elector;
-use crate::probe::Health;
-use crate::token::ConnectToken;
-use crate::wait::Waiter;
 
 pub use crate::fatal::Fatal;
 use heartbeat::Beats;
 use session::Session;
+use shared::{Identity, Link, Pace};
 pub use state_store::StateStore;
 
 /// The capabilities this build implements and has tested; what a Manager
@@ -77,54 +81,6 @@ pub fn advertised(cfg: &Config) -> Vec<&'static str> {
         .collect()
 }
 
-/// The process's connections, and what its probes answer from.
-struct Link {
-    /// Shared with the loop's duty ([`lead::Background`]).
-    kube: Rc<Client>,
-    /// What commands write with: the same connections, each write sent as
-    /// the executor of its namespace (`NEXO_EXECUTOR`), or as the Manager
-    /// when that is `off`.
-    writer: Rc<Client>,
-    /// The inventory the watches keep; shared with the loop's duty, which
-    /// reads the watches as their events arrive.
-    index: Rc<RefCell<crate::inventory::Index>>,
-    cp: CpClient,
-    /// Every wait of the process; also the Kubernetes client's retry pause.
-    waiter: Rc<Waiter>,
-    /// Shared with the waiter, which answers the probes.
-    status: Rc<RefCell<Health>>,
-}
-
-impl Link {
-    /// The status the probes answer from, for an update.
-    fn status(&self) -> RefMut<'_, Health> {
-        self.status.borrow_mut()
-    }
-}
-
-/// Who this Manager is: fixed at start-up but for the connect token, which
-/// is re-read from its file after a 401.
-struct Identity {
-    cfg: Config,
-    /// What this Manager advertises and accepts ([`advertised`]).
-    capabilities: Vec<&'static str>,
-    /// The command keys, read again before each batch.
-    keys: crate::trust::KeyFile,
-    token: ConnectToken,
-    instance: InstanceInfo,
-    cluster: ClusterRef,
-    namespaces: Vec<String>,
-    /// The Manager's own objects: never a command's target.
-    own: crate::ownership::OwnObjects,
-}
-
-/// How long to wait: the heartbeat interval (the CP may change it) and the
-/// backoff of failed calls.
-struct Pace {
-    interval: Duration,
-    backoff: Backoff,
-}
-
 /// What the loop does after a cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -149,29 +105,19 @@ pub struct Agent {
     store: StateStore,
     session: Option<Session>,
     pace: Pace,
-    /// Shared with the loop's duty, which renews the lease in its waits.
-    elector: Rc<RefCell<Elector>>,
-    /// The lease term the state was last read in (0: not read as leader,
-    /// or to be read again, after the fence stopped a command): a new term
-    /// (leadership begun anew, between heartbeats or mid-batch) reads it
-    /// again first.
-    state_term: u64,
+    /// Who leads: the lease, the term the state was read in, the
+    /// integrity key.
+    leader: lead::Leadership,
     beats: Beats,
     /// The Kubernetes Events waiting to be written.
     events: crate::events::Recorder,
     /// When drift is checked next, and what the heartbeat reports of it.
     drift: drift::Drift,
-    /// The key of the proofs of records and objects, once the state was
-    /// read as leader: without it nothing is written, and nothing
-    /// labelled is trusted (SECURITY.md, "Integrity the namespace cannot
-    /// forge").
-    integrity: Option<crate::integrity::Key>,
 }
 
 impl Agent {
     /// Validates everything that can be checked without the network, then
-    /// reads the cluster identity and the persisted state
-    /// ([`startup`]).
+    /// reads the cluster identity and the persisted state (`startup`).
     pub fn start(cfg: Config) -> Result<Agent, Fatal> {
         startup::start(cfg)
     }
@@ -243,33 +189,4 @@ impl Agent {
             Next::Stop => Next::Stop,
         })
     }
-}
-
-impl Agent {
-    /// Queues a Kubernetes Event; one dropped (the queue full) is counted.
-    fn event(&mut self, event: crate::events::Event) {
-        let now = std::time::Instant::now();
-        let r = &event.regarding;
-        log::debug!(
-            "event {} ({}) about {} {}/{} queued",
-            event.reason.as_str(),
-            event.action,
-            r.kind,
-            r.namespace,
-            r.name
-        );
-        if let Err(dropped) = self.events.record(event, now, std::time::SystemTime::now()) {
-            crate::metrics::event_dropped(dropped.as_str());
-        }
-    }
-}
-
-/// A duration rounded to milliseconds, for log lines.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
-}
-
-/// Now, RFC 3339 to the second.
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }

@@ -8,10 +8,10 @@ use serde_json::Value;
 use super::Agent;
 use crate::apply::Outcome;
 use crate::commands::{Action, Command};
-use crate::cp::wire::AckResult;
 use crate::drift::{self, Found, Mode};
 use crate::kube::{self, ApplyParams};
 use crate::resource::SECRETS;
+use crate::words::AckResult;
 
 /// Why what a deploy or rollout applied is not recorded, so that its drift
 /// is not watched: the ack and the heartbeat's drift entry say so
@@ -147,7 +147,7 @@ impl Agent {
             gone: false,
             action: drift::Action::Failed,
             message: Some(crate::text::clip(&message, 256)),
-            detected_at: super::now_rfc3339(),
+            detected_at: super::shared::now_rfc3339(),
         };
         self.drift.report.checked(ns, name, mode, vec![found]);
         self.drift.unwatched.insert(key);
@@ -175,7 +175,7 @@ impl Agent {
                 return None;
             }
         };
-        let key = self.integrity.as_ref()?;
+        let key = self.leader.integrity()?;
         match drift::proven_payload(&secret, env, namespace, key) {
             Ok(payload) => Some((path, secret, payload)),
             Err(e) => {
@@ -245,7 +245,7 @@ impl Agent {
         read_as_record: bool,
     ) -> Result<(), Unrecorded> {
         let env = self.me.token.environment_id();
-        let key = self.integrity.as_ref().ok_or(Unrecorded::NoKey)?;
+        let key = self.leader.integrity().ok_or(Unrecorded::NoKey)?;
         let secret = drift::record_secret(payload, namespace, name, env, owner, key)
             .map_err(Unrecorded::OverBound)?;
         let path = SECRETS.object(Some(namespace), &drift::record_name(name));

@@ -4,12 +4,13 @@
 //! What an answer to connect means is decided by [`decide`], a pure
 //! function of the answer, what this Manager expects and its backoff:
 //! [`Step::Ready`], [`Step::RetryIn`] or [`Step::Fatal`]. The I/O around it
-//! ([`Agent::connect`]) sends the request, records the binding and re-reads
+//! (`Agent::connect`) sends the request, records the binding and re-reads
 //! the connect token after a 401.
 
 use std::time::{Duration, SystemTime};
 
-use super::{Agent, round_ms};
+use super::Agent;
+use super::shared::round_ms;
 use crate::backoff::Backoff;
 use crate::cp::wire::{self, ConnectRequest, ConnectResponse, ManagerInfo};
 use crate::cp::{CpError, Retry};

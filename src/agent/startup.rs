@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::version::Info;
 
 use super::heartbeat::Beats;
 use super::lead::{Background, LeaseKeeper};
-use super::{Agent, Identity, Link, Pace, StateStore, round_ms};
+use super::shared::{Identity, Link, Pace, round_ms};
+use super::{Agent, StateStore};
 use crate::backoff::{Backoff, retry_after_delay};
 use crate::config::Config;
 use crate::cp::CpClient;
@@ -90,9 +91,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     Ok(Agent {
         drift: super::drift::Drift::new(cfg.drift_interval.max(cfg.heartbeat_interval)),
         events: crate::events::Recorder::new(&instance.pod_name),
-        elector,
-        state_term: 0,
-        integrity: None,
+        leader: super::lead::Leadership::new(elector),
         pace: Pace {
             interval: cfg.heartbeat_interval,
             backoff,

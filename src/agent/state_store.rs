@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Link;
+use super::shared::Link;
 use crate::kube::Client;
 use crate::kube::pause::Wake;
 use crate::state::{self, Binding, LedgerEntry, State, StateError, StateSecret};
@@ -166,6 +166,14 @@ impl StateStore {
             self.error = Some(format!(
                 "state secret: the result of command {id} is not recorded: {e}"
             ));
+        }
+    }
+
+    /// Marks an ack delivered, when its command is recorded (one not
+    /// recorded has no entry to mark).
+    pub(super) fn delivered(&mut self, id: String, recorded: bool) {
+        if recorded {
+            self.mark_delivered(&[id]);
         }
     }
 

@@ -10,10 +10,11 @@ use super::Context;
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, Write};
 use crate::commands::Deploy;
-use crate::cp::wire::{AckResource, ResourceAction};
+use crate::cp::wire::AckResource;
 use crate::kube::ApplyParams;
 use crate::ownership::Verifier;
 use crate::resource::{Kind, ObjectRef};
+use crate::words::ResourceAction;
 
 /// Read-modify-write attempts on 409 Conflict.
 pub const CONFLICT_RETRIES: usize = 3;

@@ -1,5 +1,5 @@
 //! A parsed command applied to the cluster: permitted by the rules of the
-//! configuration ([`permit`]), planned from what the cluster holds
+//! configuration ([`permit()`]), planned from what the cluster holds
 //! ([`plan`]), carried out by a thin executor ([`execute`]) into an
 //! [`Outcome`].
 

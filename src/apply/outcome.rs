@@ -5,10 +5,11 @@ use crate::inventory::Workload;
 use std::fmt;
 
 use super::plan::Refused;
-use crate::cp::wire::{AckResource, AckResult, ResourceAction};
+use crate::cp::wire::AckResource;
 use crate::kube;
 use crate::refusal::Refusal;
 use crate::resource::ObjectRef;
+use crate::words::{AckResult, ResourceAction};
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq)]

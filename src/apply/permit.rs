@@ -8,7 +8,7 @@
 //! - the content policy at its configured level (deploy);
 //! - the downgrade rule (upgrade).
 //!
-//! Only [`permit`] makes a `Permitted`, and [`super::execute::run`] takes
+//! Only [`permit`] makes a `Permitted`, and [`super::run`] takes
 //! nothing else: executing an unpermitted command does not compile. The
 //! rules that need what the cluster holds (ownership of what exists, the
 //! namespace's Pod Security floor, references to objects outside the

@@ -8,13 +8,14 @@ use std::fmt;
 use serde_json::{Value, json};
 
 use crate::commands::{Deploy, Target, Upgrade};
-use crate::cp::wire::{AckResource, ResourceAction};
+use crate::cp::wire::AckResource;
 use crate::image::{ImageRef, valid_digest};
 use crate::kube;
 use crate::ownership::{self, Ownership, Verifier};
 use crate::policy::Policy;
 use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
+use crate::words::ResourceAction;
 
 /// Drift enforcement's choice (protocol.md, `drift.v1`): the record's objects,
 /// but the deployment's NexoProxy or Deployment, that exist and are not the

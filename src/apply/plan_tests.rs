@@ -278,57 +278,6 @@ fn rollout_checks_every_target_first() {
 }
 
 #[test]
-fn upgrade_picks_the_manager_container() {
-    let dep = |cs: Value| json!({"spec": {"template": {"spec": {"containers": cs}}}});
-    assert_eq!(
-        upgrade_container(&dep(json!([{"name": "x", "image": "i"}])))
-            .unwrap()
-            .0,
-        "x"
-    );
-    assert_eq!(
-        upgrade_container(&dep(json!([{"name": "x"}, {"name": "manager"}])))
-            .unwrap()
-            .0,
-        "manager"
-    );
-    let two = dep(json!([{"name": "x"}, {"name": "y"}]));
-    assert_eq!(
-        upgrade_container(&two),
-        Err(NoManagerContainer { containers: 2 })
-    );
-    let (one, other) = (
-        format!("m@sha256:{}", "1".repeat(64)),
-        format!("m@sha256:{}", "2".repeat(64)),
-    );
-    let image = |s: &str| ImageRef::parse(s).unwrap();
-    let policy = Policy::default();
-    let running = dep(json!([{"name": "manager", "image": one}]));
-    assert_eq!(
-        upgrade(&running, &image(&one), "0.5.0", &policy),
-        Ok(UpgradePlan::Unchanged)
-    );
-    let Ok(UpgradePlan::Patch(patch)) = upgrade(&running, &image(&other), "0.5.0", &policy) else {
-        panic!("a new image is a patch");
-    };
-    assert_eq!(
-        patch["spec"]["template"]["spec"]["containers"][0],
-        json!({"name": "manager", "image": other,
-               "env": [{"name": "NEXO_BUNDLE_VERSION", "value": "0.5.0"}]})
-    );
-    assert_eq!(
-        patch["metadata"]["annotations"]["nexo.io/upgraded-bundle"],
-        "0.5.0"
-    );
-    assert!(upgrade(&two, &image(&other), "0.5.0", &policy).is_err());
-    let elsewhere = format!("evil.example.com/m@sha256:{}", "2".repeat(64));
-    let refused = upgrade(&running, &image(&elsewhere), "0.5.0", &policy)
-        .unwrap_err()
-        .to_string();
-    assert!(refused.starts_with("policy: managerImage"), "{refused}");
-}
-
-#[test]
 fn a_write_says_what_it_did_from_the_version_it_got_back() {
     let mut w = deploy(&d(false), &[None, None], &v(), false)
         .unwrap()
@@ -418,76 +367,6 @@ fn uninstall_refuses_what_is_not_owned() {
         refs.iter().map(|r| r.reference.kind).collect::<Vec<_>>(),
         [Kind::Deployment, Kind::Service]
     );
-}
-
-#[test]
-fn downgrades_are_refused_unless_the_command_allows_them() {
-    let upgrade = |bundle: &str, allow: bool| Upgrade {
-        bundle_version: bundle.into(),
-        bundle: crate::semver::Version::parse(bundle).unwrap(),
-        allow_downgrade: allow,
-        manager_image: ImageRef::parse(&format!(
-            "registry.example.com/nexo/manager@sha256:{}",
-            "a".repeat(64)
-        ))
-        .unwrap(),
-    };
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)).map_err(|r| r.to_string()),
-        Err("downgrade: 0.3.0 to 0.2.9".into())
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false)).map_err(|r| r.to_string()),
-        Err("downgrade: 0.3.0 to 0.3.0-rc.2".into())
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", true)),
-        Ok(None)
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.3.0", false)),
-        Ok(None)
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.4.0", false)),
-        Ok(None)
-    );
-    // Unknown or not SemVer: it goes ahead, and the ack says so.
-    for running in [None, Some("latest")] {
-        let note = downgrade_check(running, &upgrade("0.1.0", false))
-            .unwrap()
-            .unwrap();
-        assert!(note.contains("could not be compared"), "{note}");
-    }
-}
-
-#[test]
-fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
-    let helm = json!({"manager": "helm", "operation": "Apply", "fieldsV1": {"f:spec": {}}});
-    let kcm = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"});
-    let mine =
-        json!({"manager": "nexo-manager", "operation": "Update", "fieldsV1": {"f:spec": {}}});
-    let mine_applied = json!({"manager": "nexo-manager", "operation": "Apply"});
-    let dep = json!({"metadata": {"resourceVersion": "42",
-        "managedFields": [mine.clone(), helm, kcm, mine, mine_applied]}});
-    let test = |i: usize, field: &str, value: &str| json!({"op": "test", "path": format!("/metadata/managedFields/{i}/{field}"), "value": value});
-    let remove = |i: usize| json!({"op": "remove", "path": format!("/metadata/managedFields/{i}")});
-    assert_eq!(
-        hand_back(&dep, "nexo-manager"),
-        Some(json!([
-            test(3, "manager", "nexo-manager"),
-            test(3, "operation", "Update"),
-            remove(3),
-            test(0, "manager", "nexo-manager"),
-            test(0, "operation", "Update"),
-            remove(0),
-        ])),
-        "the last first; its Apply entry (none is made) and everyone else's kept"
-    );
-    let none_of_mine =
-        json!({"metadata": {"managedFields": [{"manager": "helm", "operation": "Apply"}]}});
-    assert_eq!(hand_back(&none_of_mine, "nexo-manager"), None);
-    assert_eq!(hand_back(&json!({"metadata": {}}), "nexo-manager"), None);
 }
 
 #[test]
@@ -602,3 +481,6 @@ fn an_absent_object_is_written_with_an_empty_proof_its_create_fills() {
         "an existing one keeps its proof"
     );
 }
+
+#[path = "plan_upgrade_tests.rs"]
+mod upgrade;

@@ -8,10 +8,10 @@ use super::execute::{CONFLICT_RETRIES, own_object};
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, ImageChange};
 use crate::commands::{Rollout, Target};
-use crate::cp::wire::ResourceAction;
 use crate::kube::client::MERGE_PATCH;
 use crate::ownership::{self, Verifier};
 use crate::resource::{Kind, ObjectRef};
+use crate::words::ResourceAction;
 
 /// The NexoProxies this environment owns (labelled, and proven or adopted
 /// through the gate): one only labelled as its own is not a target.

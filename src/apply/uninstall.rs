@@ -9,9 +9,9 @@ use super::execute::{Raced, own_object};
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, Delete, Removal};
 use crate::commands::Target;
-use crate::cp::wire::ResourceAction;
 use crate::ownership;
 use crate::resource::{Kind, ObjectRef};
+use crate::words::ResourceAction;
 
 /// Reads what an uninstall of `t` may delete: its NexoProxy, else its
 /// legacy Deployment and the objects labelled with its name.

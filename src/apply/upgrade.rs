@@ -7,9 +7,9 @@ use super::Context;
 use super::outcome::{Outcome, StepError};
 use super::plan::{self, UpgradePlan, UpgradeStop};
 use crate::commands::Upgrade;
-use crate::cp::wire::ResourceAction;
 use crate::kube::client::{FIELD_MANAGER, JSON_PATCH, STRATEGIC_MERGE_PATCH};
 use crate::resource::{Kind, ObjectRef};
+use crate::words::ResourceAction;
 
 pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Outcome {
     let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);

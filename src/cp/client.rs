@@ -10,211 +10,26 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use ureq::SendBody;
 use ureq::http::Request;
-use ureq::tls::{RootCerts, TlsConfig};
-use ureq::unversioned::transport::{
-    ConnectProxyConnector, ConnectionDetails, Connector, DefaultConnector, RustlsConnector,
-    Transport,
-};
+use ureq::unversioned::transport::{Connector, DefaultConnector};
 
 use super::body::HeartbeatBody;
+pub use super::error::{CpError, Retry, SetupError};
+pub use super::tls::{CaBundle, CaReread, MAX_CA_BUNDLE, read_bounded};
+use super::tls::{HANDSHAKE_PATH, HandshakeGate, Tls};
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
 };
-use crate::backoff::{Backoff, retry_after_delay};
 use crate::secret::Secret;
 
-/// Largest response body accepted from the CP.
-pub const MAX_BODY: u64 = 8 * 1024 * 1024;
-
-/// The path of the URL a handshake check is made for. No request is ever
-/// written to it: the check ends once TLS is established.
-const HANDSHAKE_PATH: &str = "/.nexo-manager-handshake-check";
-
-/// A failed CP call.
-#[derive(Debug)]
-pub enum CpError {
-    /// A non-2xx answer, with its decoded error body when there was one.
-    Status {
-        /// HTTP status.
-        status: u16,
-        /// `error.code`.
-        code: Option<String>,
-        /// `error.message`.
-        message: Option<String>,
-        /// `Retry-After`, when present and valid.
-        retry_after: Option<Duration>,
-    },
-    /// Connect, TLS, read error or timeout.
-    Transport(ureq::Error),
-    /// The body is over [`MAX_BODY`].
-    TooLarge,
-    /// A 2xx body that is not what the protocol says.
-    Decode(serde_json::Error),
-    /// A handshake check could not establish TLS.
-    Handshake(ureq::Error),
-    /// The request could not be built: a value for its path or a header
-    /// that is not valid there. Never sent.
-    BadRequest,
-}
-
-impl CpError {
-    /// The HTTP status, if the CP answered.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            CpError::Status { status, .. } => Some(*status),
-            _ => None,
-        }
-    }
-
-    /// The `error.code`, if any.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            CpError::Status { code, .. } => code.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// `Retry-After` of a 429 or 503.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            CpError::Status {
-                status: 429 | 503,
-                retry_after,
-                ..
-            } => *retry_after,
-            _ => None,
-        }
-    }
-
-    /// 401 on a session call: the session expired; connect again.
-    pub fn session_expired(&self) -> bool {
-        self.status() == Some(401)
-    }
-
-    /// 400 or 422: the CP refused the body as malformed; the same body is
-    /// not worth sending again.
-    pub fn malformed(&self) -> bool {
-        matches!(self.status(), Some(400 | 422))
-    }
-
-    /// 409 `already_acknowledged`: an ack the CP has.
-    pub fn already_acknowledged(&self) -> bool {
-        self.status() == Some(409) && self.code() == Some("already_acknowledged")
-    }
-
-    /// 404: the CP does not know the thing named.
-    pub fn not_found(&self) -> bool {
-        self.status() == Some(404)
-    }
-
-    /// What to do after this failure: a malformed body waits for the next
-    /// interval; a 429 or 503 waits its `Retry-After` (within the protocol's
-    /// bounds, advancing `backoff`); anything else waits the backoff.
-    pub fn retry(&self, backoff: &mut Backoff) -> Retry {
-        if self.malformed() {
-            Retry::NextInterval
-        } else if matches!(self.status(), Some(429 | 503)) {
-            Retry::After(retry_after_delay(self.retry_after(), backoff))
-        } else {
-            Retry::After(backoff.next_delay())
-        }
-    }
-}
-
-/// What to do after a failed CP call ([`CpError::retry`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// Wait this long (a `Retry-After`, or the backoff).
-    After(Duration),
-    /// Not worth retrying the same body: wait the normal interval.
-    NextInterval,
-}
-
-impl fmt::Display for CpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CpError::Status {
-                status,
-                code,
-                message,
-                ..
-            } => {
-                write!(f, "control plane answered http {status}")?;
-                if let Some(code) = code {
-                    write!(f, " {code}")?;
-                }
-                if let Some(message) = message {
-                    write!(f, ": {message}")?;
-                }
-                Ok(())
-            }
-            CpError::Transport(e) => write!(f, "control plane unreachable: {e}"),
-            CpError::TooLarge => write!(
-                f,
-                "control plane response is over the {} MiB limit",
-                MAX_BODY >> 20
-            ),
-            CpError::Decode(e) => write!(f, "control plane response is malformed: {e}"),
-            CpError::Handshake(e) => write!(f, "no tls handshake with the control plane: {e}"),
-            CpError::BadRequest => write!(
-                f,
-                "request to the control plane not sent: a path or header value is not valid there"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for CpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CpError::Transport(e) | CpError::Handshake(e) => Some(e),
-            CpError::Decode(e) => Some(e),
-            CpError::Status { .. } | CpError::TooLarge | CpError::BadRequest => None,
-        }
-    }
-}
-
-/// The last link of a handshake check's connector chain: once the default
-/// chain (proxy, TCP, TLS) has produced an established transport for the
-/// check's URL, it notes the success and ends the call, so no request is
-/// written and no token is sent. Connections for any other URL (the proxy's
-/// own, for example) pass through.
-#[derive(Debug, Default)]
-struct HandshakeGate {
-    established: Arc<AtomicBool>,
-}
-
-impl Connector<Box<dyn Transport>> for HandshakeGate {
-    type Out = Box<dyn Transport>;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<Box<dyn Transport>>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
-        if details.uri.path() != HANDSHAKE_PATH {
-            return Ok(chained);
-        }
-        match chained {
-            Some(transport) if transport.is_tls() || !details.needs_tls() => {
-                self.established.store(true, Ordering::Relaxed);
-                Err(ureq::Error::Io(std::io::Error::other(
-                    "handshake check: connection established, no request sent",
-                )))
-            }
-            other => Ok(other),
-        }
-    }
-}
+pub use super::wire::MAX_BODY;
 
 /// How an ack delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,70 +40,6 @@ pub enum AckOutcome {
     AlreadyAcknowledged,
     /// 404: the CP forgot the command; counts as delivered.
     Forgotten,
-}
-
-/// Why the Control Plane client cannot be built from the configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetupError {
-    /// `NEXO_CONTROL_PLANE_CA_FILE` is not PEM, or holds no certificate.
-    CaFile(&'static str),
-    /// `HTTPS_PROXY` is not a proxy URL.
-    Proxy,
-}
-
-impl fmt::Display for SetupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SetupError::CaFile(why) => write!(f, "NEXO_CONTROL_PLANE_CA_FILE {why}"),
-            SetupError::Proxy => f.write_str("HTTPS_PROXY is not a valid proxy URL"),
-        }
-    }
-}
-
-impl std::error::Error for SetupError {}
-
-/// The largest CA bundle read: a ConfigMap holds at most 1 MiB.
-pub const MAX_CA_BUNDLE: u64 = crate::files::MOUNTED_MAX;
-
-/// A file's bytes, refused when over `max` (1 MiB) or not a regular file
-/// (a FIFO would block: `crate::files`).
-pub fn read_bounded(path: &std::path::Path, max: u64) -> Result<Vec<u8>, &'static str> {
-    crate::files::read(path, max).map_err(|e| match e.kind() {
-        std::io::ErrorKind::FileTooLarge => "is over 1 MiB",
-        std::io::ErrorKind::InvalidInput => "is not a regular file",
-        _ => "cannot be read",
-    })
-}
-
-impl Tls {
-    fn new(
-        extra: Vec<ureq::tls::Certificate<'static>>,
-        proxy: Option<ureq::Proxy>,
-        timeouts: (Duration, Duration),
-    ) -> Tls {
-        let mut roots = crate::tls::public_roots();
-        roots.extend(extra);
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(timeouts.0))
-            .timeout_global(Some(timeouts.1))
-            .max_redirects(0)
-            .proxy(proxy)
-            .user_agent(crate::USER_AGENT)
-            .tls_config(
-                TlsConfig::builder()
-                    .root_certs(RootCerts::Specific(Arc::new(roots)))
-                    .build(),
-            )
-            .build();
-        // Proxy, then TCP whose reads wait in the loop (net.rs), then TLS.
-        let chain =
-            ().chain(ConnectProxyConnector::default())
-                .chain(crate::net::PollTcpConnector::CONTROL_PLANE)
-                .chain(RustlsConnector::default());
-        let agent = crate::resolve::agent_with(config.clone(), chain);
-        Tls { agent, config }
-    }
 }
 
 /// The Control Plane client.
@@ -303,32 +54,6 @@ pub struct CpClient {
     /// The connect timeout and the whole-request timeout; a held heartbeat
     /// has its hold on top of the second.
     timeouts: (Duration, Duration),
-}
-
-/// The agent of every call, and its configuration for the handshake
-/// check's own agent.
-struct Tls {
-    agent: ureq::Agent,
-    config: ureq::config::Config,
-}
-
-/// `NEXO_CONTROL_PLANE_CA_FILE`: its path and the bytes the agent trusts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaBundle {
-    pub path: PathBuf,
-    pub pem: Vec<u8>,
-}
-
-/// What a re-read of the CA bundle found ([`CpClient::reread_ca`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaReread {
-    /// No file is configured, or its bytes are those already trusted.
-    Unchanged,
-    /// New certificates, now trusted: this many.
-    Changed(usize),
-    /// The file cannot be read or holds no certificate: the last good
-    /// bundle stays trusted.
-    Kept(&'static str),
 }
 
 impl fmt::Debug for CpClient {
@@ -591,7 +316,6 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backoff::Jitter;
 
     /// A PEM bundle of the first `n` public roots (real certificates).
     fn pem_of_roots(n: usize) -> Vec<u8> {
@@ -656,41 +380,5 @@ mod tests {
         );
         assert_eq!(at_start.err(), Some(SetupError::CaFile("is over 1 MiB")));
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn retry_decisions() {
-        let status = |status, retry_after| CpError::Status {
-            status,
-            code: None,
-            message: None,
-            retry_after,
-        };
-        let mut b = Backoff::new(
-            Duration::from_secs(1),
-            Duration::from_secs(300),
-            Jitter::seeded(3),
-        );
-        assert_eq!(
-            status(429, Some(Duration::from_secs(3))).retry(&mut b),
-            Retry::After(Duration::from_secs(3))
-        );
-        assert_eq!(
-            status(503, Some(Duration::from_secs(9))).retry(&mut b),
-            Retry::After(Duration::from_secs(9))
-        );
-        assert_eq!(status(400, None).retry(&mut b), Retry::NextInterval);
-        assert_eq!(
-            b.failures(),
-            2,
-            "429 and 503 advance the backoff, even with a Retry-After; 400 does not"
-        );
-        assert!(
-            matches!(status(500, None).retry(&mut b), Retry::After(d) if d <= Duration::from_secs(4))
-        );
-        assert!(
-            matches!(status(429, None).retry(&mut b), Retry::After(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(8))
-        );
-        assert_eq!(b.failures(), 4);
     }
 }

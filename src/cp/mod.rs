@@ -2,7 +2,9 @@
 
 pub mod body;
 pub mod client;
+mod error;
 pub mod proxy;
+mod tls;
 pub mod wire;
 
 pub use client::{AckOutcome, CaBundle, CaReread, CpClient, CpError, MAX_CA_BUNDLE, Retry};

@@ -1,5 +1,6 @@
 //! The index's sets and events, as plain values.
 use super::*;
+use crate::inventory::set::HEALTHY;
 
 fn set() -> (Set, Interner) {
     (Set::new(Watched::Proxies, "shop"), Interner::default())

@@ -19,10 +19,13 @@ mod index;
 mod interner;
 mod pods;
 mod projection;
+mod report;
+mod set;
 pub mod status;
 
-pub use index::{Index, Turn, Workload};
+pub use index::Index;
 pub use projection::*;
+pub use report::{Turn, Workload};
 
 /// Items per page of every list.
 pub const PAGE: u32 = 500;

@@ -8,7 +8,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::interner::Interner;
-use crate::cp::wire::Phase;
+use crate::cp::wire::DeploymentEntry;
+use crate::words::Phase;
 
 /// Messages are cut to this many bytes.
 pub const MESSAGE_BYTES: usize = 256;
@@ -267,6 +268,25 @@ pub fn command_phase(c: &CommandTrack, o: &Observed, phase: Phase) -> Phase {
         Phase::Progressing
     } else {
         phase
+    }
+}
+
+/// A command's deployment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct CommandKey {
+    pub(super) namespace: Rc<str>,
+    pub(super) name: Rc<str>,
+    pub(super) kind: &'static str,
+}
+
+impl CommandKey {
+    /// No allocation: the entry's names are shared.
+    pub(super) fn of(e: &DeploymentEntry) -> CommandKey {
+        CommandKey {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            kind: e.kind,
+        }
     }
 }
 

@@ -232,7 +232,7 @@ impl Client {
 
     /// A client that sends every request that may change the cluster as
     /// `service_account` of the namespace it writes in (see
-    /// [`Client::acting_as`]), sharing this one's connections,
+    /// `Client::acting_as`), sharing this one's connections,
     /// credentials, pause and fence.
     pub fn executor(&self, service_account: &str) -> Client {
         Client {

@@ -18,20 +18,19 @@
 
 pub mod http;
 pub mod protocol;
+mod serve;
 pub mod signing;
 pub mod tls;
 
 use std::collections::VecDeque;
-use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::http::Response;
 use crate::protocol::State;
 
 /// How the simulator runs.
@@ -197,20 +196,20 @@ impl LoggedRequest {
     }
 }
 
-struct Shared {
-    state: Mutex<State>,
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
     /// Wakes held heartbeats: a command queued, sessions expired, a stop.
-    wake: Condvar,
+    pub(crate) wake: Condvar,
     /// Whether heartbeats are held.
-    hold: AtomicBool,
-    faults: Mutex<VecDeque<Fault>>,
-    log: Mutex<Vec<LoggedRequest>>,
-    connections: AtomicU64,
-    stop: AtomicBool,
-    admin: bool,
+    pub(crate) hold: AtomicBool,
+    pub(crate) faults: Mutex<VecDeque<Fault>>,
+    pub(crate) log: Mutex<Vec<LoggedRequest>>,
+    pub(crate) connections: AtomicU64,
+    pub(crate) stop: AtomicBool,
+    pub(crate) admin: bool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -271,7 +270,7 @@ impl Simulator {
                     let _ = std::thread::Builder::new()
                         .name(format!("cpsim-conn-{n}"))
                         .spawn(move || {
-                            serve_connection(&shared, stream, n, tls_config);
+                            serve::serve_connection(&shared, stream, n, tls_config);
                         });
                 }
             })?;
@@ -473,7 +472,7 @@ impl Simulator {
 
     /// The request log, one line a request, tokens redacted.
     pub fn log_dump(&self) -> String {
-        log_dump(&lock(&self.shared.log))
+        serve::log_dump(&lock(&self.shared.log))
     }
 
     /// Polls `pred` every 50 ms; panics with `what` and the log after `timeout`.
@@ -506,514 +505,6 @@ impl Drop for Simulator {
     }
 }
 
-fn redact(headers: &[(String, String)]) -> String {
-    headers
-        .iter()
-        .filter(|(k, _)| k == "authorization")
-        .map(|(_, v)| {
-            let tail: String = v
-                .chars()
-                .rev()
-                .take(4)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            format!(" auth=Bearer <redacted:{tail}>")
-        })
-        .collect()
-}
-
-fn log_dump(log: &[LoggedRequest]) -> String {
-    let mut out = String::new();
-    for r in log {
-        let body = String::from_utf8_lossy(&r.body);
-        let body: String = body.chars().take(2000).collect();
-        out.push_str(&format!(
-            "{} conn#{} {} {} -> {}{}{} {}\n",
-            humantime::format_rfc3339_millis(r.at),
-            r.connection,
-            r.method,
-            r.path,
-            if r.done {
-                r.status.to_string()
-            } else {
-                "(pending)".to_owned()
-            },
-            r.instance
-                .as_deref()
-                .map(|i| format!(" from={i}"))
-                .unwrap_or_default(),
-            redact(&r.headers),
-            body
-        ));
-    }
-    if out.is_empty() {
-        out.push_str("(no requests)\n");
-    }
-    out
-}
-
-/// Streams to and from one client, TLS or not.
-trait Stream: Read + Write {}
-impl<T: Read + Write> Stream for T {}
-
-fn serve_connection(
-    shared: &Shared,
-    tcp: TcpStream,
-    n: u64,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) {
-    let _ = tcp.set_read_timeout(Some(Duration::from_secs(120)));
-    let _ = tcp.set_write_timeout(Some(Duration::from_secs(30)));
-    let _ = tcp.set_nodelay(true);
-    let stream: Box<dyn Stream> = match tls {
-        Some(config) => match rustls::ServerConnection::new(config) {
-            Ok(conn) => Box::new(rustls::StreamOwned::new(conn, tcp)),
-            Err(_) => return,
-        },
-        None => Box::new(tcp),
-    };
-    let mut reader = BufReader::new(stream);
-    while !shared.stop.load(Ordering::SeqCst) {
-        let req = match http::read_request(&mut reader) {
-            Ok(Some(r)) => r,
-            Ok(None) => return,
-            Err(e) => {
-                if e.kind() == std::io::ErrorKind::InvalidData {
-                    let _ = http::write_response(
-                        reader.get_mut(),
-                        &protocol::error(400, "invalid_request", &e.to_string()),
-                        true,
-                    );
-                }
-                return;
-            }
-        };
-        let at = SystemTime::now();
-        let close = req.wants_close();
-        // Logged as it arrives, so that the log is in the order the client
-        // sent its requests whatever each answer takes (a delay, say).
-        let json: Option<Value> = serde_json::from_slice(&req.body).ok();
-        let instance = lock(&shared.state).sender(&req.headers, json.as_ref());
-        let index = {
-            let mut log = lock(&shared.log);
-            log.push(LoggedRequest {
-                connection: n,
-                method: req.method.clone(),
-                path: req.path.clone(),
-                headers: req.headers.clone(),
-                body: req.body.clone(),
-                json,
-                status: 0,
-                done: false,
-                at,
-                instance,
-            });
-            log.len() - 1
-        };
-        let reply = answer(shared, &req, index);
-        let status = match &reply {
-            Reply::Response(r) => r.status,
-            Reply::Reset => 0,
-            Reply::Oversized(_) => 200,
-        };
-        // Before the answer is written: a client that has its answer finds
-        // its request answered in the log.
-        set_status(shared, index, status);
-        let written = match reply {
-            Reply::Response(r) => http::write_response(reader.get_mut(), &r, close),
-            Reply::Reset => return,
-            Reply::Oversized(size) => write_oversized(reader.get_mut(), size, close),
-        };
-        if written.is_err() || close {
-            return;
-        }
-    }
-}
-
-/// What to send back.
-enum Reply {
-    /// A whole response.
-    Response(Response),
-    /// Close the connection without an answer.
-    Reset,
-    /// A valid JSON body of about this many bytes, streamed.
-    Oversized(usize),
-}
-
-fn write_oversized(w: &mut dyn Stream, size: usize, close: bool) -> std::io::Result<()> {
-    let pad = size.saturating_sub(14);
-    w.write_all(http::head(200, "application/json", pad + 14, &[], close).as_bytes())?;
-    w.write_all(b"{\"padding\":\"")?;
-    let chunk = vec![b'x'; 64 * 1024];
-    let mut left = pad;
-    while left > 0 {
-        let n = left.min(chunk.len());
-        w.write_all(&chunk[..n])?;
-        left -= n;
-    }
-    w.write_all(b"\"}")?;
-    w.flush()
-}
-
-fn endpoint_of(path: &str) -> Option<(Endpoint, Option<String>)> {
-    match path {
-        "/api/v2/manager/connect" => Some((Endpoint::Connect, None)),
-        "/api/v2/manager/heartbeat" => Some((Endpoint::Heartbeat, None)),
-        _ => {
-            let id = path
-                .strip_prefix("/api/v2/manager/commands/")?
-                .strip_suffix("/ack")?;
-            Some((Endpoint::Ack, Some(id.to_owned())))
-        }
-    }
-}
-
-fn take_fault(shared: &Shared, endpoint: Endpoint) -> Option<FaultAction> {
-    let mut faults = lock(&shared.faults);
-    let i = faults
-        .iter()
-        .position(|f| f.endpoint == endpoint || f.endpoint == Endpoint::Any)?;
-    let action = faults[i].action.clone();
-    faults[i].times -= 1;
-    if faults[i].times == 0 {
-        faults.remove(i);
-    }
-    Some(action)
-}
-
-/// Records the status of the logged request `index`: it is done.
-fn set_status(shared: &Shared, index: usize, status: u16) {
-    if let Some(r) = lock(&shared.log).get_mut(index) {
-        r.status = status;
-        r.done = true;
-    }
-}
-
-/// Decides the answer to the request logged at `index` (after any injected
-/// delay).
-fn answer(shared: &Shared, req: &http::Request, index: usize) -> Reply {
-    let path = req.path.split('?').next().unwrap_or("");
-    let Some((endpoint, id)) = endpoint_of(path) else {
-        return Reply::Response(if path.starts_with("/_sim/") && shared.admin {
-            admin(shared, req)
-        } else {
-            protocol::error(404, "not_found", "no such endpoint")
-        });
-    };
-    if req.method != "POST" {
-        return Reply::Response(protocol::error(405, "method_not_allowed", "use POST"));
-    }
-    let faulted = match take_fault(shared, endpoint) {
-        Some(FaultAction::Delay(d)) => {
-            std::thread::sleep(d);
-            None
-        }
-        Some(FaultAction::Reset) => return Reply::Reset,
-        Some(FaultAction::OversizedBody(size)) => return Reply::Oversized(size),
-        Some(FaultAction::Status {
-            status,
-            code,
-            message,
-            retry_after,
-        }) => {
-            let resp = protocol::error(status, &code, &message);
-            Some(match retry_after {
-                Some(ra) => resp.header("Retry-After", &ra),
-                None => resp,
-            })
-        }
-        Some(FaultAction::MalformedBody) => Some(raw(200, "{\"commands\": [")),
-        Some(FaultAction::CommandsNotList) => Some(raw(200, "{\"commands\": {\"id\": \"x\"}}")),
-        Some(FaultAction::Raw { status, body }) => Some(raw(status, &body)),
-        None => None,
-    };
-    Reply::Response(faulted.unwrap_or_else(|| {
-        let body: Value = match serde_json::from_slice(&req.body) {
-            Ok(v) => v,
-            Err(e) => return not_json(&e),
-        };
-        let mut state = lock(&shared.state);
-        let held = endpoint == Endpoint::Heartbeat && shared.hold.load(Ordering::SeqCst);
-        let hold = body["waitSeconds"]
-            .as_u64()
-            .filter(|w| held && (1..=600).contains(w));
-        if let Some(w) = hold {
-            // Held until a command is queued for this session's
-            // environment, the session ends, or the wait has passed.
-            let until = Instant::now() + Duration::from_secs(w);
-            loop {
-                let now = Instant::now();
-                if now >= until
-                    || shared.stop.load(Ordering::SeqCst)
-                    || !shared.hold.load(Ordering::SeqCst)
-                    || state.has_commands(&req.headers) != Some(false)
-                {
-                    break;
-                }
-                state = shared
-                    .wake
-                    .wait_timeout(state, until - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-        }
-        let resp = match endpoint {
-            Endpoint::Connect => state.connect(&req.headers, &body),
-            Endpoint::Heartbeat => state.heartbeat(&req.headers, &body, hold.is_some()),
-            Endpoint::Ack | Endpoint::Any => {
-                state.ack(id.as_deref().unwrap_or(""), &req.headers, &body)
-            }
-        };
-        // While the state is locked: whoever sees what this request changed
-        // (a heartbeat counted, an ack accepted) finds it answered in the log.
-        set_status(shared, index, resp.status);
-        resp
-    }))
-}
-
-fn not_json(e: &serde_json::Error) -> Response {
-    protocol::error(
-        400,
-        "invalid_request",
-        &format!("the body is not JSON: {e}"),
-    )
-}
-
-fn raw(status: u16, body: &str) -> Response {
-    Response {
-        status,
-        headers: Vec::new(),
-        body: body.as_bytes().to_vec(),
-        content_type: "application/json",
-    }
-}
-
-fn admin(shared: &Shared, req: &http::Request) -> Response {
-    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
-    match (req.method.as_str(), path) {
-        ("GET", "/_sim/log") => Response::text(200, log_dump(&lock(&shared.log))),
-        ("GET", "/_sim/acks") => Response::json(200, &json!(lock(&shared.state).acks)),
-        ("GET", "/_sim/heartbeats") => Response::json(200, &json!(lock(&shared.state).heartbeats)),
-        ("POST", "/_sim/expire-sessions") => {
-            lock(&shared.state).sessions.clear();
-            shared.wake.notify_all();
-            Response::text(204, "")
-        }
-        ("POST", "/_sim/commands") => {
-            let env = query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("env="))
-                .unwrap_or("");
-            let commands = match serde_json::from_slice::<Value>(&req.body) {
-                Ok(Value::Array(list)) => list,
-                Ok(one) => vec![one],
-                Err(e) => return not_json(&e),
-            };
-            let mut state = lock(&shared.state);
-            let Some(e) = state.envs.get_mut(env) else {
-                return protocol::error(404, "unknown_environment", "no such environment");
-            };
-            for command in commands {
-                e.enqueue(env, command);
-            }
-            shared.wake.notify_all();
-            Response::text(204, "")
-        }
-        ("POST", "/_sim/hold") => {
-            let on = query.split('&').any(|kv| kv == "on=true");
-            shared.hold.store(on, Ordering::SeqCst);
-            shared.wake.notify_all();
-            Response::text(204, "")
-        }
-        _ => protocol::error(404, "not_found", "no such admin endpoint"),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::BufRead;
-
-    /// A minimal keep-alive HTTP client over a plain or TLS stream.
-    fn post(
-        stream: &mut (impl Read + Write),
-        path: &str,
-        token: &str,
-        body: &Value,
-    ) -> (u16, Value) {
-        let body = body.to_string();
-        write!(stream, "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        stream.flush().unwrap();
-        let mut r = BufReader::new(stream);
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        let status: u16 = line.split(' ').nth(1).unwrap().parse().unwrap();
-        let mut len = 0;
-        loop {
-            let mut h = String::new();
-            r.read_line(&mut h).unwrap();
-            if h.trim().is_empty() {
-                break;
-            }
-            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-        }
-        let mut buf = vec![0; len];
-        r.read_exact(&mut buf).unwrap();
-        (status, serde_json::from_slice(&buf).unwrap_or(Value::Null))
-    }
-
-    fn connect_body() -> Value {
-        json!({"protocolVersion": 2, "manager": {"version": "0.3.0", "build": "b", "capabilities": []},
-               "instance": {"id": "i", "podName": "p", "namespace": "n"},
-               "cluster": {"uid": "c1", "kubernetesVersion": "v1.37.2"}})
-    }
-
-    #[test]
-    fn plain_http_round_trip_with_faults_over_one_connection() {
-        let sim = Simulator::start(SimConfig {
-            tls: false,
-            ..SimConfig::default()
-        });
-        let token = sim.add_environment("env-a");
-        let mut s = TcpStream::connect(sim.addr()).unwrap();
-        sim.inject(Fault::new(
-            Endpoint::Connect,
-            FaultAction::Status {
-                status: 503,
-                code: "busy".into(),
-                message: "later".into(),
-                retry_after: Some("2".into()),
-            },
-        ));
-        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
-        assert_eq!(
-            (status, body["error"]["code"].as_str()),
-            (503, Some("busy"))
-        );
-        assert_eq!(
-            sim.bound_cluster("env-a"),
-            None,
-            "a faulted connect has no effect"
-        );
-        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
-        assert_eq!(status, 200, "the fault is consumed once");
-        assert_eq!(body["managerId"], sim.manager_id("env-a"));
-        assert_eq!(sim.bound_cluster("env-a").as_deref(), Some("c1"));
-        assert_eq!(sim.connections(), 1, "keep-alive: one connection");
-        let log = sim.requests();
-        assert_eq!(log.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 200]);
-        assert_eq!(log[1].json.as_ref().unwrap()["cluster"]["uid"], "c1");
-        let dump = sim.log_dump();
-        assert!(
-            !dump.contains(&token) && dump.contains("<redacted:"),
-            "{dump}"
-        );
-        let (status, _) = post(&mut s, "/nope", &token, &json!({}));
-        assert_eq!(status, 404);
-    }
-
-    #[test]
-    fn tls_connect_with_the_generated_ca() {
-        let sim = Simulator::start(SimConfig::default());
-        let token = sim.add_environment("env-tls");
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        let ca =
-            rustls::pki_types::CertificateDer::from_pem_slice(sim.ca_pem().as_bytes()).unwrap();
-        roots.add(ca).unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-        let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(sim.addr()).unwrap());
-        let (status, body) = post(&mut tls, "/api/v2/manager/connect", &token, &connect_body());
-        assert_eq!(status, 200, "{body}");
-        assert!(sim.url().starts_with("https://127.0.0.1:"));
-    }
-
-    #[test]
-    fn requests_are_logged_as_they_arrive_and_name_their_sender() {
-        let sim = Simulator::start(SimConfig {
-            tls: false,
-            ..SimConfig::default()
-        });
-        let token = sim.add_environment("env-o");
-        // An ack whose answer waits far longer than this test: logged
-        // first, answered never (its thread ends with the test process).
-        // Only acks are delayed, so the requests below cannot take the fault.
-        sim.inject(Fault::new(
-            Endpoint::Ack,
-            FaultAction::Delay(Duration::from_secs(600)),
-        ));
-        let addr = sim.addr();
-        std::thread::spawn(move || {
-            let mut s = TcpStream::connect(addr).unwrap();
-            post(
-                &mut s,
-                "/api/v2/manager/commands/c1/ack",
-                "unknown",
-                &json!({}),
-            )
-        });
-        sim.wait_until(Duration::from_secs(10), "the delayed ack", |s| {
-            s.requests().len() == 1
-        });
-        let mut s = TcpStream::connect(sim.addr()).unwrap();
-        let (status, body) = post(&mut s, "/api/v2/manager/connect", &token, &connect_body());
-        assert_eq!(status, 200);
-        let session = body["sessionToken"].as_str().unwrap().to_owned();
-        let (status, _) = post(&mut s, "/api/v2/manager/heartbeat", &session, &json!({}));
-        assert_eq!(status, 400, "attributed whatever the answer");
-        let (status, _) = post(&mut s, "/api/v2/manager/heartbeat", "unknown", &json!({}));
-        assert_eq!(status, 401);
-        let log = sim.requests();
-        let seen: Vec<(&str, bool, u16, Option<&str>)> = log
-            .iter()
-            .map(|r| {
-                let path = r.path.rsplit('/').next().unwrap();
-                (path, r.done, r.status, r.instance.as_deref())
-            })
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                ("ack", false, 0, None),
-                ("connect", true, 200, Some("i")),
-                ("heartbeat", true, 400, Some("i")),
-                ("heartbeat", true, 401, None),
-            ]
-        );
-        assert!(sim.log_dump().contains("/ack -> (pending)"));
-    }
-
-    #[test]
-    fn reset_closes_without_an_answer_and_is_logged() {
-        let sim = Simulator::start(SimConfig {
-            tls: false,
-            ..SimConfig::default()
-        });
-        let token = sim.add_environment("env-r");
-        sim.inject(Fault::new(Endpoint::Any, FaultAction::Reset));
-        let mut s = TcpStream::connect(sim.addr()).unwrap();
-        let body = connect_body().to_string();
-        write!(s, "POST /api/v2/manager/connect HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        let mut buf = Vec::new();
-        assert_eq!(s.read_to_end(&mut buf).unwrap_or(0), 0, "no answer");
-        sim.wait_until(
-            Duration::from_secs(5),
-            "the reset request in the log",
-            |s| s.requests().len() == 1,
-        );
-        let logged = &sim.requests()[0];
-        assert_eq!((logged.status, logged.done), (0, true));
-    }
-}
+#[path = "lib_tests.rs"]
+mod tests;
