@@ -121,7 +121,7 @@ pub fn whole_number(text: &str) -> Option<u64> {
         .then(|| text.parse().unwrap_or(u64::MAX))
 }
 
-/// The shortest wait a `Retry-After` can ask for (protocol.md, "Hostile and
+/// The shortest wait a `Retry-After` can ask for (docs/protocol.md, "Hostile and
 /// buggy values").
 pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
 /// The longest wait a `Retry-After` can ask for.

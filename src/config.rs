@@ -34,10 +34,10 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// `NEXO_PROGRESS_DEADLINE`: default 10 min (1 s to 24 h); how long a
     /// change may stay not available before its phase is `failed`
-    /// (protocol.md, `status.v1`).
+    /// (docs/protocol.md, `status.v1`).
     pub progress_deadline: Duration,
     /// `NEXO_DRIFT_INTERVAL`: default 5 min (1 s to 24 h); how often drift
-    /// is checked (protocol.md, `drift.v1`). Under the heartbeat interval,
+    /// is checked (docs/protocol.md, `drift.v1`). Under the heartbeat interval,
     /// the heartbeat interval is used (with a warning at start).
     pub drift_interval: Duration,
     /// `NEXO_CONTROL_PLANE_CA_FILE`: extra PEM trust anchors. Default: none
@@ -109,7 +109,7 @@ pub struct Config {
     pub policy: Policy,
 }
 
-/// `NEXO_COMMAND_SIGNATURES` (protocol.md, "Fail closed").
+/// `NEXO_COMMAND_SIGNATURES` (docs/protocol.md, "Fail closed").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Signatures {
     /// Unset: required once command keys were seen (recorded in the state).

@@ -1,4 +1,4 @@
-//! Drift (protocol.md, `drift.v1`), decided from plain values: a deploy's
+//! Drift (docs/protocol.md, `drift.v1`), decided from plain values: a deploy's
 //! `drift` settings, the record of what was last applied (kept in a Secret
 //! owned by the deployment, `record.rs`), what differs between an applied
 //! manifest and the object now, and the report. The lists, the record's

@@ -1,6 +1,6 @@
 //! Kubernetes Events (`events.k8s.io/v1`) of what the Manager did, so that
 //! `kubectl describe` and `kubectl events` tell it without the logs
-//! (agent.md, "Kubernetes side").
+//! (docs/protocol.md, "Kubernetes Events").
 //!
 //! [`Recorder`] decides, from plain values and the clock: an event is
 //! queued (never written where it happens, so it never blocks a command);
@@ -31,7 +31,7 @@ pub const QUEUE: usize = 64;
 /// starts a new Event).
 const SERIES_KEPT: usize = 512;
 /// What writing Events may take of one wake-up of the loop, all writes
-/// together (protocol.md, "Hostile and buggy values": Events and metrics
+/// together (docs/protocol.md, "Hostile and buggy values": Events and metrics
 /// never delay a command or a heartbeat by more than 250 ms a wake-up).
 /// What does not fit waits for the next; a write the budget cut short is
 /// dropped, counted.

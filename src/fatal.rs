@@ -80,7 +80,7 @@ pub enum Fatal {
     /// Exit 3: the CP does not speak this protocol version.
     ProtocolUnsupported(CpError),
     /// Exit 2: the connect token is for another environment than the one
-    /// this Manager is bound to (protocol.md, "Connect token and binding").
+    /// this Manager is bound to (docs/protocol.md, "Connect token and binding").
     EnvironmentSwitch {
         /// The bound environment.
         bound: String,

@@ -12,7 +12,7 @@
 //!   Kubernetes calls (`wait.rs` runs it as the loop's duty); and before
 //!   the first command of a batch, then before each next one once a third
 //!   has passed. So half the duration is to spare at each renewal, more
-//!   than the third protocol.md asks for while a heartbeat is held. A
+//!   than the third docs/protocol.md asks for while a heartbeat is held. A
 //!   leader renews with one PUT on the `resourceVersion` it wrote last (a
 //!   409 sends it back to reading the lease): leading costs 2.7 requests a
 //!   minute at the default interval, however often heartbeats go;
@@ -42,7 +42,7 @@ use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 use crate::resource;
 
-/// The shortest lease a Control Plane's interval can make (protocol.md:
+/// The shortest lease a Control Plane's interval can make (docs/protocol.md:
 /// the CP sets the interval, never the fence's tolerance of a stall).
 pub const CP_FLOOR: Duration = Duration::from_secs(30);
 
@@ -56,7 +56,7 @@ pub fn duration_for(interval: Duration, configured: Duration) -> Duration {
         .max(Duration::from_secs(5))
 }
 
-/// The leader's fence (agent.md, "leader election"): before every request
+/// The leader's fence (docs/protocol.md, "Leader election and the lease fence"): before every request
 /// that may change the cluster and every ack, the age of the last
 /// successful renewal, measured with `CLOCK_BOOTTIME` (it counts a stopped
 /// process and a suspended machine), must be under the renew deadline, 2/3

@@ -12,7 +12,7 @@
 //! One synchronous thread, no async runtime. See `ARCHITECTURE.md`.
 
 #![deny(unsafe_code)]
-// No panic is reachable from input (protocol.md, "Hostile and buggy
+// No panic is reachable from input (docs/protocol.md, "Hostile and buggy
 // values"): outside tests, no unwrap, expect, panic or unreachable at all.
 // tests/source_rules.rs checks the same without clippy.
 #![cfg_attr(

@@ -2,7 +2,7 @@
 //! waits go through the process's one `poll(2)` instead of blocking in
 //! `connect(2)`, `read(2)` or `write(2)`.
 //!
-//! A held heartbeat (protocol.md, "Held heartbeat") leaves the CP
+//! A held heartbeat (docs/protocol.md, "Held heartbeat") leaves the CP
 //! connection waiting for up to a heartbeat interval, and a peer may stop
 //! reading (a full send buffer) or answering at any time. ureq's own TCP
 //! transport would block in the system call for all that time: no probe

@@ -30,7 +30,7 @@ pub const STATE_ROLE: &str = "manager-state";
 /// the connect token and the command keys.
 pub const DEFAULT_SECRETS: [&str; 2] = ["nexo-connect-token", "nexo-command-keys"];
 
-/// The Manager's own objects (protocol.md, "Ownership"): never the target
+/// The Manager's own objects (docs/protocol.md, "Ownership"): never the target
 /// of a deploy, rollout or uninstall, whatever their labels say. Known by
 /// name in the Manager's namespace (its state Secret, its Deployment, its
 /// Lease, and what its own pod template names: Secrets and ConfigMaps it
@@ -341,7 +341,7 @@ pub fn controller(object: &Value) -> Option<&Value> {
 }
 
 /// Why an owned object belongs to another deployment than `deployment`
-/// (protocol.md, "Ownership"): its `nexo.io/deployment` label names another
+/// (docs/protocol.md, "Ownership"): its `nexo.io/deployment` label names another
 /// one, or it has a controller ownerReference to something other than that
 /// deployment's NexoProxy. An object without the label (or a controller) is
 /// not claimed by any other deployment.

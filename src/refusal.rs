@@ -29,7 +29,7 @@ pub enum Refusal {
     Untrusted(Untrusted),
     /// The content policy: `policy: …`.
     Policy(Violation),
-    /// One of the Manager's own objects is named (protocol.md, "Ownership").
+    /// One of the Manager's own objects is named (docs/protocol.md, "Ownership").
     OwnObject {
         /// Its kind.
         kind: String,
@@ -95,7 +95,7 @@ impl Refusal {
     }
 
     /// Whether the refused command is recorded in the ledger: not when it
-    /// was refused before any signature verified (protocol.md, "Command
+    /// was refused before any signature verified (docs/protocol.md, "Command
     /// trust"), nor without an id.
     pub fn recorded(&self) -> bool {
         match self {

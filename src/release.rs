@@ -1,4 +1,4 @@
-//! The release-contract inventory (protocol.md, capability
+//! The release-contract inventory (docs/protocol.md, capability
 //! `release-contract.v1`): which bundle is installed, which `nexo.io` kinds
 //! the API server serves, which kinds a NexoPipeline may reference, and a
 //! fingerprint of the installed CRD schemas, so that the Control Plane can

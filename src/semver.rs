@@ -1,5 +1,5 @@
 //! Semantic versions (SemVer 2.0.0): parsing and precedence, for the
-//! downgrade rule of `upgrade` (protocol.md, "upgrade"). A leaf module.
+//! downgrade rule of `upgrade` (docs/protocol.md, "upgrade"). A leaf module.
 
 use std::cmp::Ordering;
 use std::fmt;

@@ -10,7 +10,7 @@
 //! since go with the next write (see `agent::state_store`), and a delivered
 //! entry keeps no resources.
 //!
-//! Budget (protocol.md, "State budget"): the document stays under
+//! Budget (docs/protocol.md, "State budget"): the document stays under
 //! [`STATE_BUDGET`] bytes whatever the commands were. An entry's message is
 //! cut to [`MESSAGE_MAX`] bytes and its resources to [`RESOURCES_MAX`]
 //! (the rest counted by action); past the budget the oldest delivered
@@ -88,7 +88,7 @@ pub struct LedgerEntry {
     pub more_resources: BTreeMap<ResourceAction, u64>,
     /// A verified signed command's entry stays until then (RFC 3339, its
     /// `notAfter` plus 5 minutes), whatever the ledger's count or budget,
-    /// so that its signature never counts twice (protocol.md, "Command trust").
+    /// so that its signature never counts twice (docs/protocol.md, "Command trust").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_until: Option<String>,
 }
@@ -168,7 +168,7 @@ pub struct State {
     #[serde(default)]
     pub ledger: Vec<LedgerEntry>,
     /// Signatures were required once: they stay required, keys or not,
-    /// until the operator sets `NEXO_COMMAND_SIGNATURES=off` (protocol.md,
+    /// until the operator sets `NEXO_COMMAND_SIGNATURES=off` (docs/protocol.md,
     /// "Fail closed").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub signatures_required: bool,
@@ -307,7 +307,7 @@ impl State {
     }
 
     /// Marks the acks of these commands delivered. A delivered entry keeps
-    /// its id, class, result and message, not its resources (protocol.md,
+    /// its id, class, result and message, not its resources (docs/protocol.md,
     /// "State"): sent again, it is acknowledged with that result and message.
     pub fn mark_delivered(&mut self, ids: &[String]) {
         for e in self

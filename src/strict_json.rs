@@ -1,7 +1,7 @@
 //! JSON parsed into a `serde_json::Value` with duplicate keys refused: a
 //! command's payload is judged as the API server will read it, and
 //! `{"privileged": false, "privileged": true}` must not mean one thing to
-//! the policy and another to someone else (protocol.md, "Command trust":
+//! the policy and another to someone else (docs/protocol.md, "Command trust":
 //! "a duplicate key hides nothing"); and a field's raw JSON read as a
 //! string ([`raw_string`]). A leaf module: it imports only `text`.
 

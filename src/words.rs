@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// What a command did to one object (protocol.md, "Acknowledgement").
+/// What a command did to one object (docs/protocol.md, "Acknowledgement").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceAction {
@@ -72,7 +72,7 @@ impl std::fmt::Display for AckResult {
     }
 }
 
-/// A deployment's phase (protocol.md, "Deployment status").
+/// A deployment's phase (docs/protocol.md, "Deployment status").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {

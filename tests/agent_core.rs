@@ -458,7 +458,7 @@ fn cp_errors_and_timeouts_back_off_then_recover() {
     );
     let alive = m.running();
     m.check(alive, "the Manager survives every fault");
-    // Backoff, a contract (protocol.md, "Error bodies": exponential with
+    // Backoff, a contract (docs/protocol.md, "Error bodies": exponential with
     // full jitter, base 1 s): the waits after the first, second and third
     // consecutive failure are at most 1 s, 2 s and 4 s. Seen from the
     // simulator, a gap is that wait plus the Manager's own work between
@@ -527,7 +527,7 @@ fn oversized_and_malformed_bodies_are_refused_and_nothing_runs() {
     m.wait_until(WAIT, "the queued command's ack", || {
         !f.sim.acks().is_empty()
     });
-    // protocol.md: a 200 over the size limit, not JSON, or whose commands
+    // docs/protocol.md: a 200 over the size limit, not JSON, or whose commands
     // is not a list counts as a failed heartbeat.
     let metrics = m.metrics();
     let value = |series: &str| sample(&metrics, series).unwrap_or(0.0);
@@ -583,7 +583,7 @@ fn unsupported_commands_are_acknowledged_failed_and_bad_ids_skipped() {
             .all(|r| !r.path.contains("/commands/") || r.path.contains("/commands/cmd-")),
         "and never acknowledged",
     );
-    // protocol.md makes this log line a contract: a command without a
+    // docs/protocol.md makes this log line a contract: a command without a
     // valid id "is logged at error level and skipped".
     let errors = m
         .stderr()

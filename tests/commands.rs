@@ -811,7 +811,7 @@ fn the_same_command_id_twice_is_executed_once() {
             .all(|b| b["result"] == first["result"] && b["message"] == first["message"]),
         "the same result each time"
     );
-    // A delivered entry keeps no resources (protocol.md, "State"): the
+    // A delivered entry keeps no resources (docs/protocol.md, "State"): the
     // acks sent again after the first was delivered list none.
     assert!(
         bodies[1..].iter().all(|b| b["resources"] == json!([])),

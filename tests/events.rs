@@ -1,4 +1,4 @@
-//! Kubernetes Events (agent.md, "Kubernetes side") against the real API
+//! Kubernetes Events (docs/protocol.md, "Kubernetes Events") against the real API
 //! server: each command applied, refused or failed is an Event about the
 //! owned NexoProxy it names (never about another's); repeats are one
 //! Event whose series counts them; a phase turning `failed` is an Event;

@@ -1,4 +1,4 @@
-//! The held heartbeat (protocol.md, "Held heartbeat", capability
+//! The held heartbeat (docs/protocol.md, "Held heartbeat", capability
 //! `heartbeat.wait.v1`), end to end: the real binary, the CP simulator
 //! holding (or not), the real API server.
 

@@ -1,4 +1,4 @@
-//! A Control Plane and a cluster that misbehave (protocol.md, "Hostile and
+//! A Control Plane and a cluster that misbehave (docs/protocol.md, "Hostile and
 //! buggy values", "State budget", "Ownership"): each trigger on the real test
 //! bed, asserting the behaviour: the process alive, nothing written that the
 //! checks refused, the ledger intact, the failure visible.

@@ -1,4 +1,4 @@
-//! A noisy Control Plane does not set the pace (protocol.md, "Held
+//! A noisy Control Plane does not set the pace (docs/protocol.md, "Held
 //! heartbeat"): one that answers every held heartbeat at once with a
 //! command already finished gets at most one heartbeat a second, and the
 //! finished command is acknowledged from the ledger without a write of the

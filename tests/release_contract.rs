@@ -1,6 +1,6 @@
 //! The release-contract inventory against the real API server, checked by
 //! an independent route: the installed CRDs read with `kubectl`, reduced
-//! with `jq -S -c` and hashed with `sha256sum`, as protocol.md defines the
+//! with `jq -S -c` and hashed with `sha256sum`, as docs/protocol.md defines the
 //! fingerprint.
 
 mod support;

@@ -1,4 +1,4 @@
-//! A slow peer never stalls the rest (protocol.md, "Hostile and buggy
+//! A slow peer never stalls the rest (docs/protocol.md, "Hostile and buggy
 //! values"): Kubernetes Events are best effort, so Event writes that time
 //! out (through a proxy in front of the real API server that answers each
 //! one 504 after 2.5 s) never delay a command by more than their budget

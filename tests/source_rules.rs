@@ -1,6 +1,6 @@
 //! Rules of the source that a reviewer would otherwise have to remember.
 //!
-//! No panic is reachable from input (protocol.md, "Hostile and buggy
+//! No panic is reachable from input (docs/protocol.md, "Hostile and buggy
 //! values"), and the release profile aborts on panic: outside test code,
 //! the crate has no `unwrap()`, `expect(`, `panic!`, `unreachable!`,
 //! `todo!` or `unimplemented!` at all. `src/lib.rs` denies the same through
@@ -88,4 +88,72 @@ fn help_lists_every_variable_the_configuration_reads() {
     let help = String::from_utf8_lossy(&out.stdout);
     let missing: Vec<&&str> = vars.iter().filter(|v| !help.contains(**v)).collect();
     assert!(missing.is_empty(), "--help lacks {missing:?}:\n{help}");
+}
+
+/// The section names cited as `docs/protocol.md, "Section"` in `text`,
+/// with comment markers between the words of a wrapped citation removed.
+fn protocol_citations(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("docs/protocol.md") {
+        rest = &rest[at + "docs/protocol.md".len()..];
+        let after = rest.trim_start_matches([',', ':']).trim_start();
+        let Some(quoted) = after.strip_prefix('"') else {
+            continue;
+        };
+        let Some(end) = quoted.find('"') else {
+            continue;
+        };
+        let words: Vec<&str> = quoted[..end]
+            .split_whitespace()
+            .filter(|w| !w.chars().all(|c| c == '/' || c == '!'))
+            .collect();
+        found.push(words.join(" "));
+    }
+    found
+}
+
+/// The code cites the contract it implements by section; each cited
+/// section is one of `docs/protocol.md`'s headings.
+#[test]
+fn every_cited_protocol_section_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let protocol = std::fs::read_to_string(root.join("docs/protocol.md"))
+        .expect("docs/protocol.md, the contract the code cites, is missing");
+    let headings: Vec<String> = protocol
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim().to_lowercase())
+        .collect();
+    let mut files = source::rust_files(&root.join("src"));
+    files.extend(source::rust_files(&root.join("tests")));
+    let mut cited = 0;
+    let mut missing = Vec::new();
+    // This file names citations as examples.
+    files.retain(|f| !f.ends_with("tests/source_rules.rs"));
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for section in protocol_citations(&text) {
+            cited += 1;
+            let wanted = section.to_lowercase();
+            if !headings.iter().any(|h| h.contains(&wanted)) {
+                missing.push(format!("{}: {section:?}", f.display()));
+            }
+        }
+    }
+    assert!(cited > 20, "only {cited} citations found: the check no longer reads them");
+    assert!(
+        missing.is_empty(),
+        "cited sections docs/protocol.md does not have:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+#[test]
+fn a_wrapped_citation_is_read_whole() {
+    let text = "// as docs/protocol.md, \"Hostile and\n// buggy values\" says; docs/protocol.md, \"Nowhere\"";
+    assert_eq!(
+        protocol_citations(text),
+        ["Hostile and buggy values", "Nowhere"]
+    );
 }

@@ -1,4 +1,4 @@
-//! Command trust end to end (protocol.md, "Command trust"): the real
+//! Command trust end to end (docs/protocol.md, "Command trust"): the real
 //! binary, the CP simulator and the real test bed. A refused command must
 //! write nothing: every test reads the cluster back, not only the ack.
 

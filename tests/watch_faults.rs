@@ -1,5 +1,5 @@
 //! Watches that end at once, or answer 410 Gone, are opened again with a
-//! backoff (protocol.md, "Hostile and buggy values"): through a proxy in
+//! backoff (docs/protocol.md, "Hostile and buggy values"): through a proxy in
 //! front of the real API server that does that to every watch of two
 //! managed namespaces, the Manager asks at most 10 watches (and lists) a
 //! minute per watch, and goes on heartbeating.

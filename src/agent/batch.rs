@@ -204,7 +204,7 @@ impl Agent {
             }
             Err(Rejected { refusal, .. }) if !refusal.recorded() => {
                 // Refused before any signature verified: acknowledged, not
-                // recorded (protocol.md, "Command trust").
+                // recorded (docs/protocol.md, "Command trust").
                 crate::metrics::refused(refusal.reason());
                 log::warn!("command {id}: failed: {refusal}");
                 self.link.status().command(class, AckResult::Failed);

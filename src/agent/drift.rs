@@ -1,4 +1,4 @@
-//! Drift (protocol.md, `drift.v1`), the agent's side: the check, every
+//! Drift (docs/protocol.md, `drift.v1`), the agent's side: the check, every
 //! `NEXO_DRIFT_INTERVAL` (never more often than heartbeats), with one
 //! label-selected list of the records and one per kind they name, each
 //! object compared as it comes ([`crate::drift`] decides), of the records

@@ -1,4 +1,4 @@
-//! Drift enforcement (protocol.md, `drift.v1`): a record applied again
+//! Drift enforcement (docs/protocol.md, `drift.v1`): a record applied again
 //! through the deploy pipeline, under the same validation, content policy
 //! and ownership rules as a command, object by object (what became
 //! another's is left alone and reported, the rest restored); an

@@ -146,7 +146,7 @@ pub fn body(
 /// gets at most one heartbeat a second, not a busy loop.
 pub const HOLD_FLOOR: Duration = Duration::from_secs(1);
 
-/// The wait after a heartbeat and its commands (protocol.md, "Held
+/// The wait after a heartbeat and its commands (docs/protocol.md, "Held
 /// heartbeat"): none after a held answer (the hold was the wait), the
 /// interval after any other. A held cycle (the heartbeat and its
 /// commands) that took less than [`HOLD_FLOOR`] waits out the floor,

@@ -1,4 +1,4 @@
-//! Drift records (protocol.md, `drift.v1`), written: what a deploy or
+//! Drift records (docs/protocol.md, `drift.v1`), written: what a deploy or
 //! rollout applied, kept after it in a Secret owned by the deployment and
 //! carrying the Manager's proof (SECURITY.md, "Integrity the namespace
 //! cannot forge"); deleted with the deployment's uninstall.
@@ -15,7 +15,7 @@ use crate::words::AckResult;
 
 /// Why what a deploy or rollout applied is not recorded, so that its drift
 /// is not watched: the ack and the heartbeat's drift entry say so
-/// (protocol.md, `drift.v1`).
+/// (docs/protocol.md, `drift.v1`).
 #[derive(Debug)]
 pub(super) enum Unrecorded {
     /// Over the record's bound.
@@ -187,7 +187,7 @@ impl Agent {
         }
     }
 
-    /// Deletes a deployment's record after its uninstall (protocol.md,
+    /// Deletes a deployment's record after its uninstall (docs/protocol.md,
     /// `drift.v1`: the garbage collector would, but a finalizer may hold
     /// it); only this Manager's record, as read.
     fn delete_record(&mut self, namespace: &str, name: &str) {

@@ -14,7 +14,7 @@ use crate::trust::Trust;
 
 impl Agent {
     /// Every check made before anything is read from the cluster: the
-    /// signature first (protocol.md, "Command trust"), then validation,
+    /// signature first (docs/protocol.md, "Command trust"), then validation,
     /// then the content policy.
     pub(super) fn checked(
         &self,

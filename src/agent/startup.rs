@@ -154,7 +154,7 @@ fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
     }
 }
 
-/// The Manager's own objects (protocol.md, "Ownership"): the ones its
+/// The Manager's own objects (docs/protocol.md, "Ownership"): the ones its
 /// configuration names, and what its own Deployment's pod template names
 /// (the Secrets its token and command keys are mounted from, its
 /// ServiceAccount). A Deployment that cannot be read leaves the names of

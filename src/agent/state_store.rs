@@ -2,7 +2,7 @@
 //! record a result, mark acks delivered, or reload; it writes, retries once,
 //! and keeps the report of a write that failed for the heartbeats.
 //!
-//! One write per finished command (protocol.md, "State"): recording a
+//! One write per finished command (docs/protocol.md, "State"): recording a
 //! result is a write; marking acks delivered is not, the flags go with the
 //! next write, or in one write once they have waited [`FLUSH_AFTER`]. A
 //! crash in between only means an ack sent again, which the CP answers
@@ -58,7 +58,7 @@ impl StateStore {
     }
 
     /// Records whether signatures are required (the ratchet of
-    /// protocol.md, "Fail closed"), when it changed. Memory holds it even
+    /// docs/protocol.md, "Fail closed"), when it changed. Memory holds it even
     /// when the write fails (logged and reported).
     pub(super) fn require_signatures(&mut self, kube: &Client, required: bool) {
         if self.state.signatures_required == required {

@@ -1,11 +1,11 @@
 //! What is trusted: whether commands must be signed now, and the ratchet
-//! that keeps them required once they were (protocol.md, "Command
+//! that keeps them required once they were (docs/protocol.md, "Command
 //! trust", "Fail closed").
 
 use super::Agent;
 
 impl Agent {
-    /// Whether commands must be signed now (protocol.md, "Fail closed").
+    /// Whether commands must be signed now (docs/protocol.md, "Fail closed").
     pub(super) fn signatures_required(&self) -> bool {
         crate::trust::signatures_required(
             self.me.cfg.command_signatures,

@@ -12,7 +12,7 @@ use crate::ownership::{self, Verifier};
 use crate::refusal::Refusal;
 use crate::resource::{Kind, ObjectRef};
 
-/// The content policy's rules that need the cluster (protocol.md,
+/// The content policy's rules that need the cluster (docs/protocol.md,
 /// "Command trust"): a legacy pod template meets the stricter of
 /// `NEXO_POD_SECURITY` and its namespace's `pod-security.kubernetes.io/enforce`,
 /// and every Secret or ConfigMap it names that the deploy does not carry

@@ -70,7 +70,7 @@ pub(super) fn write_failed(
 }
 
 /// The refusal of a command that names one of the Manager's own objects
-/// (protocol.md, "Ownership"): by name, or by the labels of the object as
+/// (docs/protocol.md, "Ownership"): by name, or by the labels of the object as
 /// read (`None`: absent or not read yet) or as sent.
 pub(super) fn own_object(
     ctx: &Context<'_>,

@@ -52,7 +52,7 @@ pub struct Context<'a> {
     /// Drift enforcement, not a command: the deploy's writes take fields
     /// back from other field managers, and an object of the record that
     /// became another's is skipped ([`Outcome::skipped`]) while the
-    /// deployment's own are written (protocol.md, `drift.v1`). A command's
+    /// deployment's own are written (docs/protocol.md, `drift.v1`). A command's
     /// writes never take fields, and one such object refuses it whole.
     pub enforcing: bool,
 }

@@ -17,7 +17,7 @@ use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
 use crate::words::ResourceAction;
 
-/// Drift enforcement's choice (protocol.md, `drift.v1`): the record's objects,
+/// Drift enforcement's choice (docs/protocol.md, `drift.v1`): the record's objects,
 /// but the deployment's NexoProxy or Deployment, that exist and are not the
 /// deployment's (`own`: the Manager's own, as read; else
 /// [`Verifier::refusal_for`] with the legacy gate closed), with the reason:
@@ -376,7 +376,7 @@ pub fn upgrade_container(deployment: &Value) -> Result<(&str, Option<&str>), NoM
     }
 }
 
-/// The downgrade rule (protocol.md, "upgrade"): an upgrade to an older
+/// The downgrade rule (docs/protocol.md, "upgrade"): an upgrade to an older
 /// bundle than the `running` one (`NEXO_BUNDLE_VERSION`) is refused unless
 /// it says `allowDowngrade`. `Ok(Some(note))` when the versions cannot be
 /// compared (the running one unknown or not SemVer): the upgrade goes

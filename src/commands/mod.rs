@@ -86,7 +86,7 @@ pub struct Deploy {
     pub manifests: Vec<Manifest>,
     /// The command's half of the migration gate.
     pub adopt_legacy: bool,
-    /// What drift leads to (protocol.md, `drift.v1`).
+    /// What drift leads to (docs/protocol.md, `drift.v1`).
     pub drift: crate::drift::Settings,
 }
 
@@ -97,7 +97,7 @@ impl Deploy {
         r.kind == self.format.primary() && r.name == self.deployment.name
     }
 
-    /// The payload its drift record keeps (protocol.md, `drift.v1`): a
+    /// The payload its drift record keeps (docs/protocol.md, `drift.v1`): a
     /// deploy's, so that applying it again passes [`deploy_payload`].
     pub fn record_payload(&self) -> Value {
         serde_json::json!({

@@ -12,7 +12,7 @@ use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
 use crate::ownership;
 
 /// What a deploy applied, too big for its record ([`MAX_RECORD_BYTES`]):
-/// applied, but not recorded, so its drift is not watched (protocol.md,
+/// applied, but not recorded, so its drift is not watched (docs/protocol.md,
 /// `drift.v1`: the ack and the drift entry say so, naming the bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverBound {

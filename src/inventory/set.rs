@@ -19,7 +19,7 @@ use crate::resource;
 
 /// Backoff of a watch that cannot be opened, or that ended (or expired)
 /// before it was open for [`HEALTHY`]: from 1 s, doubling to 30 s,
-/// jittered (protocol.md, "Hostile and buggy values").
+/// jittered (docs/protocol.md, "Hostile and buggy values").
 const RETRY_BASE: Duration = Duration::from_secs(1);
 const RETRY_CAP: Duration = Duration::from_secs(30);
 

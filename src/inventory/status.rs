@@ -1,4 +1,4 @@
-//! Deployment status (protocol.md, "Deployment status", `status.v1`): the
+//! Deployment status (docs/protocol.md, "Deployment status", `status.v1`): the
 //! phase of an owned NexoProxy or legacy Deployment, from what its list or
 //! watch event says ([`Observed`], no request of its own) and what this
 //! Manager remembers of it ([`Track`]). Pure: [`Track::advance`] takes the
@@ -93,7 +93,7 @@ pub struct Verdict {
     pub recheck_in: Option<Duration>,
 }
 
-/// The phase of `o`, the first rule that holds (protocol.md):
+/// The phase of `o`, the first rule that holds (docs/protocol.md):
 /// `failed`, `available`, `degraded`, `progressing`.
 /// `available_at`: the generation at which it was last seen available;
 /// `waited`: how long the current generation has been waiting to become
@@ -144,7 +144,7 @@ pub fn judge(
     };
     // A NexoProxy failed by the Manager's deadline: the deadline is the
     // reason (as a Deployment's controller says it), the message stays the
-    // condition's, clipped (protocol.md); without a status, `NoStatus`.
+    // condition's, clipped (docs/protocol.md); without a status, `NoStatus`.
     let reason = if phase == Phase::Failed && !o.deployment && o.has_status {
         Some(shared.get(DEADLINE_REASON))
     } else {

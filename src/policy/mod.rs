@@ -1,4 +1,4 @@
-//! The content policy (protocol.md, "Command trust", capability
+//! The content policy (docs/protocol.md, "Command trust", capability
 //! `command.policy.v1`): what a deploy or an upgrade may put in the
 //! cluster, whatever the Control Plane says. Checked from plain values
 //! during validation, before any read, dry run or write; a refusal names
@@ -64,7 +64,7 @@ fn violation(at: &str, what: impl fmt::Display) -> Violation {
     Violation(format!("{at}: {what}"))
 }
 
-/// A Secret or ConfigMap a pod template names (protocol.md, "References
+/// A Secret or ConfigMap a pod template names (docs/protocol.md, "References
 /// stay inside the deployment").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {

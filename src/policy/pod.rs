@@ -1,4 +1,4 @@
-//! The legacy Deployment's policy (protocol.md, "Command trust"): an
+//! The legacy Deployment's policy (docs/protocol.md, "Command trust"): an
 //! allowlist of fields, walked from the object's root, so that a field
 //! Kubernetes added since (an image volume, a CSI inline volume, a
 //! projected token for any audience) is refused by its path instead of

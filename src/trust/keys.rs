@@ -187,7 +187,9 @@ impl KeyFile {
     /// Reads the file again if it changed. Keys that cannot be read
     /// replace nothing: the last good keys stay, or, if there were none,
     /// every command is refused until the file is fixed. A removed file
-    /// means unsigned commands again, as configured.
+    /// leaves no keys here; whether commands may then be unsigned is the
+    /// ratchet's decision (`signatures_required`: once required, they stay
+    /// required, so every command is then refused with `no command keys`).
     pub fn refresh(&mut self) {
         let stamp = self.current_stamp();
         if stamp == self.stamp {

@@ -1,4 +1,4 @@
-//! Signed commands (protocol.md, "Command trust", capability
+//! Signed commands (docs/protocol.md, "Command trust", capability
 //! `command.signature.ed25519.v1`): the command keys a cluster owner gives
 //! the Manager, and the verification of a command's Ed25519 signature
 //! before anything else is done with it.
@@ -40,7 +40,7 @@ pub const MAX_KEYS: usize = 64;
 /// Largest key file read, bytes.
 pub const MAX_KEY_FILE: u64 = 64 * 1024;
 
-/// Whether commands must be signed (protocol.md, "Fail closed"): when the
+/// Whether commands must be signed (docs/protocol.md, "Fail closed"): when the
 /// operator says `required`, or, unless the operator says `off`, when keys
 /// are configured or the state records that they were once required.
 pub fn signatures_required(

@@ -47,7 +47,7 @@ impl<'a> CommandFields<'a> {
 /// unacknowledged (the CP sends them again).
 pub const MAX_COMMANDS: usize = 1000;
 
-/// Largest command, as raw JSON (protocol.md, "Hostile and buggy values").
+/// Largest command, as raw JSON (docs/protocol.md, "Hostile and buggy values").
 pub const MAX_COMMAND_BYTES: usize = 2 * 1024 * 1024;
 
 /// `POST /api/v2/manager/heartbeat` 200 body; every field optional,

@@ -149,7 +149,7 @@ pub struct HeartbeatRequest {
     /// The release-contract inventory (`release-contract.v1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_contract: Option<ReleaseContract>,
-    /// Where command trust stands (protocol.md, "Fail closed").
+    /// Where command trust stands (docs/protocol.md, "Fail closed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trust: Option<TrustReport>,
     /// How long the CP may hold this request (`heartbeat.wait.v1`): the

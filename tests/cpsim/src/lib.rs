@@ -106,7 +106,7 @@ impl Fault {
 /// What a fault does. Apart from `Delay`, a faulted request has no effect.
 #[derive(Clone, Debug)]
 pub enum FaultAction {
-    /// An error status with protocol.md's error body, and `Retry-After` when set.
+    /// An error status with docs/protocol.md's error body, and `Retry-After` when set.
     Status {
         /// HTTP status.
         status: u16,
@@ -375,7 +375,7 @@ impl Simulator {
     }
 
     /// Sends a command delivered and not acknowledged for `after` again
-    /// (`None`: never, the default), as protocol.md's CP does.
+    /// (`None`: never, the default), as docs/protocol.md's CP does.
     pub fn set_redeliver_after(&self, after: Option<Duration>) {
         lock(&self.shared.state).redeliver_after = after;
     }

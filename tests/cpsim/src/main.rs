@@ -6,7 +6,7 @@
 //!            [--redeliver-after SECS]
 //! ```
 //! With `--redeliver-after`, a command delivered and not acknowledged for
-//! SECS is sent again (protocol.md: the CP sends unacknowledged commands
+//! SECS is sent again (docs/protocol.md: the CP sends unacknowledged commands
 //! again).
 //! With `--keys-out`, every environment signs its commands with a key pair
 //! made for this run, whose key line is written to PATH (the Manager's

@@ -67,7 +67,7 @@ pub struct State {
     /// Session lifetime.
     pub ttl: Duration,
     /// A command delivered and not acknowledged this long is sent again, in
-    /// the order first sent and before new ones (protocol.md: the CP sends
+    /// the order first sent and before new ones (docs/protocol.md: the CP sends
     /// unacknowledged commands again); `None`: never.
     pub redeliver_after: Option<Duration>,
     rng: u64,
@@ -84,7 +84,7 @@ pub fn manager_id(env: &str) -> String {
     format!("mgr-{h:08x}")
 }
 
-/// An error answer with protocol.md's body.
+/// An error answer with docs/protocol.md's body.
 pub fn error(status: u16, code: &str, message: &str) -> Response {
     Response::json(
         status,

@@ -1,4 +1,4 @@
-//! Signed commands (protocol.md, "Command trust"): a key pair generated
+//! Signed commands (docs/protocol.md, "Command trust"): a key pair generated
 //! for the run (never a committed secret), the key line the Manager's
 //! `NEXO_COMMAND_KEYS_FILE` takes, and the signed envelope. Tests build the
 //! bad cases from the same parts.
