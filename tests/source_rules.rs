@@ -141,7 +141,10 @@ fn every_cited_protocol_section_exists() {
             }
         }
     }
-    assert!(cited > 20, "only {cited} citations found: the check no longer reads them");
+    assert!(
+        cited > 20,
+        "only {cited} citations found: the check no longer reads them"
+    );
     assert!(
         missing.is_empty(),
         "cited sections docs/protocol.md does not have:\n  {}",

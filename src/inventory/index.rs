@@ -16,14 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::set::{Applied, Set, Watched, listed};
+use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge};
 use super::status::{CommandKey, CommandTrack};
-use super::{
-    DeploymentItem, Interner, MetaItem, PAGE, ProxyItem, Trust, deployment_entry, proxy_entry,
-};
+use super::{DeploymentItem, Interner, PAGE, ProxyItem, Trust};
 use crate::kube::Client;
 use crate::kube::client::Query;
-use crate::kube::watch::{Flow, WatchStream};
+use crate::kube::watch::Flow;
 use crate::ownership;
 
 /// How long the API server keeps a watch open before ending it (it is
@@ -81,9 +79,7 @@ impl Index {
         }
         self.trust.key = Some(key.clone());
         for set in &mut self.sets {
-            set.version = None;
-            set.stream = None;
-            set.retry_at = None;
+            set.watch = Watch::List { retry_at: None };
         }
     }
 
@@ -94,11 +90,10 @@ impl Index {
 
     /// The sockets of the open watches, for the loop's `poll(2)`.
     pub fn fds(&self, out: &mut Vec<RawFd>) {
-        out.extend(
-            self.sets
-                .iter()
-                .filter_map(|s| s.stream.as_ref().map(WatchStream::fd)),
-        );
+        out.extend(self.sets.iter().filter_map(|s| match &s.watch {
+            Watch::Open { stream, .. } => Some(stream.fd()),
+            _ => None,
+        }));
     }
 
     /// When a watch is next to be opened (again); never before the first
@@ -126,35 +121,49 @@ impl Index {
         let trust = &self.trust;
         let shared = &mut self.shared;
         let set = &mut self.sets[i];
-        let Some(mut stream) = set.stream.take() else {
+        if !matches!(set.watch, Watch::Open { .. }) {
+            return;
+        }
+        let closed = Watch::List { retry_at: None };
+        let Watch::Open {
+            mut version,
+            mut stream,
+            opened_at,
+        } = std::mem::replace(&mut set.watch, closed)
+        else {
             return;
         };
         let mut outcome = Applied::Taken;
         let flow = stream.pump(|line| {
-            if outcome == Applied::Taken {
-                outcome = set.apply(line, trust, shared, now);
+            if matches!(outcome, Applied::Taken) {
+                outcome = set.apply(line, trust, shared, now, &mut version);
             }
         });
         match (flow, outcome) {
-            (Ok(Flow::Open), Applied::Taken) => set.stream = Some(stream),
+            (Ok(Flow::Open), Applied::Taken) => {
+                set.watch = Watch::Open {
+                    version,
+                    stream,
+                    opened_at,
+                }
+            }
             // Ended by the server: opened again at once from the version.
             (Ok(Flow::Ended), Applied::Taken) => {
                 log::debug!(
                     "inventory: the watch of {} ended; watching again",
                     set.describe()
                 );
-                set.ended(now);
+                set.ended(Some(version), opened_at, now);
             }
             (_, Applied::Expired) => {
                 log::info!(
                     "inventory: the watch of {} expired (410 Gone); listing again",
                     set.describe()
                 );
-                set.version = None;
-                set.ended(now);
+                set.ended(None, opened_at, now);
             }
-            (_, Applied::Broken(why)) => set.failed(why, now),
-            (Err(e), Applied::Taken) => set.failed(format!("the watch broke: {e}"), now),
+            (_, Applied::Broken(why)) => set.failed(why, Some(version), now),
+            (Err(e), Applied::Taken) => set.failed(WatchError::Broke(e), Some(version), now),
         }
     }
 
@@ -163,58 +172,21 @@ impl Index {
         let selector = self.selector.clone();
         let shared = &mut self.shared;
         let set = &mut self.sets[i];
-        if set.version.is_none() {
-            let mut entries = Vec::new();
-            let mut unproven = BTreeSet::new();
-            let kind = set.kind.kind();
-            let mut judge = |meta: &MetaItem| {
-                let name = meta.name.as_deref().unwrap_or_default();
-                listed(&mut unproven, name, &meta.ownership(kind, trust), trust)
-            };
-            let listed = match set.kind {
-                Watched::Proxies => {
-                    client.list_versioned(&set.collection, Some(&selector), PAGE, |p: ProxyItem| {
-                        if judge(&p.metadata) {
-                            let uid = p.metadata.uid.clone();
-                            entries.extend(proxy_entry(p, shared).map(|e| (e, uid)));
-                        }
-                    })
-                }
-                Watched::Deployments => client.list_versioned(
-                    &set.collection,
-                    Some(&selector),
-                    PAGE,
-                    |d: DeploymentItem| {
-                        if judge(&d.metadata) {
-                            let uid = d.metadata.uid.clone();
-                            entries.extend(deployment_entry(d, shared).map(|e| (e, uid)));
-                        }
-                    },
-                ),
-            };
-            match listed {
-                Ok(version) => {
-                    set.unproven = unproven;
-                    // What was remembered of the objects still there stays.
-                    let mut old = std::mem::take(&mut set.entries);
-                    for ((entry, observed), uid) in entries {
-                        if let Some(o) = old.remove(&*entry.name) {
-                            set.entries.insert(o.entry.name.clone(), o);
-                        }
-                        set.keep(entry, observed, uid, now);
-                    }
-                    set.version = Some(version);
-                }
-                Err(e) => return set.failed(format!("cannot list: {e}"), now),
-            }
-        }
+        let version = match &set.watch {
+            Watch::Open { .. } => return,
+            Watch::Closed { version, .. } => version.clone(),
+            Watch::List { .. } => match list(client, set, &selector, trust, shared, now) {
+                Ok(version) => version,
+                Err(e) => return set.failed(WatchError::List(e), None, now),
+            },
+        };
         let path = format!(
             "{}{}",
             set.collection,
             Query::new()
                 .param("watch", "1")
                 .param("allowWatchBookmarks", "true")
-                .param("resourceVersion", set.version.as_deref().unwrap_or(""))
+                .param("resourceVersion", &version)
                 .param("labelSelector", &selector)
                 .param("timeoutSeconds", &WATCH_TIMEOUT.as_secs().to_string())
                 .finish()
@@ -224,19 +196,65 @@ impl Index {
                 if set.problem.take().is_some() {
                     log::info!("inventory: watching {} again", set.describe());
                 }
-                set.retry_at = None;
-                set.opened_at = Some(now);
-                set.stream = Some(stream);
+                set.watch = Watch::Open {
+                    version,
+                    stream,
+                    opened_at: now,
+                };
                 // Events may have come with the head: read them now.
                 self.pump(i, now);
             }
-            Err(e) if e.is_gone() => {
-                set.version = None;
-                set.failed(format!("cannot watch: {e}"), now);
-            }
-            Err(e) => set.failed(format!("cannot watch: {e}"), now),
+            // Too old to watch from: listed first next time.
+            Err(e) if e.is_gone() => set.failed(WatchError::Open(e), None, now),
+            Err(e) => set.failed(WatchError::Open(e), Some(version), now),
         }
     }
+}
+
+/// Lists `set` afresh (every item read by [`judge`], as a watch event's
+/// object is): what was remembered of the objects still there stays.
+/// The list's version, to watch from.
+fn list(
+    client: &Client,
+    set: &mut Set,
+    selector: &str,
+    trust: &Trust,
+    shared: &mut Interner,
+    now: Instant,
+) -> Result<String, crate::kube::Error> {
+    let mut kept = Vec::new();
+    let mut unproven = BTreeSet::new();
+    let kind = set.kind.kind();
+    let mut take = |judged: Result<Judged, _>| {
+        if let Ok(Judged {
+            kept: Some(entry), ..
+        }) = judged
+        {
+            kept.push(entry);
+        }
+    };
+    let version = match set.kind {
+        Watched::Proxies => {
+            client.list_versioned(&set.collection, Some(selector), PAGE, |p: ProxyItem| {
+                take(judge(p, kind, trust, shared, &mut unproven))
+            })
+        }
+        Watched::Deployments => client.list_versioned(
+            &set.collection,
+            Some(selector),
+            PAGE,
+            |d: DeploymentItem| take(judge(d, kind, trust, shared, &mut unproven)),
+        ),
+    }?;
+    set.unproven = unproven;
+    let mut old = std::mem::take(&mut set.entries);
+    for (entry, observed, uid) in kept {
+        if let Some(o) = old.remove(&*entry.name) {
+            set.entries.insert(o.entry.name.clone(), o);
+        }
+        set.keep(entry, observed, uid, now);
+    }
+    Ok(version)
 }
 
 #[cfg(test)]

@@ -1,6 +1,20 @@
 //! The index's sets and events, as plain values.
 use super::*;
-use crate::inventory::set::HEALTHY;
+use crate::inventory::set::{HEALTHY, Watch};
+
+/// Applies one event to `s` as its open watch would, keeping the version
+/// it moves to in the set.
+fn apply(s: &mut Set, line: &[u8], trust: &Trust, shared: &mut Interner, now: Instant) -> Applied {
+    let mut version = s.version().unwrap_or_default().to_owned();
+    let applied = s.apply(line, trust, shared, now, &mut version);
+    if !version.is_empty() {
+        s.watch = Watch::Closed {
+            version,
+            retry_at: None,
+        };
+    }
+    applied
+}
 
 fn set() -> (Set, Interner) {
     (Set::new(Watched::Proxies, "shop"), Interner::default())
@@ -56,7 +70,7 @@ fn an_object_labelled_without_the_proof_is_reported_not_listed() {
     ] {
         let event = format!(r#"{{"type": "ADDED", "object": {object}}}"#);
         assert_eq!(
-            s.apply(event.as_bytes(), &trust(false), &mut shared, now),
+            apply(&mut s, event.as_bytes(), &trust(false), &mut shared, now),
             Applied::Taken,
             "{name}"
         );
@@ -70,7 +84,7 @@ fn an_object_labelled_without_the_proof_is_reported_not_listed() {
         r#"{{"type": "ADDED", "object": {}}}"#,
         unproven("b", "env-1", "2")
     );
-    g.apply(event.as_bytes(), &trust(true), &mut shared, now);
+    apply(&mut g, event.as_bytes(), &trust(true), &mut shared, now);
     assert!(g.entries.contains_key("b"));
     assert!(
         g.unproven_error(&trust(true))
@@ -87,14 +101,14 @@ fn an_object_labelled_without_the_proof_is_reported_not_listed() {
         r#"{{"type": "ADDED", "object": {}}}"#,
         proxy("a", "env-1", "1")
     );
-    k.apply(event.as_bytes(), &keyless, &mut shared, now);
+    apply(&mut k, event.as_bytes(), &keyless, &mut shared, now);
     assert!(k.entries.is_empty());
     // Gone: no longer reported.
     let deleted = format!(
         r#"{{"type": "DELETED", "object": {}}}"#,
         unproven("b", "env-1", "4")
     );
-    s.apply(deleted.as_bytes(), &trust(false), &mut shared, now);
+    apply(&mut s, deleted.as_bytes(), &trust(false), &mut shared, now);
     assert!(
         s.unproven_error(&trust(false))
             .unwrap()
@@ -110,17 +124,24 @@ fn events_add_change_and_remove_entries_and_move_the_version() {
         proxy("a", "env-1", "10")
     );
     assert_eq!(
-        s.apply(added.as_bytes(), &trust(false), &mut shared, Instant::now()),
+        apply(
+            &mut s,
+            added.as_bytes(),
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
         Applied::Taken
     );
     assert_eq!(s.entries["a"].entry.replicas, 2);
-    assert_eq!(s.version.as_deref(), Some("10"));
+    assert_eq!(s.version(), Some("10"));
     let foreign = format!(
         r#"{{"type": "MODIFIED", "object": {}}}"#,
         proxy("a", "env-2", "11")
     );
     assert_eq!(
-        s.apply(
+        apply(
+            &mut s,
             foreign.as_bytes(),
             &trust(false),
             &mut shared,
@@ -136,12 +157,19 @@ fn events_add_change_and_remove_entries_and_move_the_version() {
         r#"{{"type": "ADDED", "object": {}}}"#,
         proxy("b", "env-1", "12")
     );
-    s.apply(again.as_bytes(), &trust(false), &mut shared, Instant::now());
+    apply(
+        &mut s,
+        again.as_bytes(),
+        &trust(false),
+        &mut shared,
+        Instant::now(),
+    );
     let deleted = format!(
         r#"{{"type": "DELETED", "object": {}}}"#,
         proxy("b", "env-1", "13")
     );
-    s.apply(
+    apply(
+        &mut s,
         deleted.as_bytes(),
         &trust(false),
         &mut shared,
@@ -150,7 +178,8 @@ fn events_add_change_and_remove_entries_and_move_the_version() {
     assert!(s.entries.is_empty());
     let bookmark = r#"{"type": "BOOKMARK", "object": {"kind": "NexoProxy", "metadata": {"resourceVersion": "99"}}}"#;
     assert_eq!(
-        s.apply(
+        apply(
+            &mut s,
             bookmark.as_bytes(),
             &trust(false),
             &mut shared,
@@ -158,7 +187,7 @@ fn events_add_change_and_remove_entries_and_move_the_version() {
         ),
         Applied::Taken
     );
-    assert_eq!(s.version.as_deref(), Some("99"));
+    assert_eq!(s.version(), Some("99"));
 }
 
 #[test]
@@ -166,20 +195,33 @@ fn a_410_lists_again_and_other_errors_reopen() {
     let (mut s, mut shared) = set();
     let gone = r#"{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}"#;
     assert_eq!(
-        s.apply(gone.as_bytes(), &trust(false), &mut shared, Instant::now()),
+        apply(
+            &mut s,
+            gone.as_bytes(),
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
         Applied::Expired
     );
     let other =
         r#"{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}"#;
     assert!(
-        matches!(s.apply(other.as_bytes(), &trust(false), &mut shared, Instant::now()), Applied::Broken(m) if m.contains("500"))
+        matches!(apply(&mut s, other.as_bytes(), &trust(false), &mut shared, Instant::now()), Applied::Broken(m) if m.to_string().contains("500"))
     );
     assert!(matches!(
-        s.apply(b"{not json", &trust(false), &mut shared, Instant::now()),
+        apply(
+            &mut s,
+            b"{not json",
+            &trust(false),
+            &mut shared,
+            Instant::now()
+        ),
         Applied::Broken(_)
     ));
     assert!(matches!(
-        s.apply(
+        apply(
+            &mut s,
             br#"{"type": "SURPRISE", "object": {}}"#,
             &trust(false),
             &mut shared,
@@ -194,7 +236,7 @@ fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
     let (mut s, _) = set();
     let now = Instant::now();
     assert_eq!(s.due(now), Some(now), "never opened: due now");
-    s.failed("the watch broke".into(), now);
+    s.failed(WatchError::Broke(std::io::Error::other("reset")), None, now);
     assert!(s.due(now).is_some_and(|at| at > now));
     let index = Index {
         trust: trust(false),
@@ -217,10 +259,10 @@ fn a_watch_that_ends_at_once_waits_its_backoff_and_a_healthy_one_does_not() {
     let mut at = t0;
     let mut delays = Vec::new();
     for _ in 0..8 {
-        s.opened_at = Some(at);
+        let opened_at = at;
         at += Duration::from_millis(10);
-        s.ended(at);
-        let retry = s.retry_at.expect("not at once");
+        s.ended(Some("1".into()), opened_at, at);
+        let retry = s.retry_at().expect("not at once");
         delays.push(retry - at);
         at = retry;
     }
@@ -241,12 +283,14 @@ fn a_watch_that_ends_at_once_waits_its_backoff_and_a_healthy_one_does_not() {
         .count();
     assert!(opens <= 10, "{opens} opens in a minute: {delays:?}");
     // Open for a healthy minute: opened again at once, the backoff anew.
-    s.opened_at = Some(at);
-    s.ended(at + HEALTHY);
-    assert_eq!(s.retry_at, None);
-    s.opened_at = Some(at + HEALTHY);
-    s.ended(at + HEALTHY + Duration::from_millis(10));
-    let d = s.retry_at.unwrap() - (at + HEALTHY + Duration::from_millis(10));
+    s.ended(Some("1".into()), at, at + HEALTHY);
+    assert_eq!(s.retry_at(), None);
+    s.ended(
+        Some("1".into()),
+        at + HEALTHY,
+        at + HEALTHY + Duration::from_millis(10),
+    );
+    let d = s.retry_at().unwrap() - (at + HEALTHY + Duration::from_millis(10));
     assert!(
         d <= Duration::from_secs(1),
         "the backoff starts again: {d:?}"

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::status::{Observed, Track};
@@ -36,6 +37,164 @@ pub enum Watched {
     Deployments,
 }
 
+/// Where a set's watch stands: each state holds what only it has (a
+/// version to watch from, an open stream, when to try again).
+#[derive(Debug)]
+pub enum Watch {
+    /// No version to watch from (never listed, a 410 Gone, a new key):
+    /// listed first, then watched; not before `retry_at`.
+    List { retry_at: Option<Instant> },
+    /// Listed or watched up to `version`, the watch not open: opened again
+    /// from it, not before `retry_at`.
+    Closed {
+        version: String,
+        retry_at: Option<Instant>,
+    },
+    /// Open since `opened_at`; its events are read as they arrive.
+    Open {
+        version: String,
+        stream: WatchStream,
+        opened_at: Instant,
+    },
+}
+
+/// Why a set is not current: the list or the watch failed, or the watch
+/// sent something it cannot take. Its `Display` is the `inventoryErrors`
+/// line's cause.
+#[derive(Debug)]
+pub enum WatchError {
+    /// The list failed.
+    List(crate::kube::Error),
+    /// The watch could not be opened.
+    Open(crate::kube::Error),
+    /// The open watch broke (a reset, the connection closed mid-event).
+    Broke(std::io::Error),
+    /// A line that is not a watch event.
+    NotAnEvent(serde_json::Error),
+    /// An object the set cannot read.
+    Object(ObjectError),
+    /// An `ERROR` event other than 410 Gone.
+    ErrorEvent { code: Option<u16>, message: String },
+    /// An event of a type the API does not send.
+    UnknownType(String),
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatchError::List(e) => write!(f, "cannot list: {e}"),
+            WatchError::Open(e) => write!(f, "cannot watch: {e}"),
+            WatchError::Broke(e) => write!(f, "the watch broke: {e}"),
+            WatchError::NotAnEvent(e) => write!(f, "not a watch event: {e}"),
+            WatchError::Object(e) => write!(f, "an object not understood: {e}"),
+            WatchError::ErrorEvent { code, message } => write!(
+                f,
+                "the watch ended with an error ({}: {})",
+                code.map_or("no code".to_owned(), |c| c.to_string()),
+                crate::text::clip(message, 200)
+            ),
+            WatchError::UnknownType(t) => {
+                write!(f, "an event of unknown type {}", crate::text::clip(t, 40))
+            }
+        }
+    }
+}
+
+impl std::error::Error for WatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WatchError::List(e) | WatchError::Open(e) => Some(e),
+            WatchError::Broke(e) => Some(e),
+            WatchError::NotAnEvent(e) => Some(e),
+            WatchError::Object(e) => Some(e),
+            WatchError::ErrorEvent { .. } | WatchError::UnknownType(_) => None,
+        }
+    }
+}
+
+/// An object a set cannot read.
+#[derive(Debug)]
+pub enum ObjectError {
+    /// Not the projection of its kind.
+    Decode(serde_json::Error),
+    /// No `metadata.name`.
+    NoName,
+}
+
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectError::Decode(e) => write!(f, "{e}"),
+            ObjectError::NoName => f.write_str("an object without a name"),
+        }
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ObjectError::Decode(e) => Some(e),
+            ObjectError::NoName => None,
+        }
+    }
+}
+
+/// An item of a watched collection, as listed or as a watch event's
+/// object: both are read by [`judge`].
+pub trait Item: DeserializeOwned {
+    /// Its metadata.
+    fn metadata(&self) -> &MetaItem;
+    /// Its heartbeat entry and what its phase is judged from.
+    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)>;
+}
+
+impl Item for ProxyItem {
+    fn metadata(&self) -> &MetaItem {
+        &self.metadata
+    }
+    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
+        proxy_entry(self, shared)
+    }
+}
+
+impl Item for DeploymentItem {
+    fn metadata(&self) -> &MetaItem {
+        &self.metadata
+    }
+    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
+        deployment_entry(self, shared)
+    }
+}
+
+/// One item judged: its name, and its entry (with its uid) when it is
+/// listed.
+pub struct Judged {
+    pub name: String,
+    pub kept: Option<(DeploymentEntry, Observed, Option<String>)>,
+}
+
+/// Reads one item, as listed or as a watch event's object: its ownership
+/// (an unproven one remembered in `unproven`, [`listed`]), and its entry
+/// when it is listed.
+pub fn judge<T: Item>(
+    item: T,
+    kind: &str,
+    trust: &Trust,
+    shared: &mut Interner,
+    unproven: &mut BTreeSet<Rc<str>>,
+) -> Result<Judged, ObjectError> {
+    let meta = item.metadata();
+    let name = meta.name.clone().ok_or(ObjectError::NoName)?;
+    let uid = meta.uid.clone();
+    let owned = listed(unproven, &name, &meta.ownership(kind, trust), trust);
+    let kept = if owned {
+        item.into_entry(shared).map(|(e, o)| (e, o, uid))
+    } else {
+        None
+    };
+    Ok(Judged { name, kept })
+}
+
 /// One watched collection: its entries and its watch.
 #[derive(Debug)]
 pub struct Set {
@@ -46,16 +205,11 @@ pub struct Set {
     /// Boxed: a map's nodes hold their values inline, half empty after
     /// the list's ordered inserts; a box keeps that slack at 8 bytes.
     pub(super) entries: BTreeMap<Rc<str>, Box<Stored>>,
-    /// The version to watch from; `None`: list first.
-    pub(super) version: Option<String>,
-    pub(super) stream: Option<WatchStream>,
+    /// Where its watch stands.
+    pub(super) watch: Watch,
     /// Why the set is not current, while it is not.
-    pub(super) problem: Option<String>,
-    /// Not opened again before this.
-    pub(super) retry_at: Option<Instant>,
+    pub(super) problem: Option<WatchError>,
     pub(super) backoff: Backoff,
-    /// When the open watch was opened.
-    pub(super) opened_at: Option<Instant>,
     /// The objects with this environment's labels but no valid proof:
     /// reported in `inventoryErrors`, listed only through the gate.
     pub(super) unproven: BTreeSet<Rc<str>>,
@@ -77,14 +231,26 @@ pub(super) struct Stored {
 }
 
 /// What an event does to a set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Applied {
     /// Taken (or a bookmark): the watch goes on.
     Taken,
     /// 410 Gone: the version is too old; list again.
     Expired,
     /// An error event, or a line that is not one: open the watch again.
-    Broken(String),
+    Broken(WatchError),
+}
+
+/// Events compared as the tests see them: a broken one by its cause.
+#[cfg(test)]
+impl PartialEq for Applied {
+    fn eq(&self, other: &Applied) -> bool {
+        match (self, other) {
+            (Applied::Taken, Applied::Taken) | (Applied::Expired, Applied::Expired) => true,
+            (Applied::Broken(a), Applied::Broken(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -129,12 +295,9 @@ impl Set {
             namespace: Rc::from(namespace),
             collection,
             entries: BTreeMap::new(),
-            version: None,
-            stream: None,
+            watch: Watch::List { retry_at: None },
             problem: None,
-            retry_at: None,
             backoff: Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()),
-            opened_at: None,
             unproven: BTreeSet::new(),
         }
     }
@@ -171,36 +334,32 @@ impl Set {
         format!("{what} in {}", self.namespace)
     }
 
-    /// Takes one object (as listed, added or modified): kept when owned,
-    /// dropped otherwise (its labels or its proof changed).
+    /// Takes one object (added or modified): kept when owned, dropped
+    /// otherwise (its labels or its proof changed).
     pub(super) fn take(
         &mut self,
         object: &str,
         trust: &Trust,
         shared: &mut Interner,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), ObjectError> {
         let kind = self.kind.kind();
-        let (meta_name, ownership, uid, taken) = match self.kind {
+        let unproven = &mut self.unproven;
+        let judged = match self.kind {
             Watched::Proxies => {
-                let p: ProxyItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
-                let ownership = p.metadata.ownership(kind, trust);
-                let (name, uid) = (p.metadata.name.clone(), p.metadata.uid.clone());
-                (name, ownership, uid, proxy_entry(p, shared))
+                let p: ProxyItem = serde_json::from_str(object).map_err(ObjectError::Decode)?;
+                judge(p, kind, trust, shared, unproven)?
             }
             Watched::Deployments => {
-                let d: DeploymentItem = serde_json::from_str(object).map_err(|e| e.to_string())?;
-                let ownership = d.metadata.ownership(kind, trust);
-                let (name, uid) = (d.metadata.name.clone(), d.metadata.uid.clone());
-                (name, ownership, uid, deployment_entry(d, shared))
+                let d: DeploymentItem =
+                    serde_json::from_str(object).map_err(ObjectError::Decode)?;
+                judge(d, kind, trust, shared, unproven)?
             }
         };
-        let name = meta_name.ok_or("an object without a name")?;
-        let owned = listed(&mut self.unproven, &name, &ownership, trust);
-        match taken {
-            Some((entry, observed)) if owned => self.keep(entry, observed, uid, now),
-            _ => {
-                self.entries.remove(name.as_str());
+        match judged.kept {
+            Some((entry, observed, uid)) => self.keep(entry, observed, uid, now),
+            None => {
+                self.entries.remove(judged.name.as_str());
             }
         }
         Ok(())
@@ -233,32 +392,29 @@ impl Set {
         );
     }
 
-    /// Applies one watch event (a line of the stream) to the entries.
+    /// Applies one watch event (a line of the stream) to the entries;
+    /// `version` becomes the event's.
     pub fn apply(
         &mut self,
         line: &[u8],
         trust: &Trust,
         shared: &mut Interner,
         now: Instant,
+        version: &mut String,
     ) -> Applied {
         let event: Event = match serde_json::from_slice(line) {
             Ok(e) => e,
-            Err(e) => return Applied::Broken(format!("not a watch event: {e}")),
+            Err(e) => return Applied::Broken(WatchError::NotAnEvent(e)),
         };
-        let version = || {
-            serde_json::from_str::<Named>(event.object.get())
-                .ok()
-                .and_then(|n| n.metadata.resource_version)
-        };
+        let named = || serde_json::from_str::<Named>(event.object.get()).unwrap_or_default();
         match event.kind {
             "ADDED" | "MODIFIED" => {
                 if let Err(e) = self.take(event.object.get(), trust, shared, now) {
-                    return Applied::Broken(format!("an object not understood: {e}"));
+                    return Applied::Broken(WatchError::Object(e));
                 }
             }
             "DELETED" => {
-                let named: Named = serde_json::from_str(event.object.get()).unwrap_or_default();
-                if let Some(name) = named.metadata.name {
+                if let Some(name) = named().metadata.name {
                     self.entries.remove(name.as_str());
                     self.unproven.remove(name.as_str());
                 }
@@ -269,22 +425,16 @@ impl Set {
                     serde_json::from_str(event.object.get()).unwrap_or_default();
                 return match status.code {
                     Some(410) => Applied::Expired,
-                    code => Applied::Broken(format!(
-                        "the watch ended with an error ({}: {})",
-                        code.map_or("no code".to_owned(), |c| c.to_string()),
-                        crate::text::clip(status.message.as_deref().unwrap_or(""), 200)
-                    )),
+                    code => Applied::Broken(WatchError::ErrorEvent {
+                        code,
+                        message: status.message.unwrap_or_default(),
+                    }),
                 };
             }
-            other => {
-                return Applied::Broken(format!(
-                    "an event of unknown type {}",
-                    crate::text::clip(other, 40)
-                ));
-            }
+            other => return Applied::Broken(WatchError::UnknownType(other.to_owned())),
         }
-        if let Some(v) = version() {
-            self.version = Some(v);
+        if let Some(v) = named().metadata.resource_version {
+            *version = v;
         }
         Applied::Taken
     }
@@ -292,33 +442,60 @@ impl Set {
     /// When the watch should be opened (again), seen at `now`: `None`
     /// while it is open.
     pub fn due(&self, now: Instant) -> Option<Instant> {
-        match (&self.stream, self.retry_at) {
-            (Some(_), _) => None,
-            (None, Some(at)) => Some(at),
-            (None, None) => Some(now),
+        match &self.watch {
+            Watch::Open { .. } => None,
+            Watch::List { retry_at } | Watch::Closed { retry_at, .. } => {
+                Some(retry_at.unwrap_or(now))
+            }
         }
     }
 
-    /// The watch ended (the server's timeout, or a 410 Gone): opened again
-    /// at once if it was open for [`HEALTHY`] (its backoff then starts
-    /// again), else after the backoff: a watch that ends as soon as it is
-    /// opened is not opened again as fast as it ends.
-    pub(super) fn ended(&mut self, now: Instant) {
-        self.stream = None;
-        let healthy = self
-            .opened_at
-            .is_some_and(|at| now.saturating_duration_since(at) >= HEALTHY);
-        if healthy {
+    /// When the watch is opened again, if it waits for a time.
+    #[cfg(test)]
+    pub fn retry_at(&self) -> Option<Instant> {
+        match &self.watch {
+            Watch::Open { .. } => None,
+            Watch::List { retry_at } | Watch::Closed { retry_at, .. } => *retry_at,
+        }
+    }
+
+    /// The version to watch from, if any.
+    #[cfg(test)]
+    pub fn version(&self) -> Option<&str> {
+        match &self.watch {
+            Watch::List { .. } => None,
+            Watch::Closed { version, .. } | Watch::Open { version, .. } => Some(version),
+        }
+    }
+
+    /// Not watched, waiting until `retry_at`: from `version`, or listed
+    /// first when there is none.
+    fn wait(&mut self, version: Option<String>, retry_at: Option<Instant>) {
+        self.watch = match version {
+            Some(version) => Watch::Closed { version, retry_at },
+            None => Watch::List { retry_at },
+        };
+    }
+
+    /// The watch opened at `opened_at` ended (the server's timeout; a 410
+    /// Gone, when `version` is `None`): opened again at once if it was
+    /// open for [`HEALTHY`] (its backoff then starts again), else after
+    /// the backoff: a watch that ends as soon as it is opened is not
+    /// opened again as fast as it ends.
+    pub(super) fn ended(&mut self, version: Option<String>, opened_at: Instant, now: Instant) {
+        let retry_at = if now.saturating_duration_since(opened_at) >= HEALTHY {
             self.backoff.reset();
-            self.retry_at = None;
+            None
         } else {
-            self.retry_at = Some(now + self.backoff.next_delay_at_least_half());
-        }
+            Some(now + self.backoff.next_delay_at_least_half())
+        };
+        self.wait(version, retry_at);
     }
 
-    /// The watch failed: opened again after the backoff; the entries may
-    /// be stale until then.
-    pub(super) fn failed(&mut self, problem: String, now: Instant) {
+    /// The list or the watch failed: tried again after the backoff, from
+    /// `version` (listed first when there is none); the entries may be
+    /// stale until then.
+    pub(super) fn failed(&mut self, problem: WatchError, version: Option<String>, now: Instant) {
         let delay = self.backoff.next_delay_at_least_half();
         log::warn!(
             "inventory: {}: {problem}; watching again in {:?}",
@@ -326,8 +503,7 @@ impl Set {
             Duration::from_millis(delay.as_millis() as u64)
         );
         self.problem = Some(problem);
-        self.stream = None;
-        self.retry_at = Some(now + delay);
+        self.wait(version, Some(now + delay));
     }
 }
 
