@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::kube::client::{Body, MERGE_PATCH, Method, to_json};
 use crate::kube::{self, Client};
+use crate::resource::{self, Kind};
 
 /// The `reportingController` of every Event.
 pub const REPORTING_CONTROLLER: &str = "nexo.io/manager";
@@ -87,19 +88,10 @@ impl Reason {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Regarding {
     /// `NexoProxy` or `Deployment`.
-    pub kind: &'static str,
+    pub kind: Kind,
     pub namespace: String,
     pub name: String,
     pub uid: String,
-}
-
-impl Regarding {
-    fn api_version(&self) -> &'static str {
-        match self.kind {
-            "NexoProxy" => "nexo.io/v1alpha1",
-            _ => "apps/v1",
-        }
-    }
 }
 
 /// One event to record.
@@ -360,8 +352,8 @@ impl Recorder {
     fn body(&self, event: &Event, series: &Series, at: SystemTime) -> Value {
         let r = &event.regarding;
         let mut body = json!({
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
+            "apiVersion": resource::EVENTS.api_version,
+            "kind": resource::EVENTS.kind,
             "metadata": {"name": series.name, "namespace": r.namespace},
             "eventTime": micro_time(at),
             "reportingController": REPORTING_CONTROLLER,
@@ -371,8 +363,8 @@ impl Recorder {
             "type": event.reason.kind(),
             "note": crate::text::clip_bytes(&event.note, NOTE_BYTES),
             "regarding": {
-                "apiVersion": r.api_version(),
-                "kind": r.kind,
+                "apiVersion": r.kind.api_version(),
+                "kind": r.kind.name(),
                 "namespace": r.namespace,
                 "name": r.name,
                 "uid": r.uid,
@@ -416,7 +408,7 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
         };
         let (path, method, content_type, body) = match &write {
             Write::Create { namespace, body } => (
-                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+                resource::EVENTS.collection(Some(namespace)),
                 Method::POST,
                 "application/json",
                 body,
@@ -426,7 +418,7 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
                 name,
                 body,
             } => (
-                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"),
+                resource::EVENTS.object(Some(namespace), name),
                 Method::PATCH,
                 MERGE_PATCH,
                 body,

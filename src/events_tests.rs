@@ -2,7 +2,7 @@ use super::*;
 
 fn regarding(uid: &str) -> Regarding {
     Regarding {
-        kind: "NexoProxy",
+        kind: crate::resource::Kind::NexoProxy,
         namespace: "shop".into(),
         name: "orders".into(),
         uid: uid.into(),

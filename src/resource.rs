@@ -12,13 +12,19 @@ use serde_json::Value;
 use crate::cp::wire::AckResource;
 use crate::words::ResourceAction;
 
-/// A Kubernetes resource: where its API serves it.
+/// A Kubernetes resource: what its objects are (`apiVersion`, `kind`) and
+/// where its API serves them, as kube-core's `ApiResource`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     /// The API group; empty for the core group.
     pub group: &'static str,
     /// The version.
     pub version: &'static str,
+    /// `group/version`, or `version` for the core group: its objects'
+    /// `apiVersion`.
+    pub api_version: &'static str,
+    /// Its objects' `kind`.
+    pub kind: &'static str,
     /// The resource name in URL paths.
     pub plural: &'static str,
     /// Whether its objects live in a namespace.
@@ -53,31 +59,35 @@ impl Resource {
     }
 }
 
-const fn core(plural: &'static str, namespaced: bool) -> Resource {
+const fn core(kind: &'static str, plural: &'static str, namespaced: bool) -> Resource {
     Resource {
         group: "",
         version: "v1",
+        api_version: "v1",
+        kind,
         plural,
         namespaced,
     }
 }
 
 /// `v1` ConfigMaps.
-pub const CONFIG_MAPS: Resource = core("configmaps", true);
+pub const CONFIG_MAPS: Resource = core("ConfigMap", "configmaps", true);
 /// `v1` Secrets.
-pub const SECRETS: Resource = core("secrets", true);
+pub const SECRETS: Resource = core("Secret", "secrets", true);
 /// `v1` Services.
-pub const SERVICES: Resource = core("services", true);
+pub const SERVICES: Resource = core("Service", "services", true);
 /// `v1` pods: listed only to say why a legacy Deployment's pods do not run.
-pub const PODS: Resource = core("pods", true);
+pub const PODS: Resource = core("Pod", "pods", true);
 /// `v1` Namespaces.
-pub const NAMESPACES: Resource = core("namespaces", false);
+pub const NAMESPACES: Resource = core("Namespace", "namespaces", false);
 /// `v1` Nodes.
-pub const NODES: Resource = core("nodes", false);
+pub const NODES: Resource = core("Node", "nodes", false);
 /// `apps/v1` Deployments.
 pub const DEPLOYMENTS: Resource = Resource {
     group: "apps",
     version: "v1",
+    api_version: "apps/v1",
+    kind: "Deployment",
     plural: "deployments",
     namespaced: true,
 };
@@ -86,6 +96,8 @@ pub const DEPLOYMENTS: Resource = Resource {
 pub const REPLICA_SETS: Resource = Resource {
     group: "apps",
     version: "v1",
+    api_version: "apps/v1",
+    kind: "ReplicaSet",
     plural: "replicasets",
     namespaced: true,
 };
@@ -93,6 +105,8 @@ pub const REPLICA_SETS: Resource = Resource {
 pub const LEASES: Resource = Resource {
     group: "coordination.k8s.io",
     version: "v1",
+    api_version: "coordination.k8s.io/v1",
+    kind: "Lease",
     plural: "leases",
     namespaced: true,
 };
@@ -100,8 +114,19 @@ pub const LEASES: Resource = Resource {
 pub const CRDS: Resource = Resource {
     group: "apiextensions.k8s.io",
     version: "v1",
+    api_version: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
     plural: "customresourcedefinitions",
     namespaced: false,
+};
+/// `events.k8s.io/v1` Events: what the Manager did, about owned objects.
+pub const EVENTS: Resource = Resource {
+    group: "events.k8s.io",
+    version: "v1",
+    api_version: "events.k8s.io/v1",
+    kind: "Event",
+    plural: "events",
+    namespaced: true,
 };
 /// The Nexo group.
 pub const NEXO_GROUP: &str = "nexo.io";
@@ -109,6 +134,8 @@ pub const NEXO_GROUP: &str = "nexo.io";
 pub const NEXO_PROXIES: Resource = Resource {
     group: NEXO_GROUP,
     version: "v1alpha1",
+    api_version: "nexo.io/v1alpha1",
+    kind: "NexoProxy",
     plural: "nexoproxies",
     namespaced: true,
 };
@@ -116,6 +143,8 @@ pub const NEXO_PROXIES: Resource = Resource {
 pub const NEXO_PIPELINES: Resource = Resource {
     group: NEXO_GROUP,
     version: "v1alpha1",
+    api_version: "nexo.io/v1alpha1",
+    kind: "NexoPipeline",
     plural: "nexopipelines",
     namespaced: true,
 };
@@ -150,23 +179,12 @@ impl Kind {
 
     /// Its `apiVersion`.
     pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::NexoProxy | Kind::NexoPipeline => "nexo.io/v1alpha1",
-            Kind::ConfigMap | Kind::Secret | Kind::Service => "v1",
-            Kind::Deployment => "apps/v1",
-        }
+        self.resource().api_version
     }
 
     /// Its `kind`.
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::NexoProxy => "NexoProxy",
-            Kind::NexoPipeline => "NexoPipeline",
-            Kind::ConfigMap => "ConfigMap",
-            Kind::Secret => "Secret",
-            Kind::Service => "Service",
-            Kind::Deployment => "Deployment",
-        }
+        self.resource().kind
     }
 
     /// The resource serving it.
@@ -184,6 +202,12 @@ impl Kind {
     /// Its resource name in URL paths.
     pub fn plural(self) -> &'static str {
         self.resource().plural
+    }
+
+    /// The kind named `kind` (every kind's name is unique), if a command
+    /// may write it.
+    pub fn named(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == kind)
     }
 
     /// The kind of (`apiVersion`, `kind`), if a command may write it.
@@ -314,5 +338,40 @@ mod tests {
         // given a namespace by mistake: the namespace is where it belongs.
         assert_eq!(DEPLOYMENTS.collection(None), "/apis/apps/v1/deployments");
         assert_eq!(NODES.object(Some("x"), "n1"), "/api/v1/nodes/n1");
+    }
+
+    #[test]
+    fn every_resource_says_its_api_version_and_kind_once() {
+        let all = [
+            CONFIG_MAPS,
+            SECRETS,
+            SERVICES,
+            PODS,
+            NAMESPACES,
+            NODES,
+            DEPLOYMENTS,
+            REPLICA_SETS,
+            LEASES,
+            CRDS,
+            NEXO_PROXIES,
+            NEXO_PIPELINES,
+            EVENTS,
+        ];
+        for r in all {
+            let expected = match r.group {
+                "" => r.version.to_owned(),
+                g => format!("{g}/{}", r.version),
+            };
+            assert_eq!(r.api_version, expected, "{r:?}");
+            assert!(r.plural.starts_with(&r.kind.to_lowercase()[..3]), "{r:?}");
+        }
+        for k in Kind::ALL {
+            assert_eq!(Kind::named(k.name()), Some(k));
+        }
+        assert_eq!(Kind::named("Pod"), None);
+        assert_eq!(
+            EVENTS.object(Some("shop"), "e1"),
+            "/apis/events.k8s.io/v1/namespaces/shop/events/e1"
+        );
     }
 }

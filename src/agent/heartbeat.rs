@@ -21,7 +21,7 @@ use crate::cp::{CpError, Retry};
 use crate::events::{Event, Reason, Regarding};
 use crate::fatal::Fatal;
 use crate::inventory::{self, Inventory};
-use crate::resource;
+use crate::resource::{self, Kind};
 use crate::self_rollout::{self, SelfDeployment};
 use crate::state::LedgerEntry;
 use crate::words::Phase;
@@ -292,7 +292,7 @@ impl Agent {
         entries: &mut [std::rc::Rc<wire::DeploymentEntry>],
     ) {
         for mut t in turned {
-            if t.kind == "Deployment" {
+            if t.kind == Kind::Deployment {
                 match inventory::pod_reason(&self.link.kube, &t.namespace, &t.name) {
                     Ok(Some(why)) => {
                         self.link.index.borrow_mut().explain(
@@ -305,7 +305,9 @@ impl Agent {
                             crate::text::clip_bytes(&format!("{}; {why}", t.turned.message), 256)
                                 .to_owned();
                         let entry = entries.iter_mut().find(|e| {
-                            e.kind == t.kind && e.namespace == t.namespace && e.name == t.name
+                            e.kind == t.kind.name()
+                                && e.namespace == t.namespace
+                                && e.name == t.name
                         });
                         if let Some(status) =
                             entry.and_then(|e| std::rc::Rc::make_mut(e).status.as_mut())

@@ -10,7 +10,7 @@ use crate::apply::Outcome;
 use crate::commands::{Action, Command};
 use crate::drift::{self, Found, Mode};
 use crate::kube::{self, ApplyParams};
-use crate::resource::SECRETS;
+use crate::resource::{Kind, SECRETS};
 use crate::words::AckResult;
 
 /// Why what a deploy or rollout applied is not recorded, so that its drift
@@ -72,11 +72,11 @@ impl Agent {
                 let owner = outcome
                     .workloads
                     .iter()
-                    .find(|w| w.kind == primary.name() && &w.name == name && &w.namespace == ns);
+                    .find(|w| w.kind == primary && &w.name == name && &w.namespace == ns);
                 let written = match owner.and_then(|w| w.uid.as_deref()) {
                     Some(uid) => {
                         let payload = d.record_payload();
-                        self.write_record(ns, name, &payload, (primary.name(), uid), false)
+                        self.write_record(ns, name, &payload, (primary, uid), false)
                     }
                     None => Err(Unrecorded::NoOwner(primary.name())),
                 };
@@ -229,7 +229,7 @@ impl Agent {
         }
         Some((
             mode,
-            self.write_record(namespace, name, &payload, ("NexoProxy", uid), true),
+            self.write_record(namespace, name, &payload, (Kind::NexoProxy, uid), true),
         ))
     }
 
@@ -241,7 +241,7 @@ impl Agent {
         namespace: &str,
         name: &str,
         payload: &Value,
-        owner: (&str, &str),
+        owner: (Kind, &str),
         read_as_record: bool,
     ) -> Result<(), Unrecorded> {
         let env = self.me.token.environment_id();

@@ -181,13 +181,11 @@ pub(super) fn write_all(
 /// A NexoProxy or Deployment as written: the generation its status is
 /// judged at.
 pub(super) fn workload(r: &ObjectRef, written: &Value) -> Option<Workload> {
-    let kind = match r.kind {
-        Kind::NexoProxy => "NexoProxy",
-        Kind::Deployment => "Deployment",
-        _ => return None,
-    };
+    if !matches!(r.kind, Kind::NexoProxy | Kind::Deployment) {
+        return None;
+    }
     Some(Workload {
-        kind,
+        kind: r.kind,
         namespace: r.namespace.clone(),
         name: r.name.clone(),
         generation: written["metadata"]["generation"].as_i64()?,

@@ -225,7 +225,8 @@ pub fn deploy(
 
 /// The ownerReference of a runtime object to its NexoProxy.
 pub fn owner_reference(proxy_name: &str, proxy_uid: &str) -> Value {
-    json!([{"apiVersion": "nexo.io/v1alpha1", "kind": "NexoProxy", "name": proxy_name, "uid": proxy_uid, "controller": true}])
+    let proxy = Kind::NexoProxy;
+    json!([{"apiVersion": proxy.api_version(), "kind": proxy.name(), "name": proxy_name, "uid": proxy_uid, "controller": true}])
 }
 
 /// Whether a server-side-apply conflict is only with this Manager's own

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
 use crate::ownership;
+use crate::resource::Kind;
 
 /// What a deploy applied, too big for its record ([`MAX_RECORD_BYTES`]):
 /// applied, but not recorded, so its drift is not watched (docs/protocol.md,
@@ -50,17 +51,13 @@ pub fn record_secret(
     namespace: &str,
     deployment: &str,
     environment_id: &str,
-    owner: (&str, &str),
+    owner: (Kind, &str),
     key: &crate::integrity::Key,
 ) -> Result<Value, OverBound> {
     let text = payload.to_string();
     if text.len() > MAX_RECORD_BYTES {
         return Err(OverBound { bytes: text.len() });
     }
-    let api_version = match owner.0 {
-        "NexoProxy" => "nexo.io/v1alpha1",
-        _ => "apps/v1",
-    };
     let proof = key.record_proof(&crate::integrity::RecordClaim {
         environment_id,
         namespace,
@@ -80,7 +77,7 @@ pub fn record_secret(
                 ownership::ROLE: RECORD_ROLE,
             },
             "annotations": {crate::integrity::ANNOTATION: proof},
-            "ownerReferences": [{"apiVersion": api_version, "kind": owner.0, "name": deployment, "uid": owner.1}],
+            "ownerReferences": [{"apiVersion": owner.0.api_version(), "kind": owner.0.name(), "name": deployment, "uid": owner.1}],
         },
         "type": "Opaque",
         "data": {"payload": STANDARD.encode(text)},

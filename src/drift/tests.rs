@@ -154,7 +154,7 @@ fn orders_record() -> (crate::integrity::Key, Value, Value) {
         "shop",
         "orders",
         "env-1",
-        ("NexoProxy", "u-1"),
+        (crate::resource::Kind::NexoProxy, "u-1"),
         &key,
     )
     .unwrap();
@@ -178,8 +178,15 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
     assert!(!is_record(&s, "env-2"));
     assert_eq!(proven_payload(&s, "env-1", "shop", &key).unwrap(), payload);
     let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
-    let over =
-        record_secret(&huge, "shop", "orders", "env-1", ("Deployment", "u"), &key).unwrap_err();
+    let over = record_secret(
+        &huge,
+        "shop",
+        "orders",
+        "env-1",
+        (crate::resource::Kind::Deployment, "u"),
+        &key,
+    )
+    .unwrap_err();
     assert_eq!(over.bytes, huge.to_string().len());
     assert_eq!(
         over.to_string(),
@@ -216,7 +223,7 @@ fn a_record_is_trusted_only_with_the_managers_proof_of_it() {
         "shop",
         "orders",
         "env-1",
-        ("NexoProxy", "u-1"),
+        (crate::resource::Kind::NexoProxy, "u-1"),
         &other_key,
     )
     .unwrap();

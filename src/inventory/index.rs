@@ -224,7 +224,7 @@ fn list(
 ) -> Result<String, crate::kube::Error> {
     let mut kept = Vec::new();
     let mut unproven = BTreeSet::new();
-    let kind = set.kind.kind();
+    let kind = set.kind.kind().name();
     let mut take = |judged: Result<Judged, _>| {
         if let Ok(Judged {
             kept: Some(entry), ..

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::index::Index;
 use super::status::{self, CommandKey, CommandTrack, Turned};
 use crate::cp::wire::{CommandProgress, DeploymentEntry, EntryStatus};
+use crate::resource::Kind;
 
 impl Index {
     /// The heartbeat's entries, sorted by namespace then name, each with
@@ -29,6 +30,7 @@ impl Index {
         let wall: Rc<str> = Rc::from(wall);
         let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
         for set in &mut self.sets {
+            let set_kind = set.kind.kind();
             for stored in set.entries.values_mut() {
                 let command = if commands.is_empty() {
                     None
@@ -96,7 +98,7 @@ impl Index {
                 }
                 if let Some(turn) = turn {
                     turned.push(Turn {
-                        kind: stored.entry.kind,
+                        kind: set_kind,
                         namespace: stored.entry.namespace.clone(),
                         name: stored.entry.name.clone(),
                         uid: stored.uid.clone(),
@@ -146,7 +148,7 @@ impl Index {
 
     /// Why a deployment is in its phase, as the kubelet says: added to
     /// its status message until the phase changes.
-    pub fn explain(&mut self, kind: &str, namespace: &str, name: &str, detail: String) {
+    pub fn explain(&mut self, kind: Kind, namespace: &str, name: &str, detail: String) {
         let stored = self
             .sets
             .iter_mut()
@@ -171,7 +173,7 @@ impl Index {
         let key = CommandKey {
             namespace: Rc::from(workload.namespace.as_str()),
             name: Rc::from(workload.name.as_str()),
-            kind: workload.kind,
+            kind: workload.kind.name(),
         };
         self.commands.insert(
             key,
@@ -217,7 +219,7 @@ const MAX_COMMANDS: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
     /// `NexoProxy` or `Deployment`.
-    pub kind: &'static str,
+    pub kind: Kind,
     pub namespace: String,
     pub name: String,
     /// `metadata.generation` after the write.
@@ -232,7 +234,8 @@ pub struct Workload {
 /// A deployment whose phase turned `failed` or `degraded`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Turn {
-    pub kind: &'static str,
+    /// `NexoProxy` or `Deployment`.
+    pub kind: Kind,
     pub namespace: Rc<str>,
     pub name: Rc<str>,
     pub uid: Option<Box<str>>,

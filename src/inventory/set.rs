@@ -16,7 +16,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::cp::wire::DeploymentEntry;
 use crate::kube::watch::WatchStream;
 use crate::ownership::Ownership;
-use crate::resource;
+use crate::resource::{self, Kind};
 
 /// Backoff of a watch that cannot be opened, or that ended (or expired)
 /// before it was open for [`HEALTHY`]: from 1 s, doubling to 30 s,
@@ -276,10 +276,10 @@ struct Named {
 
 impl Watched {
     /// The kind of its objects.
-    pub(super) fn kind(self) -> &'static str {
+    pub(super) fn kind(self) -> Kind {
         match self {
-            Watched::Proxies => "NexoProxy",
-            Watched::Deployments => "Deployment",
+            Watched::Proxies => Kind::NexoProxy,
+            Watched::Deployments => Kind::Deployment,
         }
     }
 }
@@ -343,7 +343,7 @@ impl Set {
         shared: &mut Interner,
         now: Instant,
     ) -> Result<(), ObjectError> {
-        let kind = self.kind.kind();
+        let kind = self.kind.kind().name();
         let unproven = &mut self.unproven;
         let judged = match self.kind {
             Watched::Proxies => {

@@ -409,7 +409,7 @@ fn record_drift(f: &Fixture, from: usize, to: usize) {
                         ns,
                         &name,
                         env_id,
-                        ("NexoProxy", uid),
+                        (nexo_manager::resource::Kind::NexoProxy, uid),
                         key,
                     )
                     .unwrap();
