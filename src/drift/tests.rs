@@ -1,5 +1,9 @@
+use super::diff::quantity;
 use super::*;
 use crate::ownership;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
 
 fn ignore(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
