@@ -211,6 +211,46 @@ fn deploy_crd_then_rollout_then_uninstall_with_garbage_collection() {
     );
 }
 
+/// A `crd` deploy's NexoPipeline belongs to its NexoProxy as its
+/// ConfigMaps and Secrets do: the uninstall of the NexoProxy takes it too
+/// (the garbage collector), and nothing of the deployment stays behind.
+#[test]
+fn an_uninstall_takes_the_deployments_nexopipeline_with_it() {
+    let (f, mut m) = start("cmd-pipe");
+    let c = f.tb.admin();
+    let pipeline = json!({"apiVersion": "nexo.io/v1alpha1", "kind": "NexoPipeline",
+        "metadata": {"name": "orders-pipeline"},
+        "spec": {"references": [{"kind": "NexoProxy", "name": "orders"}, {"kind": "ConfigMap", "name": "orders-config"}]}});
+    let deploy = command(
+        "deploy-pipe",
+        "deploy",
+        json!({"deployment": {"name": "orders", "namespace": f.ns.name}, "format": "crd",
+        "manifests": [proxy("orders"), configmap("orders-config"), pipeline]}),
+    );
+    f.sim.enqueue_command(&f.env_id, deploy);
+    let ack = wait_ack(&f, &mut m, "deploy-pipe");
+    m.check(
+        ack["result"] == "applied",
+        &format!("deploy applied: {ack}"),
+    );
+    let proxy_uid =
+        get(&c, &ns_path(&f, "NexoProxy", "orders")).unwrap()["metadata"]["uid"].clone();
+    let p =
+        get(&c, &ns_path(&f, "NexoPipeline", "orders-pipeline")).expect("the NexoPipeline exists");
+    assert_eq!(
+        p["metadata"]["ownerReferences"][0]["uid"], proxy_uid,
+        "the NexoPipeline belongs to its NexoProxy: {p}"
+    );
+    let ack = uninstall(&f, &mut m, "uninstall-pipe", "orders");
+    assert_eq!(ack["result"], "applied", "{ack}");
+    support::wait_for(WAIT, "garbage collection of the NexoPipeline", || {
+        (get(&c, &ns_path(&f, "NexoProxy", "orders")).is_none()
+            && get(&c, &ns_path(&f, "ConfigMap", "orders-config")).is_none()
+            && get(&c, &ns_path(&f, "NexoPipeline", "orders-pipeline")).is_none())
+        .then_some(())
+    });
+}
+
 #[test]
 fn legacy_deploy_and_uninstall_by_label() {
     let (f, mut m) = start("cmd-legacy");

@@ -68,9 +68,10 @@ impl Format {
     }
 
     /// The kinds that belong to the primary object: a `crd` deploy's
-    /// ConfigMaps and Secrets carry an ownerReference to its NexoProxy.
+    /// NexoPipelines, ConfigMaps and Secrets carry an ownerReference to its
+    /// NexoProxy, so its uninstall (the garbage collector) takes them all.
     pub fn owned_by_primary(self, kind: Kind) -> bool {
-        self == Format::Crd && matches!(kind, Kind::ConfigMap | Kind::Secret)
+        self == Format::Crd && matches!(kind, Kind::NexoPipeline | Kind::ConfigMap | Kind::Secret)
     }
 }
 
@@ -93,6 +94,7 @@ mod tests {
         assert_eq!(Format::parse("helm"), None);
         assert!(Format::Crd.owned_by_primary(Kind::Secret));
         assert!(!Format::Legacy.owned_by_primary(Kind::Secret));
-        assert!(!Format::Crd.owned_by_primary(Kind::NexoPipeline));
+        assert!(Format::Crd.owned_by_primary(Kind::NexoPipeline));
+        assert!(!Format::Crd.owned_by_primary(Kind::NexoProxy));
     }
 }

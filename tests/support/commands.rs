@@ -37,6 +37,7 @@ pub fn ns_path(f: &Fixture, kind: &str, name: &str) -> String {
     let ns = &f.ns.name;
     match kind {
         "NexoProxy" => format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexoproxies/{name}"),
+        "NexoPipeline" => format!("/apis/nexo.io/v1alpha1/namespaces/{ns}/nexopipelines/{name}"),
         "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}"),
         "ConfigMap" => format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
         "Secret" => format!("/api/v1/namespaces/{ns}/secrets/{name}"),
