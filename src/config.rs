@@ -310,7 +310,7 @@ impl Config {
             .unwrap_or_default();
         let https_proxy = match https_proxy {
             Some(p) if !crate::cp::proxy::excluded(&no_proxy, &cp_host_port.0, cp_host_port.1) => {
-                crate::cp::proxy::validate(&p).map_err(|e| err("HTTPS_PROXY", e))?;
+                crate::cp::proxy::validate(&p).map_err(|e| err("HTTPS_PROXY", e.to_string()))?;
                 Some(p)
             }
             _ => None,

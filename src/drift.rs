@@ -10,11 +10,11 @@ mod record;
 mod settings;
 
 pub use diff::{differences, keeping_ignored};
-pub use settings::{Mode, Settings};
+pub use settings::{Mode, PointerProblem, Settings, SettingsError};
 
 pub use record::{
-    Kept, KeptManifest, OverBound, claimed_deployment, is_record, proven_payload, record_name,
-    record_secret,
+    Kept, KeptManifest, OverBound, RecordError, claimed_deployment, is_record, proven_payload,
+    record_name, record_secret,
 };
 
 use std::collections::BTreeMap;

@@ -102,15 +102,27 @@ impl<'de> Visitor<'de> for Strict {
 }
 
 /// A field's raw JSON as a string, if it is one (`null` counts as absent).
-pub fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, String> {
+pub fn raw_string(raw: Option<&RawValue>) -> Result<Option<String>, NotAString> {
     match raw.map(RawValue::get) {
         None | Some("null") => Ok(None),
         Some(text) if text.starts_with('"') => serde_json::from_str(text)
             .map(Some)
-            .map_err(|_| clip(text, 64)),
-        Some(text) => Err(clip(text, 64)),
+            .map_err(|_| NotAString(clip(text, 64))),
+        Some(text) => Err(NotAString(clip(text, 64))),
     }
 }
+
+/// A raw field that is not a JSON string: its text, cut to 64 characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAString(pub String);
+
+impl std::fmt::Display for NotAString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotAString {}
 
 #[cfg(test)]
 mod tests {

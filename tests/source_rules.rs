@@ -160,3 +160,82 @@ fn a_wrapped_citation_is_read_whole() {
         ["Hostile and buggy values", "Nowhere"]
     );
 }
+
+/// The places in `lines` (numbered production lines, joined so that a
+/// signature over several lines is read whole) where a function returns
+/// `Result<_, String>`: an error flattened to text where a typed error
+/// belongs.
+fn string_errors(lines: &[(usize, String)]) -> Vec<usize> {
+    let mut found = Vec::new();
+    let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+    let line_of = |at: usize| {
+        let n = text[..at].matches('\n').count();
+        lines.get(n).map_or(0, |(k, _)| *k)
+    };
+    let mut from = 0;
+    while let Some(pos) = text[from..].find("-> Result<") {
+        let start = from + pos + "-> Result<".len();
+        from = start;
+        // The type arguments, up to the matching `>`.
+        let mut depth = 1;
+        let mut args = Vec::new();
+        let mut arg = String::new();
+        for c in text[start..].chars() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 1 => {
+                    args.push(std::mem::take(&mut arg));
+                    continue;
+                }
+                _ => {}
+            }
+            if depth == 0 {
+                break;
+            }
+            arg.push(c);
+        }
+        args.push(arg);
+        if args.len() == 2 && args[1].trim() == "String" {
+            found.push(line_of(start));
+        }
+    }
+    found
+}
+
+/// Errors stay typed to where they are shown: no production function
+/// returns `Result<_, String>`.
+#[test]
+fn no_function_returns_a_string_as_its_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in source::rust_files(&root) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for n in string_errors(&production_lines(&file, &text)) {
+            found.push(format!("{}:{n}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "functions returning Result<_, String> (give them a typed error):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_string_error_check_reads_signatures_whole() {
+    let lines: Vec<(usize, String)> = [
+        "fn a() -> Result<Vec<u8>, String> {",
+        "fn b(",
+        "    x: u8,",
+        ") -> Result<Option<(u8, u8)>,",
+        "    String> {",
+        "fn c() -> Result<String, Error> {",
+        "fn d() -> Result<HashMap<String, String>, Error> {",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, l)| (i + 10, l.to_string()))
+    .collect();
+    assert_eq!(string_errors(&lines), [10, 13]);
+}

@@ -149,12 +149,12 @@ impl Agent {
                 }
                 let proven = match &key {
                     Some(key) => drift::proven_payload(&s, &env, ns, key),
-                    None => Err("no integrity key to check it with".to_owned()),
+                    None => Err(drift::RecordError::NoKey),
                 };
                 let proven = proven.map_err(|why| {
                     let claimed = drift::claimed_deployment(&s).unwrap_or_default();
                     let name = s["metadata"]["name"].as_str().unwrap_or_default();
-                    unproven.push((claimed.to_owned(), name.to_owned(), why));
+                    unproven.push((claimed.to_owned(), name.to_owned(), why.to_string()));
                 });
                 let Ok(payload) = proven else {
                     return;

@@ -401,7 +401,7 @@ impl Agent {
                 Ok((region, zone)) => (inv.region, inv.zone) = (region, zone),
                 Err(e) => {
                     inv.topology_read = false;
-                    self.beats.topology.failed(now, e);
+                    self.beats.topology.failed(now, e.to_string());
                 }
             }
         }

@@ -15,7 +15,7 @@ use crate::words::ResourceAction;
 
 /// The NexoProxies this environment owns (labelled, and proven or adopted
 /// through the gate): one only labelled as its own is not a target.
-fn owned_proxies(ctx: &Context<'_>, v: &Verifier<'_>) -> Result<Vec<Target>, String> {
+fn owned_proxies(ctx: &Context<'_>, v: &Verifier<'_>) -> Result<Vec<Target>, Unlisted> {
     let selector = ownership::owned_selector(ctx.environment_id);
     let mut targets = Vec::new();
     for ns in ctx.namespaces {
@@ -32,9 +32,29 @@ fn owned_proxies(ctx: &Context<'_>, v: &Verifier<'_>) -> Result<Vec<Target>, Str
                     });
                 }
             })
-            .map_err(|e| format!("cannot list NexoProxies in {ns}: {e}"))?;
+            .map_err(|source| Unlisted {
+                namespace: ns.clone(),
+                source: Box::new(source),
+            })?;
     }
     Ok(targets)
+}
+
+/// The NexoProxies of a namespace could not be listed.
+#[derive(Debug)]
+struct Unlisted {
+    namespace: String,
+    source: Box<crate::kube::Error>,
+}
+
+impl std::fmt::Display for Unlisted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot list NexoProxies in {}: {}",
+            self.namespace, self.source
+        )
+    }
 }
 
 pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
@@ -45,7 +65,7 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
         Some(t) => t.clone(),
         None => match owned_proxies(ctx, &v) {
             Ok(t) => t,
-            Err(e) => return Outcome::failed(e, vec![]),
+            Err(e) => return Outcome::failed(e.to_string(), vec![]),
         },
     };
     let image = plan::rollout_image(ctx.proxy_image, r.image_tag.as_deref());

@@ -9,9 +9,11 @@
 
 pub mod format;
 mod payload;
+mod payload_error;
 
 use crate::resource::{Kind, Manifest, ObjectRef};
 pub use format::Format;
+pub use payload_error::PayloadError;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -115,7 +117,7 @@ pub fn deploy_payload(
     payload: &Value,
     capabilities: &[&str],
     managed: &[String],
-) -> Result<Deploy, String> {
+) -> Result<Deploy, PayloadError> {
     payload::deploy(payload, capabilities, managed)
 }
 
@@ -400,7 +402,7 @@ fn from_fields(
     budget(text)?;
     let class = match crate::strict_json::raw_string(env.class) {
         Ok(Some(c)) => c,
-        Err(text) => return Err(Refusal::UnsupportedClass(text)),
+        Err(text) => return Err(Refusal::UnsupportedClass(text.0)),
         Ok(None) => return Err(Refusal::UnsupportedClass("(missing)".into())),
     };
     let class = class.as_str();

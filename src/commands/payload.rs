@@ -7,44 +7,44 @@
 use serde_json::Value;
 
 use super::{
-    Deploy, Format, Kind, MAX_MANIFEST_BYTES, MAX_MANIFESTS, Manifest, ObjectRef, Rollout, Target,
-    Upgrade,
+    Deploy, Format, Kind, MAX_MANIFEST_BYTES, MAX_MANIFESTS, Manifest, ObjectRef, PayloadError,
+    Rollout, Target, Upgrade,
 };
 use crate::image::{ImageRef, valid_digest, valid_tag};
 use crate::names::{is_dns_label, is_dns_subdomain};
 use crate::text::clip;
 
-fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
+fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, PayloadError> {
     match v {
         Value::String(s) => Ok(s),
-        Value::Null => Err(format!("{field} is missing")),
-        _ => Err(format!("{field} is not a string")),
+        Value::Null => Err(PayloadError::Missing(field.to_owned())),
+        _ => Err(PayloadError::NotAString(field.to_owned())),
     }
 }
 
-pub(super) fn target(v: &Value, field: &str, managed: &[String]) -> Result<Target, String> {
+pub(super) fn target(v: &Value, field: &str, managed: &[String]) -> Result<Target, PayloadError> {
     if !v.is_object() {
-        return Err(format!("{field} is missing or not an object"));
+        return Err(PayloadError::MissingOrNotObject(field.to_owned()));
     }
     let name = string(&v["name"], &format!("{field}.name"))?;
     let namespace = string(&v["namespace"], &format!("{field}.namespace"))?;
     if !is_dns_label(name) {
-        return Err(format!(
-            "{field}.name {:?} is not a valid name",
-            clip(name, 64)
-        ));
+        return Err(PayloadError::InvalidName {
+            field: format!("{field}.name"),
+            name: clip(name, 64),
+        });
     }
     if !is_dns_label(namespace) {
-        return Err(format!(
-            "{field}.namespace {:?} is not a valid namespace",
-            clip(namespace, 64)
-        ));
+        return Err(PayloadError::InvalidNamespace {
+            field: format!("{field}.namespace"),
+            namespace: clip(namespace, 64),
+        });
     }
     if !managed.iter().any(|m| m == namespace) {
-        return Err(format!(
-            "namespace {namespace} is not managed by this Manager (managed: {})",
-            managed.join(",")
-        ));
+        return Err(PayloadError::NotManaged {
+            namespace: namespace.to_owned(),
+            managed: managed.join(","),
+        });
     }
     Ok(Target {
         name: name.to_owned(),
@@ -75,41 +75,41 @@ pub(super) fn deploy(
     p: &Value,
     capabilities: &[&str],
     managed: &[String],
-) -> Result<Deploy, String> {
+) -> Result<Deploy, PayloadError> {
     let deployment = target(&p["deployment"], "deployment", managed)?;
     let name = string(&p["format"], "format")?;
-    let format = Format::parse(name)
-        .ok_or_else(|| format!("format {:?} is neither crd nor legacy", clip(name, 32)))?;
+    let format = Format::parse(name).ok_or_else(|| PayloadError::UnknownFormat(clip(name, 32)))?;
     if !capabilities.contains(&format.capability()) {
-        return Err(format!("format {format} is not supported by this Manager"));
+        return Err(PayloadError::UnsupportedFormat(format));
     }
     let adopt_legacy = adopt_legacy(&p["migration"])?;
     let drift = crate::drift::Settings::parse(&p["drift"])?;
     let list = p["manifests"]
         .as_array()
-        .ok_or("manifests is missing or not a list")?;
+        .ok_or(PayloadError::ManifestsNotAList)?;
     if list.is_empty() {
-        return Err("manifests is empty".into());
+        return Err(PayloadError::NoManifests);
     }
     if list.len() > MAX_MANIFESTS {
-        return Err(format!(
-            "{} manifests, more than {MAX_MANIFESTS}",
-            list.len()
-        ));
+        return Err(PayloadError::TooManyManifests(list.len()));
     }
     let mut manifests: Vec<Manifest> = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
-        let m = manifest(m, format, &deployment.namespace)
-            .map_err(|why| format!("manifests[{i}]: {why}"))?;
+        let m =
+            manifest(m, format, &deployment.namespace).map_err(|error| PayloadError::Manifest {
+                index: i,
+                error: Box::new(error),
+            })?;
         let r = &m.reference;
         if manifests
             .iter()
             .any(|o| o.reference.kind == r.kind && o.reference.name == r.name)
         {
-            return Err(format!(
-                "manifests[{i}]: {} {} appears twice",
-                r.kind, r.name
-            ));
+            return Err(PayloadError::Duplicate {
+                index: i,
+                kind: r.kind,
+                name: r.name.clone(),
+            });
         }
         manifests.push(m);
     }
@@ -118,16 +118,17 @@ pub(super) fn deploy(
     match (primaries.next(), primaries.next()) {
         (Some(m), None) if m.reference.name == deployment.name => {}
         (Some(m), None) => {
-            return Err(format!(
-                "the {primary} is named {}, not {}",
-                m.reference.name, deployment.name
-            ));
+            return Err(PayloadError::PrimaryMisnamed {
+                primary,
+                name: m.reference.name.clone(),
+                deployment: deployment.name.clone(),
+            });
         }
-        (None, _) => return Err(format!("no {primary} among the manifests")),
-        (Some(_), Some(_)) => return Err(format!("more than one {primary} among the manifests")),
+        (None, _) => return Err(PayloadError::NoPrimary(primary)),
+        (Some(_), Some(_)) => return Err(PayloadError::SeveralPrimaries(primary)),
     }
     if format == Format::Legacy && !is_dns_label(&deployment.name) {
-        return Err("deployment.name is not a valid Deployment name".into());
+        return Err(PayloadError::LegacyName);
     }
     Ok(Deploy {
         deployment,
@@ -139,75 +140,66 @@ pub(super) fn deploy(
 }
 
 /// The command's half of the migration gate: `migration.adoptLegacy`.
-fn adopt_legacy(migration: &Value) -> Result<bool, String> {
+fn adopt_legacy(migration: &Value) -> Result<bool, PayloadError> {
     match migration {
         Value::Null => Ok(false),
         Value::Object(m) => match m.get("adoptLegacy") {
             None | Some(Value::Null) => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err("migration.adoptLegacy is not a boolean".into()),
+            Some(_) => Err(PayloadError::NotABoolean("migration.adoptLegacy")),
         },
-        _ => Err("migration is not an object".into()),
+        _ => Err(PayloadError::NotAnObject("migration")),
     }
 }
 
 /// Validates one manifest of a deploy of `format` into `namespace`.
-fn manifest(m: &Value, format: Format, namespace: &str) -> Result<Manifest, String> {
+fn manifest(m: &Value, format: Format, namespace: &str) -> Result<Manifest, PayloadError> {
     let size = serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > MAX_MANIFEST_BYTES {
-        return Err(format!(
-            "{size} bytes, over the {} KiB limit",
-            MAX_MANIFEST_BYTES / 1024
-        ));
+        return Err(PayloadError::ManifestTooLarge(size));
     }
     if !m.is_object() {
-        return Err("not an object".into());
+        return Err(PayloadError::ManifestNotAnObject);
     }
     let api_version = string(&m["apiVersion"], "apiVersion")?;
     let kind = string(&m["kind"], "kind")?;
-    if CLUSTER_SCOPED.contains(&kind) {
-        return Err(format!(
-            "{kind} is cluster-scoped; only namespaced objects can be deployed"
-        ));
+    if let Some(scoped) = CLUSTER_SCOPED.iter().find(|k| **k == kind) {
+        return Err(PayloadError::ClusterScoped(scoped));
     }
     let Some(kind) = Kind::of(api_version, kind).filter(|k| format.kinds().contains(k)) else {
-        let allowed: Vec<String> = format
-            .kinds()
-            .iter()
-            .map(|k| format!("{} {k}", k.api_version()))
-            .collect();
-        return Err(format!(
-            "{api_version} {kind} is not allowed in format {format} (allowed: {})",
-            allowed.join(", ")
-        ));
+        return Err(PayloadError::KindNotAllowed {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            format,
+        });
     };
     let meta = &m["metadata"];
     if !meta.is_object() {
-        return Err("metadata is missing or not an object".into());
+        return Err(PayloadError::MissingOrNotObject("metadata".into()));
     }
     let name = string(&meta["name"], "metadata.name")?;
     if !is_dns_subdomain(name) {
-        return Err(format!(
-            "metadata.name {:?} is not a valid name",
-            clip(name, 64)
-        ));
+        return Err(PayloadError::InvalidName {
+            field: "metadata.name".into(),
+            name: clip(name, 64),
+        });
     }
     match &meta["namespace"] {
         Value::Null => {}
         Value::String(ns) if ns == namespace => {}
         Value::String(ns) => {
-            return Err(format!(
-                "namespace {:?} differs from deployment.namespace {namespace}",
-                clip(ns, 64)
-            ));
+            return Err(PayloadError::NamespaceDiffers {
+                namespace: clip(ns, 64),
+                deployment: namespace.to_owned(),
+            });
         }
-        _ => return Err("metadata.namespace is not a string".into()),
+        _ => return Err(PayloadError::NotAString("metadata.namespace".into())),
     }
     if !matches!(meta["labels"], Value::Null | Value::Object(_)) {
-        return Err("metadata.labels is not an object".into());
+        return Err(PayloadError::NotAnObject("metadata.labels"));
     }
     if meta.get("ownerReferences").is_some() {
-        return Err("metadata.ownerReferences is set by the Manager, not by the command".into());
+        return Err(PayloadError::OwnerReferences);
     }
     let mut object = m.clone();
     object["metadata"]["namespace"] = Value::String(namespace.to_owned());
@@ -217,23 +209,20 @@ fn manifest(m: &Value, format: Format, namespace: &str) -> Result<Manifest, Stri
     })
 }
 
-pub(super) fn rollout(p: &Value, managed: &[String]) -> Result<Rollout, String> {
+pub(super) fn rollout(p: &Value, managed: &[String]) -> Result<Rollout, PayloadError> {
     let image_tag = match &p["imageTag"] {
         Value::Null => None,
         Value::String(t) if valid_tag(t) || valid_digest(t) => Some(t.clone()),
         Value::String(t) => {
-            return Err(format!(
-                "imageTag {:?} is neither a tag nor sha256:<64 hex>",
-                clip(t, 80)
-            ));
+            return Err(PayloadError::BadImageTag(clip(t, 80)));
         }
-        _ => return Err("imageTag is not a string".into()),
+        _ => return Err(PayloadError::NotAString("imageTag".into())),
     };
     let targets = match &p["targets"] {
         Value::Null => None,
         Value::Array(list) => {
             if list.is_empty() {
-                return Err("targets is empty (omit it to roll out every owned NexoProxy)".into());
+                return Err(PayloadError::NoTargets);
             }
             Some(
                 list.iter()
@@ -242,30 +231,31 @@ pub(super) fn rollout(p: &Value, managed: &[String]) -> Result<Rollout, String> 
                     .collect::<Result<Vec<_>, _>>()?,
             )
         }
-        _ => return Err("targets is not a list".into()),
+        _ => return Err(PayloadError::NotAList("targets")),
     };
     Ok(Rollout { image_tag, targets })
 }
 
-pub(super) fn upgrade(p: &Value) -> Result<Upgrade, String> {
+pub(super) fn upgrade(p: &Value) -> Result<Upgrade, PayloadError> {
     let bundle_version = string(&p["bundleVersion"], "bundleVersion")?;
     if bundle_version.is_empty() || bundle_version.len() > 64 {
-        return Err("bundleVersion is empty or too long".into());
+        return Err(PayloadError::BundleVersionLength);
     }
-    let bundle = crate::semver::Version::parse(bundle_version)
-        .map_err(|e| format!("bundleVersion {:?}: {e}", clip(bundle_version, 64)))?;
+    let bundle = crate::semver::Version::parse(bundle_version).map_err(|error| {
+        PayloadError::BundleVersion {
+            text: clip(bundle_version, 64),
+            error,
+        }
+    })?;
     let allow_downgrade = match &p["allowDowngrade"] {
         Value::Null => false,
         Value::Bool(b) => *b,
-        _ => return Err("allowDowngrade is not a boolean".into()),
+        _ => return Err(PayloadError::NotABoolean("allowDowngrade")),
     };
     let image = string(&p["managerImage"], "managerImage")?;
-    let manager_image = ImageRef::parse(image).map_err(|e| format!("managerImage: {e}"))?;
+    let manager_image = ImageRef::parse(image).map_err(PayloadError::ManagerImage)?;
     if manager_image.digest.is_none() {
-        return Err(format!(
-            "managerImage {:?} is not pinned by digest (…@sha256:<64 hex>)",
-            clip(image, 200)
-        ));
+        return Err(PayloadError::NotPinned(clip(image, 200)));
     }
     Ok(Upgrade {
         bundle_version: bundle_version.to_owned(),

@@ -87,19 +87,40 @@ fn in_cidr(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 
 /// Checks a proxy URL: `http://[user:pass@]host:port` (the CONNECT tunnel
 /// ureq speaks). The error never repeats the URL (it may hold a password).
-pub fn validate(proxy: &str) -> Result<(), String> {
+pub fn validate(proxy: &str) -> Result<(), ProxyUrlError> {
     let rest = proxy
         .strip_prefix("http://")
-        .ok_or_else(|| "the proxy must be an http://host:port URL (a CONNECT proxy)".to_owned())?;
+        .ok_or(ProxyUrlError::NotHttp)?;
     let authority = rest.split('/').next().unwrap_or("");
     let host = authority.rsplit('@').next().unwrap_or("");
     if host.is_empty() {
-        return Err("the proxy URL has no host".into());
+        return Err(ProxyUrlError::NoHost);
     }
     ureq::Proxy::new(proxy)
         .map(|_| ())
-        .map_err(|_| "the proxy URL is not valid".into())
+        .map_err(|_| ProxyUrlError::Invalid)
 }
+
+/// Why a proxy URL is refused; never the URL itself (it may hold a
+/// password).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyUrlError {
+    NotHttp,
+    NoHost,
+    Invalid,
+}
+
+impl std::fmt::Display for ProxyUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProxyUrlError::NotHttp => "the proxy must be an http://host:port URL (a CONNECT proxy)",
+            ProxyUrlError::NoHost => "the proxy URL has no host",
+            ProxyUrlError::Invalid => "the proxy URL is not valid",
+        })
+    }
+}
+
+impl std::error::Error for ProxyUrlError {}
 
 #[cfg(test)]
 mod tests {
@@ -133,7 +154,9 @@ mod tests {
     fn proxy_urls() {
         assert!(validate("http://proxy.corp:3128").is_ok());
         assert!(validate("http://user:pw@proxy.corp:3128").is_ok());
-        let e = validate("socks5://user:hunter2@proxy").unwrap_err();
+        let e = validate("socks5://user:hunter2@proxy")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("hunter2"));
         assert!(validate("http://").is_err());
     }

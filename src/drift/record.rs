@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings};
+use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings, SettingsError};
 use crate::ownership;
 use crate::resource::Kind;
 
@@ -94,30 +94,24 @@ pub fn proven_payload(
     environment_id: &str,
     namespace: &str,
     key: &crate::integrity::Key,
-) -> Result<Value, String> {
+) -> Result<Value, RecordError> {
     let meta = &secret["metadata"];
     let proof = meta["annotations"][crate::integrity::ANNOTATION]
         .as_str()
-        .ok_or("it carries no proof (written before 0.5, or not by the Manager; the next deploy of the deployment writes it anew)")?;
+        .ok_or(RecordError::NoProof)?;
     let data = secret["data"]["payload"]
         .as_str()
-        .ok_or("no data.payload")?;
-    let bytes = STANDARD
-        .decode(data)
-        .map_err(|e| format!("data.payload is not base64: {e}"))?;
+        .ok_or(RecordError::NoData)?;
+    let bytes = STANDARD.decode(data).map_err(RecordError::NotBase64)?;
     if bytes.len() > MAX_RECORD_BYTES {
-        return Err(format!("larger than {MAX_RECORD_BYTES} bytes"));
+        return Err(RecordError::TooLarge);
     }
-    let payload: Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("data.payload is not JSON: {e}"))?;
+    let payload: Value = serde_json::from_slice(&bytes).map_err(RecordError::NotJson)?;
     let deployment = payload["deployment"]["name"]
         .as_str()
-        .ok_or("deployment.name is missing")?;
+        .ok_or(RecordError::NoDeploymentName)?;
     if meta["name"].as_str() != Some(record_name(deployment).as_str()) {
-        return Err(format!(
-            "it is not named after its deployment {}",
-            crate::text::clip(deployment, 64)
-        ));
+        return Err(RecordError::Misnamed(crate::text::clip(deployment, 64)));
     }
     let owner_uid = meta["ownerReferences"][0]["uid"]
         .as_str()
@@ -130,9 +124,7 @@ pub fn proven_payload(
         payload: &bytes,
     };
     if !key.verify_record(&claim, proof) {
-        return Err(
-            "its proof is not valid (rewritten, moved, or not written by the Manager)".into(),
-        );
+        return Err(RecordError::BadProof);
     }
     Ok(payload)
 }
@@ -168,38 +160,38 @@ impl Kept {
     /// Reads a record's payload, found in `namespace`; an error names what
     /// is wrong. Enough to compare; enforcing it validates it whole, as a
     /// deploy.
-    pub fn read(payload: &Value, namespace: &str) -> Result<Kept, String> {
-        let field = |v: &Value, what: &str| -> Result<String, String> {
+    pub fn read(payload: &Value, namespace: &str) -> Result<Kept, RecordError> {
+        let field = |v: &Value, what: &str| -> Result<String, RecordError> {
             v.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| format!("{what} is missing or not a string"))
+                .ok_or_else(|| RecordError::NotAString(what.to_owned()))
         };
         let name = field(&payload["deployment"]["name"], "deployment.name")?;
         if payload["deployment"]["namespace"] != namespace {
-            return Err(format!("deployment.namespace is not {namespace}"));
+            return Err(RecordError::ElsewhereNamespace(namespace.to_owned()));
         }
         let format = match payload["format"].as_str() {
             Some("crd") => "crd",
             Some("legacy") => "legacy",
-            _ => return Err("format is neither crd nor legacy".into()),
+            _ => return Err(RecordError::UnknownFormat),
         };
         let settings = Settings::parse(&payload["drift"])?;
         let list = payload["manifests"]
             .as_array()
-            .ok_or("manifests is missing or not a list")?;
+            .ok_or(RecordError::ManifestsNotAList)?;
         if list.len() > MAX_OBJECTS {
-            return Err(format!("more than {MAX_OBJECTS} manifests"));
+            return Err(RecordError::TooManyManifests);
         }
         let mut manifests = Vec::with_capacity(list.len());
         for (i, m) in list.iter().enumerate() {
             let api_version = m["apiVersion"].as_str().unwrap_or_default();
             let kind = m["kind"].as_str().unwrap_or_default();
             let kind = crate::resource::Kind::of(api_version, kind).ok_or_else(|| {
-                format!(
-                    "manifests[{i}]: {} {} is not a kind a deploy writes",
-                    crate::text::clip(api_version, 64),
-                    crate::text::clip(kind, 64)
-                )
+                RecordError::UnknownKind {
+                    index: i,
+                    api_version: crate::text::clip(api_version, 64),
+                    kind: crate::text::clip(kind, 64),
+                }
             })?;
             let name = field(
                 &m["metadata"]["name"],
@@ -243,4 +235,86 @@ pub fn is_record(secret: &Value, environment_id: &str) -> bool {
     labels[ownership::ROLE] == RECORD_ROLE
         && labels[ownership::OWNER_ID] == environment_id
         && labels[ownership::MANAGED_BY] == ownership::MANAGER
+}
+
+/// Why a record is not the Manager's, or cannot be read.
+#[derive(Debug)]
+pub enum RecordError {
+    NoProof,
+    NoData,
+    NotBase64(base64::DecodeError),
+    TooLarge,
+    NotJson(serde_json::Error),
+    NoDeploymentName,
+    /// Not named after the deployment its payload names (clipped).
+    Misnamed(String),
+    BadProof,
+    /// A field that must be a string.
+    NotAString(String),
+    /// Its payload's namespace is not this one.
+    ElsewhereNamespace(String),
+    UnknownFormat,
+    /// Its `drift` settings.
+    Drift(SettingsError),
+    ManifestsNotAList,
+    TooManyManifests,
+    /// A manifest of a kind no deploy writes (clipped).
+    UnknownKind {
+        index: usize,
+        api_version: String,
+        kind: String,
+    },
+    /// No integrity key to check its proof with.
+    NoKey,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use RecordError as E;
+        match self {
+            E::NoProof => f.write_str(
+                "it carries no proof (written before 0.5, or not by the Manager; the next deploy of the deployment writes it anew)",
+            ),
+            E::NoData => f.write_str("no data.payload"),
+            E::NotBase64(e) => write!(f, "data.payload is not base64: {e}"),
+            E::TooLarge => write!(f, "larger than {MAX_RECORD_BYTES} bytes"),
+            E::NotJson(e) => write!(f, "data.payload is not JSON: {e}"),
+            E::NoDeploymentName => f.write_str("deployment.name is missing"),
+            E::Misnamed(d) => write!(f, "it is not named after its deployment {d}"),
+            E::BadProof => f.write_str(
+                "its proof is not valid (rewritten, moved, or not written by the Manager)",
+            ),
+            E::NotAString(what) => write!(f, "{what} is missing or not a string"),
+            E::ElsewhereNamespace(ns) => write!(f, "deployment.namespace is not {ns}"),
+            E::UnknownFormat => f.write_str("format is neither crd nor legacy"),
+            E::Drift(e) => write!(f, "{e}"),
+            E::ManifestsNotAList => f.write_str("manifests is missing or not a list"),
+            E::TooManyManifests => write!(f, "more than {MAX_OBJECTS} manifests"),
+            E::UnknownKind {
+                index,
+                api_version,
+                kind,
+            } => write!(
+                f,
+                "manifests[{index}]: {api_version} {kind} is not a kind a deploy writes"
+            ),
+            E::NoKey => f.write_str("no integrity key to check it with"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecordError::NotJson(e) => Some(e),
+            RecordError::Drift(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<SettingsError> for RecordError {
+    fn from(e: SettingsError) -> RecordError {
+        RecordError::Drift(e)
+    }
 }

@@ -35,7 +35,7 @@ fn settings_default_to_report_and_refuse_what_is_not_known() {
         ),
         (json!("enforce"), "drift is not an object"),
     ] {
-        let e = Settings::parse(&bad).unwrap_err();
+        let e = Settings::parse(&bad).unwrap_err().to_string();
         assert!(e.contains(why), "{bad}: {e}");
     }
 }
@@ -204,6 +204,7 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
     assert!(
         proven_payload(&bad, "env-1", "shop", &key)
             .unwrap_err()
+            .to_string()
             .contains("not base64")
     );
 }
@@ -211,7 +212,11 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
 #[test]
 fn a_record_is_trusted_only_with_the_managers_proof_of_it() {
     let (key, payload, s) = orders_record();
-    let why = |s: &Value, ns: &str| proven_payload(s, "env-1", ns, &key).unwrap_err();
+    let why = |s: &Value, ns: &str| {
+        proven_payload(s, "env-1", ns, &key)
+            .unwrap_err()
+            .to_string()
+    };
     // Rewritten: another payload under the same proof.
     let mut rewritten = s.clone();
     let other = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": [{"kind": "ConfigMap"}]});
@@ -309,6 +314,7 @@ fn a_kept_record_holds_its_manifests_as_text_and_gives_its_payload_back() {
     assert!(
         Kept::read(&payload, "elsewhere")
             .unwrap_err()
+            .to_string()
             .contains("not elsewhere")
     );
     assert_eq!(kept.manifests[0].kind, crate::resource::Kind::ConfigMap);
@@ -319,10 +325,16 @@ fn a_kept_record_holds_its_manifests_as_text_and_gives_its_payload_back() {
     assert!(
         Kept::read(&bad, "shop")
             .unwrap_err()
+            .to_string()
             .contains("manifests[0]: v1 ClusterRole is not a kind")
     );
     bad["drift"] = json!({"mode": "x"});
-    assert!(Kept::read(&bad, "shop").unwrap_err().contains("drift.mode"));
+    assert!(
+        Kept::read(&bad, "shop")
+            .unwrap_err()
+            .to_string()
+            .contains("drift.mode")
+    );
 }
 
 #[test]
@@ -335,6 +347,7 @@ fn a_record_holds_no_more_objects_than_a_deploy() {
     assert!(
         Kept::read(&payload, "shop")
             .unwrap_err()
+            .to_string()
             .contains("more than 64")
     );
 }

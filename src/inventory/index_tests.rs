@@ -296,3 +296,32 @@ fn a_watch_that_ends_at_once_waits_its_backoff_and_a_healthy_one_does_not() {
         "the backoff starts again: {d:?}"
     );
 }
+
+/// Events compared as the tests see them: a broken one by its cause.
+impl PartialEq for Applied {
+    fn eq(&self, other: &Applied) -> bool {
+        match (self, other) {
+            (Applied::Taken, Applied::Taken) | (Applied::Expired, Applied::Expired) => true,
+            (Applied::Broken(a), Applied::Broken(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl Set {
+    /// When the watch is opened again, if it waits for a time.
+    fn retry_at(&self) -> Option<Instant> {
+        match &self.watch {
+            Watch::Open { .. } => None,
+            Watch::List { retry_at } | Watch::Closed { retry_at, .. } => *retry_at,
+        }
+    }
+
+    /// The version to watch from, if any.
+    fn version(&self) -> Option<&str> {
+        match &self.watch {
+            Watch::List { .. } => None,
+            Watch::Closed { version, .. } | Watch::Open { version, .. } => Some(version),
+        }
+    }
+}

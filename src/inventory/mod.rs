@@ -44,12 +44,6 @@ pub struct Inventory {
     /// Whether the nodes were listed (region and zone are then current).
     pub topology_read: bool,
 }
-/// One `inventoryErrors` entry: what was being read, and the API's answer.
-fn describe(what: &str, e: &kube::Error) -> String {
-    log::warn!("inventory: cannot {what}: {e}");
-    format!("{what}: {e}")
-}
-
 /// Why the pods of legacy Deployment `name` do not run
 /// ([`pods::pod_reason`]): the Deployment read, then one list of the
 /// ReplicaSets and one of the pods its selector selects, of which only the
@@ -95,16 +89,46 @@ pub fn pod_reason(
 /// `inventoryErrors` entry. Nodes that may not be listed (a
 /// namespace-scoped install) leave both unknown, and say so: never
 /// guessed.
-pub fn topology(client: &Client) -> Result<(Option<String>, Option<String>), String> {
+pub fn topology(client: &Client) -> Result<(Option<String>, Option<String>), TopologyError> {
     let mut topo = Topology::default();
     let visit = |node: NodeItem| topo.add_node(&node);
     match client.list_each_as(&resource::NODES.collection(None), None, PAGE, visit) {
         Ok(()) => Ok((topo.region.get(), topo.zone.get())),
-        Err(e) if e.is_forbidden() => Err(format!(
-            "nodes are not readable ({}): region and zone unavailable; set NEXO_CLUSTER_REGION and NEXO_CLUSTER_ZONE",
-            crate::text::clip(&e.to_string(), 200)
-        )),
-        Err(e) => Err(describe("list nodes", &e)),
+        Err(e) if e.is_forbidden() => Err(TopologyError::NotReadable(e)),
+        Err(e) => {
+            log::warn!("inventory: cannot list nodes: {e}");
+            Err(TopologyError::List(e))
+        }
+    }
+}
+
+/// Why region and zone could not be read from the nodes.
+#[derive(Debug)]
+pub enum TopologyError {
+    /// The nodes may not be listed (a namespace-scoped install).
+    NotReadable(kube::Error),
+    /// The list failed.
+    List(kube::Error),
+}
+
+impl std::fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopologyError::NotReadable(e) => write!(
+                f,
+                "nodes are not readable ({}): region and zone unavailable; set NEXO_CLUSTER_REGION and NEXO_CLUSTER_ZONE",
+                crate::text::clip(&e.to_string(), 200)
+            ),
+            TopologyError::List(e) => write!(f, "list nodes: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TopologyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TopologyError::NotReadable(e) | TopologyError::List(e) => Some(e),
+        }
     }
 }
 

@@ -241,18 +241,6 @@ pub enum Applied {
     Broken(WatchError),
 }
 
-/// Events compared as the tests see them: a broken one by its cause.
-#[cfg(test)]
-impl PartialEq for Applied {
-    fn eq(&self, other: &Applied) -> bool {
-        match (self, other) {
-            (Applied::Taken, Applied::Taken) | (Applied::Expired, Applied::Expired) => true,
-            (Applied::Broken(a), Applied::Broken(b)) => a.to_string() == b.to_string(),
-            _ => false,
-        }
-    }
-}
-
 #[derive(Deserialize)]
 struct Event<'a> {
     #[serde(rename = "type")]
@@ -447,24 +435,6 @@ impl Set {
             Watch::List { retry_at } | Watch::Closed { retry_at, .. } => {
                 Some(retry_at.unwrap_or(now))
             }
-        }
-    }
-
-    /// When the watch is opened again, if it waits for a time.
-    #[cfg(test)]
-    pub fn retry_at(&self) -> Option<Instant> {
-        match &self.watch {
-            Watch::Open { .. } => None,
-            Watch::List { retry_at } | Watch::Closed { retry_at, .. } => *retry_at,
-        }
-    }
-
-    /// The version to watch from, if any.
-    #[cfg(test)]
-    pub fn version(&self) -> Option<&str> {
-        match &self.watch {
-            Watch::List { .. } => None,
-            Watch::Closed { version, .. } | Watch::Open { version, .. } => Some(version),
         }
     }
 

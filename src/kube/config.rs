@@ -236,34 +236,29 @@ struct ContextEntry {
 }
 
 impl KubeconfigFile {
-    fn resolve(self, base: &Path) -> Result<KubeConfig, String> {
+    fn resolve(self, base: &Path) -> Result<KubeConfig, KubeconfigError> {
         let context = self
             .contexts
             .iter()
             .find(|c| c.name == self.current_context)
-            .ok_or_else(|| {
-                format!(
-                    "current-context {:?} is not among its contexts",
-                    self.current_context
-                )
-            })?;
+            .ok_or_else(|| KubeconfigError::NoCurrentContext(self.current_context.clone()))?;
         let cluster = self
             .clusters
             .iter()
             .find(|c| c.name == context.value.cluster)
-            .ok_or_else(|| format!("cluster {:?} not found", context.value.cluster))?;
+            .ok_or_else(|| KubeconfigError::NoCluster(context.value.cluster.clone()))?;
         let user = match &context.value.user {
             Some(name) => Some(
                 self.users
                     .iter()
                     .find(|u| &u.name == name)
-                    .ok_or_else(|| format!("user {name:?} not found"))?,
+                    .ok_or_else(|| KubeconfigError::NoUser(name.clone()))?,
             ),
             None => None,
         };
         let server = cluster.value.server.trim_end_matches('/').to_owned();
         if !server.starts_with("https://") {
-            return Err(format!("server {server:?} is not an https:// URL"));
+            return Err(KubeconfigError::NotHttps(server));
         }
         let ca_pem = pem_from(
             base,
@@ -285,12 +280,12 @@ impl KubeconfigFile {
 
 /// A user's credentials: a token, a token file (re-read when it rotates),
 /// or a client certificate and key.
-fn auth_of(base: &Path, u: &UserEntry) -> Result<Auth, String> {
+fn auth_of(base: &Path, u: &UserEntry) -> Result<Auth, KubeconfigError> {
     if let Some(token) = &u.token {
         return Ok(Auth::Bearer(BearerToken::fixed(Secret::new(token.clone()))));
     }
     if let Some(file) = &u.token_file {
-        let source = BearerToken::file(&base.join(file)).map_err(|e| e.to_string())?;
+        let source = BearerToken::file(&base.join(file)).map_err(KubeconfigError::TokenFile)?;
         return Ok(Auth::Bearer(source));
     }
     let cert = pem_from(base, &u.client_certificate, &u.client_certificate_data)?;
@@ -298,10 +293,10 @@ fn auth_of(base: &Path, u: &UserEntry) -> Result<Auth, String> {
     match (cert, key) {
         (Some(cert_pem), Some(key)) => Ok(Auth::ClientCert {
             cert_pem,
-            key_pem: Secret::new(String::from_utf8(key).map_err(|_| "client key is not PEM text")?),
+            key_pem: Secret::new(String::from_utf8(key).map_err(|_| KubeconfigError::KeyNotText)?),
         }),
         (None, None) => Ok(Auth::None),
-        _ => Err("a client certificate needs both certificate and key".into()),
+        _ => Err(KubeconfigError::HalfClientCert),
     }
 }
 
@@ -309,20 +304,54 @@ fn pem_from(
     base: &Path,
     file: &Option<PathBuf>,
     data: &Option<String>,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, KubeconfigError> {
     if let Some(data) = data {
         return base64_decode(data)
             .map(Some)
-            .ok_or_else(|| "a *-data field is not valid base64".to_owned());
+            .ok_or(KubeconfigError::DataNotBase64);
     }
     match file {
         Some(f) => {
             let path = base.join(f);
             crate::files::read(&path, MAX_FILE)
                 .map(Some)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                .map_err(|source| KubeconfigError::Unreadable { path, source })
         }
         None => Ok(None),
+    }
+}
+
+/// Why a kubeconfig cannot be used.
+#[derive(Debug)]
+enum KubeconfigError {
+    NoCurrentContext(String),
+    NoCluster(String),
+    NoUser(String),
+    NotHttps(String),
+    TokenFile(Error),
+    KeyNotText,
+    HalfClientCert,
+    DataNotBase64,
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for KubeconfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use KubeconfigError as E;
+        match self {
+            E::NoCurrentContext(c) => write!(f, "current-context {c:?} is not among its contexts"),
+            E::NoCluster(c) => write!(f, "cluster {c:?} not found"),
+            E::NoUser(u) => write!(f, "user {u:?} not found"),
+            E::NotHttps(s) => write!(f, "server {s:?} is not an https:// URL"),
+            E::TokenFile(e) => write!(f, "{e}"),
+            E::KeyNotText => f.write_str("client key is not PEM text"),
+            E::HalfClientCert => f.write_str("a client certificate needs both certificate and key"),
+            E::DataNotBase64 => f.write_str("a *-data field is not valid base64"),
+            E::Unreadable { path, source } => write!(f, "cannot read {}: {source}", path.display()),
+        }
     }
 }
 

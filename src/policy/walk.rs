@@ -87,7 +87,7 @@ pub(super) fn boolean(v: &Value, at: &At<'_>) -> Result<Option<bool>, Violation>
 }
 
 /// An integer, however it is spelled: `80`, `80.0`, `"80"` (`null`: absent).
-pub(super) fn integer(v: &Value, at_path: &str) -> Result<Option<i64>, String> {
+pub(super) fn int(v: &Value, at: &At<'_>) -> Result<Option<i64>, Violation> {
     let n = match v {
         Value::Null => return Ok(None),
         Value::Number(n) => n
@@ -100,12 +100,7 @@ pub(super) fn integer(v: &Value, at_path: &str) -> Result<Option<i64>, String> {
             .and_then(|f| (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)),
         _ => None,
     };
-    n.map(Some)
-        .ok_or_else(|| format!("{at_path}: not an integer"))
-}
-
-pub(super) fn int(v: &Value, at: &At<'_>) -> Result<Option<i64>, Violation> {
-    integer(v, "").map_err(|_| at.violation("not an integer"))
+    n.map(Some).ok_or_else(|| at.violation("not an integer"))
 }
 
 /// A string (`null`: absent).
