@@ -127,20 +127,44 @@ pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
 /// The longest wait a `Retry-After` can ask for.
 pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(600);
 
-/// The wait after a 429 or 503: its `Retry-After` within
-/// [[`RETRY_AFTER_MIN`], [`RETRY_AFTER_MAX`]]; when absent, zero, past or
-/// unparsable, the backoff's next delay but at least [`RETRY_AFTER_MIN`].
-/// The backoff advances either way, as for any failure.
-pub fn retry_after_delay(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
+/// An answer's `Retry-After` as a wait from now ([`parse_retry_after`]
+/// against the wall clock): the one reading of the header, for both
+/// clients. `None` when absent, not text, or not a value.
+pub fn retry_after_of(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()))
+}
+
+/// The wait after an answer that asked to be retried later, never over
+/// `cap`: its `Retry-After` within [[`RETRY_AFTER_MIN`],
+/// [`RETRY_AFTER_MAX`]]; when absent, zero, past or unparsable, the
+/// backoff's next delay but at least [`RETRY_AFTER_MIN`]. The backoff
+/// advances either way, as for any failure; the wait counted in
+/// `nexo_manager_retry_after_*` (when there was a `Retry-After`) is the one
+/// returned, the cap applied.
+pub fn retry_after_wait(
+    retry_after: Option<Duration>,
+    backoff: &mut Backoff,
+    cap: Duration,
+) -> Duration {
     let backoff_delay = backoff.next_delay();
     let delay = match retry_after {
         Some(d) if d >= RETRY_AFTER_MIN => d.min(RETRY_AFTER_MAX),
         _ => backoff_delay.max(RETRY_AFTER_MIN),
-    };
+    }
+    .min(cap);
     if retry_after.is_some() {
         crate::metrics::retry_after(delay);
     }
     delay
+}
+
+/// [`retry_after_wait`] within the protocol's [`RETRY_AFTER_MAX`]: the wait
+/// after a 429 or 503.
+pub fn retry_after_delay(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
+    retry_after_wait(retry_after, backoff, RETRY_AFTER_MAX)
 }
 
 /// IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -284,5 +308,40 @@ mod tests {
             4,
             "consecutive 429/503 answers advance the backoff"
         );
+    }
+
+    /// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
+    /// thread's registry).
+    fn waited() -> f64 {
+        let mut out = String::new();
+        crate::metrics::render(&mut out);
+        out.lines()
+            .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1.0)
+    }
+
+    #[test]
+    fn a_capped_wait_is_counted_as_the_wait_taken() {
+        let mut b = Backoff::new(
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+            Jitter::seeded(1),
+        );
+        let before = waited();
+        let wait = retry_after_wait(
+            Some(Duration::from_secs(600)),
+            &mut b,
+            Duration::from_secs(10),
+        );
+        assert_eq!(wait, Duration::from_secs(10));
+        assert!(
+            (waited() - before - 10.0).abs() < 1e-6,
+            "counted {} s for a 10 s wait",
+            waited() - before
+        );
+        // Uncapped, the protocol's bound.
+        let wait = retry_after_delay(Some(Duration::from_secs(7200)), &mut b);
+        assert_eq!(wait, RETRY_AFTER_MAX);
     }
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::{Agent, Lead};
-use crate::backoff::retry_after_delay;
+use crate::backoff::retry_after_wait;
 use crate::kube::Client;
 use crate::lease::{self, Elector};
 use crate::probe::Role;
@@ -149,10 +149,11 @@ impl Agent {
                 Lead::Standby(self.pace.interval)
             }
             Err(e) => {
-                let delay = retry_after_delay(e.retry_after(), &mut self.pace.backoff);
+                let delay =
+                    retry_after_wait(e.retry_after(), &mut self.pace.backoff, self.pace.interval);
                 log::warn!("cannot read or renew the lease: {e}; not acting");
                 self.standby_check(false);
-                Lead::Standby(delay.min(self.pace.interval))
+                Lead::Standby(delay)
             }
         }
     }

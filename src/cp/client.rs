@@ -12,7 +12,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -262,11 +262,7 @@ impl CpClient {
         if resp.body().content_length().is_some_and(|n| n > MAX_BODY) {
             return Err(CpError::TooLarge);
         }
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::backoff::parse_retry_after(v, SystemTime::now()));
+        let retry_after = crate::backoff::retry_after_of(resp.headers());
         let bytes = match resp.body_mut().with_config().limit(MAX_BODY).read_to_vec() {
             Ok(b) => b,
             Err(ureq::Error::BodyExceedsLimit(_)) => return Err(CpError::TooLarge),

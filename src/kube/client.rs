@@ -75,13 +75,17 @@ pub fn retry_delay(
             status: 429,
             retry_after,
             ..
-        } => Some(crate::backoff::retry_after_delay(*retry_after, backoff).min(RETRY_CAP)),
+        } => Some(crate::backoff::retry_after_wait(
+            *retry_after,
+            backoff,
+            RETRY_CAP,
+        )),
         Error::Api {
             status,
             retry_after,
             ..
         } if *status >= 500 && idempotent => Some(match retry_after {
-            Some(_) => crate::backoff::retry_after_delay(*retry_after, backoff).min(RETRY_CAP),
+            Some(_) => crate::backoff::retry_after_wait(*retry_after, backoff, RETRY_CAP),
             None => backoff.next_delay(),
         }),
         Error::Transport(_) if idempotent => Some(backoff.next_delay()),
@@ -535,11 +539,7 @@ impl Client {
 /// [`MAX_ERROR_BODY`] bytes, never an error for a longer body: the status
 /// decides what happens next, not the page size) and its `Retry-After`.
 fn error_answer(status: u16, resp: &mut ureq::http::Response<ureq::Body>) -> Result<Error, Error> {
-    let retry_after = resp
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| crate::backoff::parse_retry_after(v, std::time::SystemTime::now()));
+    let retry_after = crate::backoff::retry_after_of(resp.headers());
     let mut bytes = Vec::new();
     resp.body_mut()
         .as_reader()
