@@ -19,6 +19,7 @@
 //! once at start-up: the process has one thread. Without one (tests, tools)
 //! the transport polls the socket alone.
 
+pub mod body;
 use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};

@@ -27,6 +27,7 @@ use super::tls::{HANDSHAKE_PATH, HandshakeGate, Tls};
 use super::wire::{
     Ack, ConnectRequest, ConnectResponse, ErrorEnvelope, HeartbeatRequest, HeartbeatResponse,
 };
+use crate::net::body::{BodyError, Over, read_body};
 use crate::secret::Secret;
 
 pub use super::wire::MAX_BODY;
@@ -259,15 +260,13 @@ impl CpClient {
         };
         let status = resp.status().as_u16();
         crate::metrics::request("cp", endpoint, Some(status));
-        if resp.body().content_length().is_some_and(|n| n > MAX_BODY) {
-            return Err(CpError::TooLarge);
-        }
         let retry_after = crate::backoff::retry_after_of(resp.headers());
-        let bytes = match resp.body_mut().with_config().limit(MAX_BODY).read_to_vec() {
-            Ok(b) => b,
-            Err(ureq::Error::BodyExceedsLimit(_)) => return Err(CpError::TooLarge),
-            Err(e) => return Err(CpError::Transport(e)),
-        };
+        let mut bytes = Vec::new();
+        match read_body(resp.body_mut(), MAX_BODY, Over::Refuse, &mut bytes) {
+            Ok(()) => {}
+            Err(BodyError::TooLarge(_)) => return Err(CpError::TooLarge),
+            Err(BodyError::Read(e)) => return Err(CpError::Transport(e)),
+        }
         if (200..300).contains(&status) {
             return Ok(bytes);
         }

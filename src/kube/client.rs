@@ -6,7 +6,6 @@
 //! server is reached directly.
 
 use std::cell::RefCell;
-use std::io::Read;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +20,7 @@ use super::config::{Auth, KubeConfig};
 use super::error::{Error, Status};
 use super::pause::{Pause, Wake};
 use crate::backoff::{Backoff, Jitter};
+use crate::net::body::{BodyError, Over, read_body};
 
 pub use super::limits::{MAX_BODY, MAX_ERROR_BODY, MAX_PAGE_BODY, SCRATCH_KEEP};
 use super::limits::{read_limit, within};
@@ -510,18 +510,12 @@ impl Client {
         limit: u64,
     ) -> Result<Option<T>, Error> {
         let mut bytes = self.scratch.take();
-        bytes.clear();
-        let read = resp
-            .body_mut()
-            .with_config()
-            .limit(limit)
-            .reader()
-            .read_to_end(&mut bytes);
+        let read = read_body(resp.body_mut(), limit, Over::Refuse, &mut bytes);
         let decoded = match read {
-            Err(_) if bytes.len() as u64 >= limit => Err(Error::TooLarge(limit)),
-            Err(e) => Err(Error::Transport(ureq::Error::Io(e))),
-            Ok(0) => Ok(None),
-            Ok(_) => serde_json::from_slice(&bytes)
+            Err(BodyError::TooLarge(limit)) => Err(Error::TooLarge(limit)),
+            Err(BodyError::Read(e)) => Err(Error::Transport(e)),
+            Ok(()) if bytes.is_empty() => Ok(None),
+            Ok(()) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|source| Error::Decode {
                     what: "response body",
@@ -541,11 +535,10 @@ impl Client {
 fn error_answer(status: u16, resp: &mut ureq::http::Response<ureq::Body>) -> Result<Error, Error> {
     let retry_after = crate::backoff::retry_after_of(resp.headers());
     let mut bytes = Vec::new();
-    resp.body_mut()
-        .as_reader()
-        .take(MAX_ERROR_BODY)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::Transport(ureq::Error::Io(e)))?;
+    match read_body(resp.body_mut(), MAX_ERROR_BODY, Over::Cut, &mut bytes) {
+        Ok(()) | Err(BodyError::TooLarge(_)) => {}
+        Err(BodyError::Read(e)) => return Err(Error::Transport(e)),
+    }
     // Not every error body is a Status (a proxy's page, an empty 503).
     let body = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| Status {
         reason: None,

@@ -1,4 +1,5 @@
 use super::*;
+use std::io::Read;
 use std::ops::ControlFlow;
 
 use crate::kube::verbs::page_through;

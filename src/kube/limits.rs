@@ -21,6 +21,11 @@ pub const MAX_BODY: u64 = 8 * 1024 * 1024;
 /// read in pages that keep the check's memory small.
 pub const MAX_PAGE_BODY: u64 = 2 * 1024 * 1024;
 
+/// The longest line (one event) a watch may send: an object is at most
+/// 1.5 MiB in etcd; anything longer is not a Kubernetes watch. A watch is
+/// a stream with no whole-body bound; each of its lines has this one.
+pub const MAX_EVENT: usize = 4 * 1024 * 1024;
+
 /// `req` with `timeout` as its whole call's, when given.
 pub(super) fn within<S: ureq::AsSendBody>(
     agent: &ureq::Agent,

@@ -21,9 +21,7 @@ use ureq::unversioned::transport::{
     Transport,
 };
 
-/// The longest line (one event) a watch may send: an object is at most
-/// 1.5 MiB in etcd; anything longer is not a Kubernetes watch.
-pub const MAX_EVENT: usize = 4 * 1024 * 1024;
+pub use super::limits::MAX_EVENT;
 
 /// The connection a watch call opened last: its socket, and the switch
 /// that makes its reads non-blocking.
