@@ -313,8 +313,9 @@ mod tests {
     /// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
     /// thread's registry).
     fn waited() -> f64 {
-        let mut out = String::new();
-        crate::metrics::render(&mut out);
+        let mut text = crate::metrics::Exposition::default();
+        crate::metrics::render(&mut text);
+        let out = text.into_string();
         out.lines()
             .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
             .and_then(|v| v.trim().parse().ok())

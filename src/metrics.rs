@@ -8,7 +8,7 @@
 //! is bounded whatever the peers send.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Upper bounds of the command duration histogram's buckets: milliseconds,
@@ -219,57 +219,131 @@ fn process_stats() -> ProcessStats {
     stats
 }
 
-/// Writes one metric family: its help and type lines, then one line per
-/// (labels, value).
-pub fn family(out: &mut String, name: &str, kind: &str, help: &str, lines: &[(String, String)]) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    for (labels, value) in lines {
-        let _ = writeln!(out, "{name}{labels} {value}");
+/// A metric family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Type {
+    fn as_str(self) -> &'static str {
+        match self {
+            Type::Counter => "counter",
+            Type::Gauge => "gauge",
+            Type::Histogram => "histogram",
+        }
     }
 }
 
-/// Writes the registry's and the process's metrics in the text exposition:
-/// one block per metric family, long and flat on purpose.
-pub fn render(out: &mut String) {
-    let one = |v: String| vec![(String::new(), v)];
+/// The `/metrics` text (exposition format 0.0.4) as it is written: the one
+/// writer of it, for the registry's families and the probes' alike. Label
+/// values are escaped here (`\`, `"`, a newline), whatever their source.
+#[derive(Debug, Default)]
+pub struct Exposition(String);
+
+impl Exposition {
+    /// A family's `# HELP` and `# TYPE` lines.
+    pub fn header(&mut self, name: &str, kind: Type, help: &str) {
+        let _ = writeln!(
+            self.0,
+            "# HELP {name} {help}\n# TYPE {name} {}",
+            kind.as_str()
+        );
+    }
+
+    /// One sample: `name{k="v",…} value` (no braces without labels).
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"{}\"", escape(v));
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    /// A family of one unlabelled sample.
+    pub fn single(&mut self, name: &str, kind: Type, help: &str, value: impl fmt::Display) {
+        self.header(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    /// One histogram series of `name` with `labels`: a `_bucket` line per
+    /// bound and `+Inf`, then `_sum` and `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &Histogram) {
+        let bucket = format!("{name}_bucket");
+        let bounds = DURATION_BUCKETS.iter().map(|(_, le)| *le).chain(["+Inf"]);
+        let counts = h.buckets.iter().copied().chain([h.count]);
+        for (le, n) in bounds.zip(counts) {
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", le));
+            self.sample(&bucket, &with_le, n);
+        }
+        self.sample(&format!("{name}_sum"), labels, decimal(h.sum_us, 6));
+        self.sample(&format!("{name}_count"), labels, h.count);
+    }
+
+    /// The text.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// A label value as the exposition format quotes it.
+fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.contains(['\\', '"', '\n']) {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+            .into()
+    } else {
+        v.into()
+    }
+}
+
+/// Writes the registry's and the process's metrics: one block per metric
+/// family, long and flat on purpose.
+pub fn render(out: &mut Exposition) {
     let p = process_stats();
-    family(
-        out,
+    out.single(
         "process_resident_memory_bytes",
-        "gauge",
+        Type::Gauge,
         "Resident memory size in bytes.",
-        &one(p.resident_bytes.to_string()),
+        p.resident_bytes,
     );
-    family(
-        out,
+    out.single(
         "process_virtual_memory_bytes",
-        "gauge",
+        Type::Gauge,
         "Virtual memory size in bytes.",
-        &one(p.virtual_bytes.to_string()),
+        p.virtual_bytes,
     );
-    family(
-        out,
+    out.single(
         "process_cpu_seconds_total",
-        "counter",
+        Type::Counter,
         "Total user and system CPU time spent in seconds.",
-        &one(decimal(p.cpu_ticks, 2)),
+        decimal(p.cpu_ticks, 2),
     );
-    family(
-        out,
+    out.single(
         "process_open_fds",
-        "gauge",
+        Type::Gauge,
         "Number of open file descriptors.",
-        &one(p.open_fds.to_string()),
+        p.open_fds,
     );
     let start = STARTED
         .with(|s| s.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-    family(
-        out,
+    out.single(
         "process_start_time_seconds",
-        "gauge",
+        Type::Gauge,
         "Start time of the process since unix epoch in seconds.",
-        &one(decimal(start, 3)),
+        decimal(start, 3),
     );
     REGISTRY.with(|r| {
         let r = r.borrow();
@@ -285,150 +359,109 @@ pub fn render(out: &mut String) {
                 "Kubernetes API requests, by verb and status code (error: no answer).",
             ),
         ] {
-            let lines: Vec<(String, String)> = r
-                .requests
-                .iter()
-                .filter(|((p, _, _), _)| *p == peer)
-                .map(|((_, endpoint, code), n)| {
-                    let label = if peer == "cp" { "endpoint" } else { "verb" };
-                    let code = match code {
-                        0 => "error".to_owned(),
-                        c => c.to_string(),
-                    };
-                    (
-                        format!("{{{label}=\"{endpoint}\",code=\"{code}\"}}"),
-                        n.to_string(),
-                    )
-                })
-                .collect();
-            family(out, name, "counter", help, &lines);
+            out.header(name, Type::Counter, help);
+            let label = if peer == "cp" { "endpoint" } else { "verb" };
+            for ((_, endpoint, code), n) in r.requests.iter().filter(|((p, _, _), _)| *p == peer) {
+                let code = match code {
+                    0 => "error".to_owned(),
+                    c => c.to_string(),
+                };
+                out.sample(name, &[(label, endpoint), ("code", &code)], n);
+            }
         }
-        family(
-        out,
+        out.single(
             "nexo_manager_retry_after_waits_total",
-            "counter",
+            Type::Counter,
             "Waits decided by a Retry-After header (Control Plane or Kubernetes).",
-            &one(r.retry_after_waits.to_string()),
+            r.retry_after_waits,
         );
-        family(
-        out,
+        out.single(
             "nexo_manager_retry_after_wait_seconds_total",
-            "counter",
+            Type::Counter,
             "Time spent in those waits, seconds.",
-            &one(decimal(r.retry_after_ms, 3)),
+            decimal(r.retry_after_ms, 3),
         );
-        let _ = writeln!(
-            out,
-            "# HELP nexo_manager_command_duration_seconds Time from a command's arrival to its ack, by class.\n# TYPE nexo_manager_command_duration_seconds histogram"
+        let duration = "nexo_manager_command_duration_seconds";
+        out.header(
+            duration,
+            Type::Histogram,
+            "Time from a command's arrival to its ack, by class.",
         );
         for (class, h) in &r.durations {
-            for (n, (_, bound)) in h.buckets.iter().zip(DURATION_BUCKETS) {
-                let _ = writeln!(
-                    out,
-                    "nexo_manager_command_duration_seconds_bucket{{class=\"{class}\",le=\"{bound}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "nexo_manager_command_duration_seconds_bucket{{class=\"{class}\",le=\"+Inf\"}} {}\nnexo_manager_command_duration_seconds_sum{{class=\"{class}\"}} {}\nnexo_manager_command_duration_seconds_count{{class=\"{class}\"}} {}",
-                h.count, decimal(h.sum_us, 6), h.count
-            );
+            out.histogram(duration, &[("class", class)], h);
         }
-        let refused: Vec<(String, String)> = r
-            .refused
-            .iter()
-            .map(|(reason, n)| (format!("{{reason=\"{reason}\"}}"), n.to_string()))
-            .collect();
-        family(
-        out,
-            "nexo_manager_commands_refused_total",
-            "counter",
+        let refused = "nexo_manager_commands_refused_total";
+        out.header(
+            refused,
+            Type::Counter,
             "Commands refused before they ran, by reason.",
-            &refused,
         );
-        family(
-        out,
+        for (reason, n) in &r.refused {
+            out.sample(refused, &[("reason", reason)], n);
+        }
+        out.single(
             "nexo_manager_commands_skipped_total",
-            "counter",
+            Type::Counter,
             "Commands of an answer past the per-answer limit, skipped unacknowledged.",
-            &[(String::new(), r.skipped_commands.to_string())],
+            r.skipped_commands,
         );
-        family(
-            out,
+        out.single(
             "nexo_manager_state_writes_total",
-            "counter",
+            Type::Counter,
             "State Secret writes the API server accepted (one per finished command, or fewer).",
-            &[(String::new(), r.state_writes.to_string())],
+            r.state_writes,
         );
-        family(
-        out,
+        out.single(
             "nexo_manager_state_write_failures_total",
-            "counter",
+            Type::Counter,
             "State Secret writes that failed after their retries.",
-            &[(String::new(), r.state_write_failures.to_string())],
+            r.state_write_failures,
         );
-        family(
-            out,
+        out.single(
             "nexo_manager_events_written_total",
-            "counter",
+            Type::Counter,
             "Kubernetes Events written (creations and series updates).",
-            &[(String::new(), r.events_written.to_string())],
+            r.events_written,
         );
-        let dropped: Vec<(String, String)> = r
-            .events_dropped
-            .iter()
-            .map(|(cause, n)| (format!("{{cause=\"{cause}\"}}"), n.to_string()))
-            .collect();
-        family(
-            out,
-            "nexo_manager_events_dropped_total",
-            "counter",
+        let dropped = "nexo_manager_events_dropped_total";
+        out.header(
+            dropped,
+            Type::Counter,
             "Kubernetes Events not written, by cause (queue_full, denied, error).",
-            &dropped,
         );
-        let phases: Vec<(String, String)> = r
-            .phases
-            .iter()
-            .map(|(phase, n)| (format!("{{phase=\"{phase}\"}}"), n.to_string()))
-            .collect();
-        family(
-            out,
-            "nexo_manager_deployments",
-            "gauge",
+        for (cause, n) in &r.events_dropped {
+            out.sample(dropped, &[("cause", cause)], n);
+        }
+        let deployments = "nexo_manager_deployments";
+        out.header(
+            deployments,
+            Type::Gauge,
             "Deployments the last heartbeat reported, by phase (status.v1).",
-            &phases,
         );
-        family(
-            out,
+        for (phase, n) in &r.phases {
+            out.sample(deployments, &[("phase", phase)], n);
+        }
+        out.single(
             "nexo_manager_drift_checks_total",
-            "counter",
+            Type::Counter,
             "Drift checks made (drift.v1).",
-            &[(String::new(), r.drift_checks.to_string())],
+            r.drift_checks,
         );
-        family(
-            out,
+        out.single(
             "nexo_manager_drift_check_seconds_total",
-            "counter",
+            Type::Counter,
             "Time spent in drift checks, seconds.",
-            &[(String::new(), decimal(r.drift_check_us, 6))],
+            decimal(r.drift_check_us, 6),
         );
-        let drifted: Vec<(String, String)> = r
-            .drifted
-            .iter()
-            .map(|((mode, action), n)| {
-                (
-                    format!("{{mode=\"{mode}\",action=\"{action}\"}}"),
-                    n.to_string(),
-                )
-            })
-            .collect();
-        family(
-            out,
-            "nexo_manager_drifted_objects_total",
-            "counter",
+        let drifted = "nexo_manager_drifted_objects_total";
+        out.header(
+            drifted,
+            Type::Counter,
             "Drifted objects found by drift checks, by mode and action (reported, corrected, recreated, failed).",
-            &drifted,
         );
+        for ((mode, action), n) in &r.drifted {
+            out.sample(drifted, &[("mode", mode), ("action", action)], n);
+        }
     });
 }
 
@@ -458,8 +491,9 @@ mod tests {
         retry_after(Duration::from_secs(600));
         command_duration("deploy", Duration::from_millis(300));
         refused("too_large");
-        let mut out = String::new();
-        render(&mut out);
+        let mut text = Exposition::default();
+        render(&mut text);
+        let out = text.into_string();
         for line in [
             "nexo_manager_cp_requests_total{endpoint=\"heartbeat\",code=\"503\"} 2\n",
             "nexo_manager_kubernetes_requests_total{verb=\"GET\",code=\"error\"} 1\n",

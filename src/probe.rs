@@ -148,95 +148,69 @@ impl Health {
     /// The Prometheus text exposition: one block per metric family, in
     /// the order `/metrics` lists them; long, flat on purpose.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, lines: &[(String, String)]| {
-            crate::metrics::family(&mut out, name, kind, help, lines)
-        };
-        let one = |v: String| vec![(String::new(), v)];
-        metric(
-            "nexo_manager_build_info",
-            "gauge",
-            "Version and build of this Manager.",
-            &[(
-                format!(
-                    "{{version=\"{}\",build=\"{}\"}}",
-                    crate::VERSION,
-                    crate::BUILD
-                ),
-                "1".into(),
-            )],
+        use crate::metrics::Type;
+        let mut out = crate::metrics::Exposition::default();
+        let build = "nexo_manager_build_info";
+        out.header(build, Type::Gauge, "Version and build of this Manager.");
+        out.sample(
+            build,
+            &[("version", crate::VERSION), ("build", crate::BUILD)],
+            1,
         );
-        metric(
-            "nexo_manager_heartbeats_total",
-            "counter",
-            "Heartbeats sent, by outcome.",
-            &[
-                ("{outcome=\"ok\"}".into(), self.heartbeats_ok.to_string()),
-                (
-                    "{outcome=\"failed\"}".into(),
-                    self.heartbeats_failed.to_string(),
-                ),
-            ],
-        );
-        let commands: Vec<(String, String)> = self
-            .commands
-            .iter()
-            .map(|((class, result), n)| {
-                (
-                    format!("{{class=\"{}\",result=\"{result}\"}}", escape(class)),
-                    n.to_string(),
-                )
-            })
-            .collect();
-        metric(
-            "nexo_manager_commands_total",
-            "counter",
+        let heartbeats = "nexo_manager_heartbeats_total";
+        out.header(heartbeats, Type::Counter, "Heartbeats sent, by outcome.");
+        out.sample(heartbeats, &[("outcome", "ok")], self.heartbeats_ok);
+        out.sample(heartbeats, &[("outcome", "failed")], self.heartbeats_failed);
+        let commands = "nexo_manager_commands_total";
+        out.header(
+            commands,
+            Type::Counter,
             "Finished commands, by class and result.",
-            &commands,
         );
-        metric(
+        for ((class, result), n) in &self.commands {
+            out.sample(
+                commands,
+                &[("class", class), ("result", result.as_str())],
+                n,
+            );
+        }
+        out.single(
             "nexo_manager_ack_attempts_total",
-            "counter",
+            Type::Counter,
             "Ack delivery attempts.",
-            &one(self.ack_attempts.to_string()),
+            self.ack_attempts,
         );
-        metric(
+        out.single(
             "nexo_manager_pending_acks",
-            "gauge",
+            Type::Gauge,
             "Acks waiting for a heartbeat to carry them.",
-            &one(self.pending_acks.to_string()),
+            self.pending_acks,
         );
-        metric(
+        out.single(
             "nexo_manager_managed_proxies",
-            "gauge",
+            Type::Gauge,
             "Managed deployments in the last inventory.",
-            &one(self.managed_proxies.to_string()),
+            self.managed_proxies,
         );
         let last = self
             .last_heartbeat_ok
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
-        metric(
+        out.single(
             "nexo_manager_last_heartbeat_timestamp_seconds",
-            "gauge",
+            Type::Gauge,
             "Unix time of the last successful heartbeat.",
-            &one(last.to_string()),
+            last,
         );
-        metric(
+        out.single(
             "nexo_manager_leader",
-            "gauge",
+            Type::Gauge,
             "1 while this process holds the lease and acts, else 0.",
-            &one(u8::from(self.role == Role::Leader).to_string()),
+            u8::from(self.role == Role::Leader),
         );
         crate::metrics::render(&mut out);
-        out
+        out.into_string()
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// A connection waiting for its request head.
