@@ -20,11 +20,16 @@
 //! the transport polls the socket alone.
 
 pub mod body;
+mod slot;
+
+pub use slot::{Opened, WatchSlot};
 use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{
@@ -165,12 +170,6 @@ fn await_ready(
         Some(readiness) => readiness.ready(fd, interest, timeout, mode),
         None => poll_for(fd, interest.events(), timeout),
     }
-}
-
-/// `poll(2)` on one descriptor until it is readable: the wait when no
-/// loop is installed.
-pub fn poll_one(fd: RawFd, timeout: Duration) -> io::Result<Ready> {
-    poll_for(fd, libc::POLLIN, timeout)
 }
 
 /// `poll(2)` on one descriptor for `events`; [`Ready::Now`] when they
@@ -323,20 +322,40 @@ fn raw_connect(fd: RawFd, addr: &SocketAddr) -> libc::c_int {
 
 /// Opens plain TCP connections whose connects, reads and writes wait in
 /// the loop. Chained after ureq's CONNECT proxy connector and before its
-/// TLS connector.
+/// TLS connector. The one transport of the process: the CP's calls, the
+/// Kubernetes calls, the watches and the standby's handshake check.
 #[derive(Debug, Default)]
 pub struct PollTcpConnector {
     /// Whether the loop's duty may run in its waits ([`Mode::duties`]).
     pub duties: bool,
+    /// A watch's connector: each connection it opens is left in this slot
+    /// for the caller, which makes its reads stop waiting once the
+    /// response head is in ([`Opened::stop_waiting`]).
+    pub watch: Option<WatchSlot>,
 }
 
 impl PollTcpConnector {
     /// The CP client's: the duty (the lease renewal, the watches) runs in
     /// its waits (a held heartbeat lasts an interval).
-    pub const CONTROL_PLANE: PollTcpConnector = PollTcpConnector { duties: true };
+    pub const CONTROL_PLANE: PollTcpConnector = PollTcpConnector {
+        duties: true,
+        watch: None,
+    };
     /// The Kubernetes client's: probes and signals only (its callers may
     /// hold what the duty borrows).
-    pub const KUBERNETES: PollTcpConnector = PollTcpConnector { duties: false };
+    pub const KUBERNETES: PollTcpConnector = PollTcpConnector {
+        duties: false,
+        watch: None,
+    };
+
+    /// A watch agent's: as [`PollTcpConnector::KUBERNETES`] until the head
+    /// is in, each connection left in `slot`.
+    pub fn watches(slot: WatchSlot) -> PollTcpConnector {
+        PollTcpConnector {
+            duties: false,
+            watch: Some(slot),
+        }
+    }
 }
 
 impl<In: Transport> Connector<In> for PollTcpConnector {
@@ -351,10 +370,20 @@ impl<In: Transport> Connector<In> for PollTcpConnector {
             return Ok(Some(Either::A(transport))); // a proxy's tunnel
         }
         let (stream, buffers) = connect_tcp(details, self.duties)?;
+        let watch = self.watch.as_ref().map(|slot| {
+            let nonblocking = Arc::new(AtomicBool::new(false));
+            slot.put(Opened {
+                fd: stream.as_raw_fd(),
+                nonblocking: Arc::clone(&nonblocking),
+            });
+            nonblocking
+        });
         Ok(Some(Either::B(PollTcpTransport {
             stream,
             buffers,
             duties: self.duties,
+            watch,
+            switched: false,
         })))
     }
 }
@@ -366,9 +395,50 @@ pub struct PollTcpTransport {
     stream: TcpStream,
     buffers: LazyBuffers,
     duties: bool,
+    /// A watch's switch ([`Opened::stop_waiting`]); `None`: a call's.
+    watch: Option<Arc<AtomicBool>>,
+    /// Whether the socket was made non-blocking for good (a watch past its
+    /// head).
+    switched: bool,
 }
 
 impl PollTcpTransport {
+    /// Whether reads no longer wait (a watch past its head): the socket is
+    /// then made non-blocking, once, and stays so.
+    fn switched_now(&mut self) -> io::Result<bool> {
+        if !self.switched
+            && self
+                .watch
+                .as_ref()
+                .is_some_and(|w| w.load(Ordering::Relaxed))
+        {
+            self.stream.set_nonblocking(true)?;
+            self.switched = true;
+        }
+        Ok(self.switched)
+    }
+
+    /// A switched watch's write (a TLS record while it reads): what the
+    /// socket takes, waiting for room on the socket alone, briefly.
+    fn write_switched(&mut self, amount: usize) -> Result<(), ureq::Error> {
+        let fd = self.stream.as_raw_fd();
+        let mut written = 0;
+        while written < amount {
+            match self.stream.write(&self.buffers.output()[written..amount]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if poll_for(fd, libc::POLLOUT, Duration::from_secs(1))? == Ready::TimedOut {
+                        return Err(io::Error::from(io::ErrorKind::TimedOut).into());
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     /// Ends the connection after a stop: the call fails with
     /// "stop requested".
     fn stopped(&self) -> ureq::Error {
@@ -386,6 +456,9 @@ impl Transport for PollTcpTransport {
     /// the loop for room (a peer that stops reading fills its window),
     /// within the call's write timeout.
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        if self.switched_now()? {
+            return self.write_switched(amount);
+        }
         let timeout = timeout.for_write();
         let deadline = deadline_after(wait_limit(&timeout));
         let fd = self.stream.as_raw_fd();
@@ -420,6 +493,20 @@ impl Transport for PollTcpTransport {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        if self.switched_now()? {
+            // A switched watch: read what is there; `WouldBlock` goes up as
+            // it is, and the loop reads again when the socket is readable.
+            let input = self.buffers.input_append_buf();
+            let amount = loop {
+                match self.stream.read(input) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            self.buffers.input_appended(amount);
+            return Ok(amount > 0);
+        }
         let timeout = timeout.for_read();
         if timeout.after.is_zero() {
             return Err(ureq::Error::Timeout(timeout.reason));
@@ -456,6 +543,9 @@ impl Transport for PollTcpTransport {
     }
 
     fn is_open(&mut self) -> bool {
+        if self.watch.is_some() {
+            return false; // a watch's connection is never pooled
+        }
         // Open when a non-blocking peek finds neither the end nor an error.
         if self.stream.set_nonblocking(true).is_err() {
             return false;
@@ -471,95 +561,4 @@ impl Transport for PollTcpTransport {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::net::TcpListener;
-
-    use super::*;
-
-    /// Counts the waits by interest; a stoppable one is stopped at once.
-    #[derive(Default)]
-    struct Counting {
-        reads: Cell<usize>,
-        writes: Cell<usize>,
-    }
-
-    impl Readiness for Counting {
-        fn ready(
-            &self,
-            fd: RawFd,
-            interest: Interest,
-            timeout: Duration,
-            mode: Mode,
-        ) -> io::Result<Ready> {
-            let count = match interest {
-                Interest::Read => &self.reads,
-                Interest::Write => &self.writes,
-            };
-            count.set(count.get() + 1);
-            if mode.stoppable {
-                return Ok(Ready::Stop);
-            }
-            poll_for(fd, interest.events(), timeout)
-        }
-    }
-
-    /// A [`Counting`] loop installed, and an agent whose connections wait
-    /// in it.
-    fn installed() -> (Rc<Counting>, ureq::Agent) {
-        let counting = Rc::new(Counting::default());
-        install(counting.clone());
-        let agent = crate::resolve::agent_with(
-            ureq::Agent::config_builder()
-                .max_idle_connections(0)
-                .build(),
-            ().chain(PollTcpConnector::CONTROL_PLANE),
-        );
-        (counting, agent)
-    }
-
-    #[test]
-    fn a_write_to_a_peer_that_stops_reading_waits_in_the_loop_and_ends_on_stop() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        // Accepts, reads nothing, holds the connection.
-        let server = std::thread::spawn(move || {
-            let (s, _) = listener.accept().unwrap();
-            std::thread::sleep(Duration::from_secs(2));
-            drop(s);
-        });
-        let (counting, agent) = installed();
-        // More than the kernel holds for a peer that does not read.
-        let body = vec![b'x'; 64 << 20];
-        let url = format!("http://{addr}/");
-        let started = Instant::now();
-        let err = stoppable(|| agent.post(&url).send(&body[..])).unwrap_err();
-        assert!(err.to_string().contains(STOPPED), "{err}");
-        assert!(counting.writes.get() >= 1, "the write waited in the loop");
-        assert!(started.elapsed() < Duration::from_secs(1), "ended at once");
-        LOOP.with(|l| l.borrow_mut().take());
-        server.join().unwrap();
-    }
-
-    #[test]
-    fn reads_wait_in_the_installed_loop_and_a_stoppable_call_ends_on_stop() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            for _ in 0..2 {
-                let (mut s, _) = listener.accept().unwrap();
-                let mut buf = [0u8; 1024];
-                let _ = s.read(&mut buf);
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-            }
-        });
-        let (counting, agent) = installed();
-        let url = format!("http://{addr}/");
-        let body = agent.get(&url).call().unwrap().body_mut().read_to_string();
-        assert_eq!(body.unwrap(), "ok");
-        assert!(counting.reads.get() >= 1, "the read waited in the loop");
-        let err = stoppable(|| agent.get(&url).call()).unwrap_err();
-        assert!(err.to_string().contains(STOPPED), "{err}");
-        LOOP.with(|l| l.borrow_mut().take());
-        server.join().unwrap();
-    }
-}
+mod tests;

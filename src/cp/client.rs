@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use ureq::SendBody;
 use ureq::http::Request;
-use ureq::unversioned::transport::{Connector, DefaultConnector};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 use super::body::HeartbeatBody;
 pub use super::error::{CpError, Retry, SetupError};
@@ -156,7 +156,14 @@ impl CpClient {
         let gate = HandshakeGate::default();
         let established = Arc::clone(&gate.established);
         let config = self.tls.borrow().config.clone();
-        let agent = crate::resolve::agent_with(config, DefaultConnector::new().chain(gate));
+        // The process's transport (its waits in the loop: probes are
+        // answered while a CP is slow to answer), without the duty.
+        let chain =
+            ().chain(ConnectProxyConnector::default())
+                .chain(crate::net::PollTcpConnector::KUBERNETES)
+                .chain(RustlsConnector::default())
+                .chain(gate);
+        let agent = crate::resolve::agent_with(config, chain);
         let result = agent.head(format!("{}{HANDSHAKE_PATH}", self.base)).call();
         if established.load(Ordering::Relaxed) {
             return Ok(());

@@ -27,13 +27,13 @@ pub(super) struct HandshakeGate {
     pub(super) established: Arc<AtomicBool>,
 }
 
-impl Connector<Box<dyn Transport>> for HandshakeGate {
-    type Out = Box<dyn Transport>;
+impl<In: Transport> Connector<In> for HandshakeGate {
+    type Out = In;
 
     fn connect(
         &self,
         details: &ConnectionDetails,
-        chained: Option<Box<dyn Transport>>,
+        chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
         if details.uri.path() != HANDSHAKE_PATH {
             return Ok(chained);

@@ -117,7 +117,7 @@ pub struct Client {
     /// blocking once the head is in (`watch.rs`).
     watch: ureq::Agent,
     /// The connection the last watch call opened.
-    watch_opened: Arc<std::sync::Mutex<Option<super::watch::Opened>>>,
+    watch_opened: crate::net::WatchSlot,
     server: String,
     /// Shared with the executor's client ([`Client::executor`]).
     auth: Rc<Auth>,
@@ -243,7 +243,7 @@ impl Client {
             agent: self.agent.clone(),
             quick: self.quick.clone(),
             watch: self.watch.clone(),
-            watch_opened: Arc::clone(&self.watch_opened),
+            watch_opened: self.watch_opened.clone(),
             server: self.server.clone(),
             auth: Rc::clone(&self.auth),
             executor: Some(Rc::from(service_account)),
@@ -422,12 +422,11 @@ impl Client {
         if let Some(pause) = &self.pause {
             pause.checkpoint();
         }
+        self.watch_opened.clear();
         let resp = self.call(&self.watch, &Method::GET, path, None, None)?;
         let opened = self
             .watch_opened
-            .lock()
-            .ok()
-            .and_then(|mut slot| slot.take())
+            .take()
             .ok_or_else(|| Error::Config("a watch without its connection".into()))?;
         Ok(super::watch::WatchStream::new(resp.into_body(), opened))
     }
