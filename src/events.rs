@@ -446,9 +446,10 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
             Ok(_) => crate::metrics::event_written(),
             Err(e) => {
                 recorder.failed();
-                let dropped = match e.status() {
-                    Some(401 | 403 | 422) => Dropped::Denied,
-                    _ => Dropped::Error,
+                let dropped = if e.is_rejected() {
+                    Dropped::Denied
+                } else {
+                    Dropped::Error
                 };
                 crate::metrics::event_dropped(dropped.as_str());
                 if matches!(e, kube::Error::Fenced) {

@@ -97,7 +97,7 @@ pub(super) fn dry_run(
     let params = ApplyParams::DRY_RUN.forced(w.force);
     let mut dry = ctx.writer.apply(&path, &w.object, params);
     if let Err(e) = &dry
-        && plan::only_own_conflicts(e)
+        && e.is_apply_conflict_only_with(crate::kube::client::FIELD_MANAGER)
     {
         // A rollout's earlier update of spec.image, by this Manager: the
         // deploy's desired state wins.

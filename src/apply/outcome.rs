@@ -143,15 +143,12 @@ impl fmt::Display for StepError {
                 verb,
                 reference,
                 source,
-            } => match &**source {
-                kube::Error::Api {
-                    status: 409, body, ..
-                } if body.reason.as_deref() == Some("Conflict") => write!(
+            } => match source.conflict_message() {
+                Some(message) => write!(
                     f,
-                    "{verb} {reference}: conflict with another field manager, not taken over: {}",
-                    body.message.as_deref().unwrap_or("")
+                    "{verb} {reference}: conflict with another field manager, not taken over: {message}"
                 ),
-                other => write!(f, "{verb} {reference}: {other}"),
+                None => write!(f, "{verb} {reference}: {source}"),
             },
             StepError::OwnerChanged { reference, why } => write!(f, "{reference} {why}"),
             StepError::KeptChanging {

@@ -16,8 +16,7 @@
 //! planner's, on what the executor read, and refuse with the same
 //! [`Refusal`].
 
-use super::plan;
-use crate::commands::{Action, Command, Deploy, Target};
+use crate::commands::{Action, Command, Deploy, Target, Upgrade};
 use crate::image::ImageRef;
 use crate::ownership::OwnObjects;
 use crate::policy::Policy;
@@ -78,9 +77,35 @@ pub fn permit(command: Command, rules: &Rules<'_>) -> Result<Permitted, Refusal>
             uninstall(t, rules)?;
             None
         }
-        Action::Upgrade(u) => plan::downgrade_check(rules.running_bundle, u)?,
+        Action::Upgrade(u) => downgrade_check(rules.running_bundle, u)?,
     };
     Ok(Permitted { command, note })
+}
+
+/// The downgrade rule (docs/protocol.md, "upgrade"): an upgrade to an older
+/// bundle than the `running` one (`NEXO_BUNDLE_VERSION`) is refused unless
+/// it says `allowDowngrade`. `Ok(Some(note))` when the versions cannot be
+/// compared (the running one unknown or not SemVer): the upgrade goes
+/// ahead and the ack says so.
+fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<String>, Refusal> {
+    let Some(running_text) = running else {
+        return Ok(Some(
+            "the running bundle version is unknown (NEXO_BUNDLE_VERSION unset), so it could not be compared".into(),
+        ));
+    };
+    let Ok(running) = crate::semver::Version::parse(running_text) else {
+        return Ok(Some(format!(
+            "the running bundle version {:?} is not SemVer, so it could not be compared",
+            crate::text::clip(running_text, 64)
+        )));
+    };
+    if u.bundle < running && !u.allow_downgrade {
+        return Err(Refusal::Downgrade {
+            running: running_text.to_owned(),
+            to: u.bundle_version.clone(),
+        });
+    }
+    Ok(None)
 }
 
 /// Refuses one of the Manager's own objects, by name.
@@ -256,5 +281,47 @@ mod tests {
                 .is_some_and(|n| n.contains("could not be compared"))
         );
         assert_eq!(check(upgrade("0.4.0"), Some("0.3.0")).unwrap().note(), None);
+    }
+
+    #[test]
+    fn downgrades_are_refused_unless_the_command_allows_them() {
+        let upgrade = |bundle: &str, allow: bool| Upgrade {
+            bundle_version: bundle.into(),
+            bundle: crate::semver::Version::parse(bundle).unwrap(),
+            allow_downgrade: allow,
+            manager_image: ImageRef::parse(&format!(
+                "registry.example.com/nexo/manager@sha256:{}",
+                "a".repeat(64)
+            ))
+            .unwrap(),
+        };
+        assert_eq!(
+            downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)).map_err(|r| r.to_string()),
+            Err("downgrade: 0.3.0 to 0.2.9".into())
+        );
+        assert_eq!(
+            downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false))
+                .map_err(|r| r.to_string()),
+            Err("downgrade: 0.3.0 to 0.3.0-rc.2".into())
+        );
+        assert_eq!(
+            downgrade_check(Some("0.3.0"), &upgrade("0.2.9", true)),
+            Ok(None)
+        );
+        assert_eq!(
+            downgrade_check(Some("0.3.0"), &upgrade("0.3.0", false)),
+            Ok(None)
+        );
+        assert_eq!(
+            downgrade_check(Some("0.3.0"), &upgrade("0.4.0", false)),
+            Ok(None)
+        );
+        // Unknown or not SemVer: it goes ahead, and the ack says so.
+        for running in [None, Some("latest")] {
+            let note = downgrade_check(running, &upgrade("0.1.0", false))
+                .unwrap()
+                .unwrap();
+            assert!(note.contains("could not be compared"), "{note}");
+        }
     }
 }

@@ -7,10 +7,9 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::commands::{Deploy, Target, Upgrade};
+use crate::commands::{Deploy, Target};
 use crate::cp::wire::AckResource;
 use crate::image::{ImageRef, valid_digest};
-use crate::kube;
 use crate::ownership::{self, Ownership, Verifier};
 use crate::policy::Policy;
 use crate::refusal::{Nothing, Refusal};
@@ -92,7 +91,7 @@ pub struct Write {
     pub adopt: bool,
     /// Its apply takes fields over from other managers: an adoption, or a
     /// conflict only with this Manager's own earlier update
-    /// ([`only_own_conflicts`]).
+    /// ([`crate::kube::Error::is_apply_conflict_only_with`]).
     pub force: bool,
 }
 
@@ -229,31 +228,6 @@ pub fn owner_reference(proxy_name: &str, proxy_uid: &str) -> Value {
     json!([{"apiVersion": proxy.api_version(), "kind": proxy.name(), "name": proxy_name, "uid": proxy_uid, "controller": true}])
 }
 
-/// Whether a server-side-apply conflict is only with this Manager's own
-/// non-apply updates (a rollout's merge patch of `spec.image`), never with
-/// another field manager: the deploy's desired state then wins (force).
-pub fn only_own_conflicts(e: &kube::Error) -> bool {
-    let kube::Error::Api {
-        status: 409, body, ..
-    } = e
-    else {
-        return false;
-    };
-    if body.reason.as_deref() != Some("Conflict") {
-        return false;
-    }
-    let own = format!("conflict with \"{}\"", kube::client::FIELD_MANAGER);
-    let causes = body.details.as_ref().and_then(|d| d["causes"].as_array());
-    causes.is_some_and(|c| {
-        !c.is_empty()
-            && c.iter().all(|cause| {
-                cause["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with(&own) && !m.contains("\" with "))
-            })
-    })
-}
-
 /// The image a rollout sets.
 pub fn rollout_image(configured: &ImageRef, image_tag: Option<&str>) -> String {
     match image_tag {
@@ -375,32 +349,6 @@ pub fn upgrade_container(deployment: &Value) -> Result<(&str, Option<&str>), NoM
             containers: containers.len(),
         }),
     }
-}
-
-/// The downgrade rule (docs/protocol.md, "upgrade"): an upgrade to an older
-/// bundle than the `running` one (`NEXO_BUNDLE_VERSION`) is refused unless
-/// it says `allowDowngrade`. `Ok(Some(note))` when the versions cannot be
-/// compared (the running one unknown or not SemVer): the upgrade goes
-/// ahead and the ack says so.
-pub fn downgrade_check(running: Option<&str>, u: &Upgrade) -> Result<Option<String>, Refusal> {
-    let Some(running_text) = running else {
-        return Ok(Some(
-            "the running bundle version is unknown (NEXO_BUNDLE_VERSION unset), so it could not be compared".into(),
-        ));
-    };
-    let Ok(running) = crate::semver::Version::parse(running_text) else {
-        return Ok(Some(format!(
-            "the running bundle version {:?} is not SemVer, so it could not be compared",
-            crate::text::clip(running_text, 64)
-        )));
-    };
-    if u.bundle < running && !u.allow_downgrade {
-        return Err(Refusal::Downgrade {
-            running: running_text.to_owned(),
-            to: u.bundle_version.clone(),
-        });
-    }
-    Ok(None)
 }
 
 /// What an upgrade does.

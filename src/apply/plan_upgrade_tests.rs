@@ -55,47 +55,6 @@ fn upgrade_picks_the_manager_container() {
 }
 
 #[test]
-fn downgrades_are_refused_unless_the_command_allows_them() {
-    let upgrade = |bundle: &str, allow: bool| Upgrade {
-        bundle_version: bundle.into(),
-        bundle: crate::semver::Version::parse(bundle).unwrap(),
-        allow_downgrade: allow,
-        manager_image: ImageRef::parse(&format!(
-            "registry.example.com/nexo/manager@sha256:{}",
-            "a".repeat(64)
-        ))
-        .unwrap(),
-    };
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)).map_err(|r| r.to_string()),
-        Err("downgrade: 0.3.0 to 0.2.9".into())
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.3.0-rc.2", false)).map_err(|r| r.to_string()),
-        Err("downgrade: 0.3.0 to 0.3.0-rc.2".into())
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.2.9", true)),
-        Ok(None)
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.3.0", false)),
-        Ok(None)
-    );
-    assert_eq!(
-        downgrade_check(Some("0.3.0"), &upgrade("0.4.0", false)),
-        Ok(None)
-    );
-    // Unknown or not SemVer: it goes ahead, and the ack says so.
-    for running in [None, Some("latest")] {
-        let note = downgrade_check(running, &upgrade("0.1.0", false))
-            .unwrap()
-            .unwrap();
-        assert!(note.contains("could not be compared"), "{note}");
-    }
-}
-
-#[test]
 fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
     let helm = json!({"manager": "helm", "operation": "Apply", "fieldsV1": {"f:spec": {}}});
     let kcm = json!({"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"});

@@ -73,7 +73,7 @@ fn hand_back(ctx: &Context<'_>, r: &ObjectRef, patched: &Value) {
             Ok(_) => return,
             Err(e) => e,
         };
-        if e.status() != Some(422) || attempt == ATTEMPTS {
+        if !e.is_unprocessable() || attempt == ATTEMPTS {
             log::warn!(
                 "{}",
                 StepError::api("cannot hand the field ownership back on", r, e)

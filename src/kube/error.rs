@@ -122,6 +122,55 @@ impl Error {
         self.status() == Some(410)
     }
 
+    /// True for a 422: the object (or the patch) is invalid.
+    pub fn is_unprocessable(&self) -> bool {
+        self.status() == Some(422)
+    }
+
+    /// True for an answer that refuses the request as such (401, 403,
+    /// 422): sending it again would be refused again.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self.status(), Some(401 | 403 | 422))
+    }
+
+    /// A server-side apply's conflict (409 `Conflict`) with other field
+    /// managers: the API server's message (empty when it sent none).
+    pub fn conflict_message(&self) -> Option<&str> {
+        match self {
+            Error::Api {
+                status: 409, body, ..
+            } if body.reason.as_deref() == Some("Conflict") => {
+                Some(body.message.as_deref().unwrap_or(""))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a server-side apply's conflicts are all with `manager`
+    /// alone (each cause `conflict with "<manager>"`, none naming a second
+    /// manager): taking its own fields over changes nobody else's.
+    pub fn is_apply_conflict_only_with(&self, manager: &str) -> bool {
+        let Error::Api {
+            status: 409, body, ..
+        } = self
+        else {
+            return false;
+        };
+        if body.reason.as_deref() != Some("Conflict") {
+            return false;
+        }
+        let own = format!("conflict with \"{manager}\"");
+        let causes = body.details.as_ref().and_then(|d| d["causes"].as_array());
+        causes.is_some_and(|c| {
+            !c.is_empty()
+                && c.iter().all(|cause| {
+                    cause["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(&own) && !m.contains("\" with "))
+                })
+        })
+    }
+
     /// Whether the same request may succeed later: 429, 5xx, transport errors.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -210,5 +259,49 @@ mod tests {
         assert!(api(503).is_transient());
         assert!(!api(403).is_transient());
         assert!(api(404).is_not_found());
+    }
+
+    fn conflict(reason: &str, message: Option<&str>, causes: &[&str]) -> Error {
+        Error::Api {
+            status: 409,
+            body: Status {
+                reason: Some(reason.into()),
+                message: message.map(Into::into),
+                details: Some(serde_json::json!({
+                    "causes": causes.iter().map(|m| serde_json::json!({"message": m})).collect::<Vec<_>>()
+                })),
+            },
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn an_apply_conflict_is_ours_only_when_every_cause_names_us_alone() {
+        let ours = r#"conflict with "nexo-manager" using nexo.io/v1alpha1: .spec.image"#;
+        let theirs = r#"conflict with "kubectl" using v1: .data.a"#;
+        let both = r#"conflict with "nexo-manager" with "kubectl": .spec.image"#;
+        let only = |e: &Error| e.is_apply_conflict_only_with("nexo-manager");
+        assert!(only(&conflict("Conflict", None, &[ours, ours])));
+        assert!(!only(&conflict("Conflict", None, &[ours, theirs])));
+        assert!(!only(&conflict("Conflict", None, &[both])));
+        assert!(!only(&conflict("Conflict", None, &[])));
+        assert!(!only(&conflict("AlreadyExists", None, &[ours])));
+        assert_eq!(
+            conflict("Conflict", Some("Apply failed"), &[theirs]).conflict_message(),
+            Some("Apply failed")
+        );
+        assert_eq!(conflict("Conflict", None, &[]).conflict_message(), Some(""));
+        assert_eq!(
+            conflict("AlreadyExists", None, &[]).conflict_message(),
+            None
+        );
+        let status = |status| Error::Api {
+            status,
+            body: Status::default(),
+            retry_after: None,
+        };
+        assert!(status(422).is_unprocessable() && status(422).is_rejected());
+        assert!(status(401).is_rejected() && status(403).is_rejected());
+        assert!(!status(500).is_rejected() && !status(409).is_unprocessable());
     }
 }
