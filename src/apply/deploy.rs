@@ -4,11 +4,11 @@
 use serde_json::Value;
 
 use super::Context;
-use super::execute::{Raced, dry_run, own_object, write_all};
+use super::execute::{Raced, dry_run, write_all};
 use super::outcome::{Outcome, StepError};
 use super::plan;
 use crate::commands::Deploy;
-use crate::ownership::{self, Verifier};
+use crate::ownership::Judge;
 use crate::refusal::Refusal;
 use crate::resource::{Kind, ObjectRef};
 
@@ -17,7 +17,7 @@ use crate::resource::{Kind, ObjectRef};
 /// `NEXO_POD_SECURITY` and its namespace's `pod-security.kubernetes.io/enforce`,
 /// and every Secret or ConfigMap it names that the deploy does not carry
 /// is an object of the same deployment. A refusal names the rule.
-fn policy_in_cluster(ctx: &Context<'_>, v: &Verifier<'_>, d: &Deploy) -> Option<Outcome> {
+fn policy_in_cluster(ctx: &Context<'_>, judge: &Judge<'_>, d: &Deploy) -> Option<Outcome> {
     let refuse = |v: crate::policy::Violation| Some(Outcome::refused(Refusal::Policy(v), vec![]));
     if !d
         .manifests
@@ -54,30 +54,14 @@ fn policy_in_cluster(ctx: &Context<'_>, v: &Verifier<'_>, d: &Deploy) -> Option<
     };
     for (manifest, r) in outside {
         let reference = ObjectRef::new(r.kind, &d.deployment.namespace, &r.name);
-        let why = match ctx.kube.get_opt::<Value>(&reference.path()) {
+        let read = match ctx.kube.get_opt::<Value>(&reference.path()) {
             Err(e) => {
                 let e = StepError::api("cannot read", &reference, e);
                 return Some(Outcome::failed(e.to_string(), vec![]));
             }
-            Ok(None) => Some("does not exist".to_owned()),
-            Ok(Some(o)) => ctx
-                .own
-                .refusal(r.kind.name(), &reference.namespace, &r.name, Some(&o))
-                .map(|_| "is the Manager's own".to_owned())
-                .or_else(|| v.refusal_for(r.kind.name(), &o, &d.deployment.name, false))
-                .or_else(|| {
-                    // Owned, and claimed by this deployment by label.
-                    (o["metadata"]["labels"][ownership::DEPLOYMENT] != d.deployment.name.as_str())
-                        .then(|| {
-                            format!(
-                                "is not labelled {}={}",
-                                ownership::DEPLOYMENT,
-                                d.deployment.name
-                            )
-                        })
-                }),
+            Ok(read) => read,
         };
-        if let Some(why) = why {
+        if let Some(why) = plan::outside_reference(judge, d, &reference, read.as_ref()) {
             return refuse(r.refused(&manifest, &why));
         }
     }
@@ -86,11 +70,11 @@ fn policy_in_cluster(ctx: &Context<'_>, v: &Verifier<'_>, d: &Deploy) -> Option<
 
 pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
     // The Manager's own objects by name and as sent were refused by the
-    // permit; here, as read.
-    let Some(v) = ctx.verifier() else {
+    // permit; as read, by the plan.
+    let Some(judge) = ctx.judge() else {
         return Ok(Outcome::failed(super::NO_KEY, vec![]));
     };
-    if let Some(refused) = policy_in_cluster(ctx, &v, d) {
+    if let Some(refused) = policy_in_cluster(ctx, &judge, d) {
         return Ok(refused);
     }
     let mut existing = Vec::with_capacity(d.manifests.len());
@@ -103,67 +87,30 @@ pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
             }
         }
     }
-    // Drift enforcement leaves the objects that became another's alone
-    // and restores the rest; a command is refused whole by any of them.
-    let skipped = if ctx.enforcing {
-        plan::not_the_deployments(d, &existing, &v, |r, o| {
-            ctx.own
-                .refusal(r.kind.name(), &r.namespace, &r.name, o)
-                .map(|refusal| refusal.to_string())
-        })
-    } else {
-        Vec::new()
-    };
-    let rest;
-    let d = if skipped.is_empty() {
-        d
-    } else {
-        let (manifests, kept): (Vec<_>, Vec<_>) = d
-            .manifests
-            .iter()
-            .zip(existing)
-            .filter(|(m, _)| !skipped.iter().any(|(r, _)| *r == m.reference))
-            .map(|(m, o)| (m.clone(), o))
-            .unzip();
-        existing = kept;
-        rest = Deploy {
-            manifests,
-            ..d.clone()
-        };
-        &rest
-    };
-    for (m, o) in d.manifests.iter().zip(&existing) {
-        if let Some(refused) = own_object(ctx, &m.reference, o.as_ref()) {
-            return Ok(refused);
-        }
-    }
-    let mut writes = match plan::deploy(d, &existing, &v, ctx.allow_legacy_adoption) {
-        Ok(w) => w,
+    let plan = plan::deploy(
+        d,
+        &existing,
+        &judge,
+        ctx.allow_legacy_adoption,
+        ctx.enforcing,
+    );
+    drop(existing);
+    let plan::DeployPlan {
+        mut writes,
+        skipped,
+        proxy_uid,
+    } = match plan {
+        Ok(plan) => plan,
         Err(refused) => return Ok(refused.into()),
     };
-    // The uid of an existing NexoProxy lets the dry run carry the owner reference.
-    let proxy_uid = existing
-        .iter()
-        .flatten()
-        .find(|o| o["kind"] == "NexoProxy")
-        .and_then(|o| o["metadata"]["uid"].as_str())
-        .map(str::to_owned);
-    drop(existing);
     let mut fields = Vec::with_capacity(writes.len());
     for w in &mut writes {
-        w.force |= ctx.enforcing;
-        if w.owned_by_proxy
-            && let Some(uid) = &proxy_uid
-        {
-            w.object["metadata"]["ownerReferences"] =
-                plan::owner_reference(&d.deployment.name, uid);
-        }
         match dry_run(ctx, w) {
             Ok(f) => fields.push(f),
             Err(outcome) => return outcome,
         }
     }
-    let mut written = write_all(ctx, &v, d, writes, fields, proxy_uid)?;
+    let mut written = write_all(ctx, &judge.verifier, d, writes, fields, proxy_uid)?;
     for (r, why) in skipped {
         written
             .resources

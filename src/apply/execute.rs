@@ -69,23 +69,6 @@ pub(super) fn write_failed(
     ))
 }
 
-/// The refusal of a command that names one of the Manager's own objects
-/// (docs/protocol.md, "Ownership"): by name, or by the labels of the object as
-/// read (`None`: absent or not read yet) or as sent.
-pub(super) fn own_object(
-    ctx: &Context<'_>,
-    r: &ObjectRef,
-    object: Option<&Value>,
-) -> Option<Outcome> {
-    let refusal = ctx
-        .own
-        .refusal(r.kind.name(), &r.namespace, &r.name, object)?;
-    Some(Outcome::refused(
-        refusal,
-        vec![r.ack(ResourceAction::Refused)],
-    ))
-}
-
 /// The server-side-apply dry run of one write: the `managedFields` an
 /// apply would give it when it is absent. A conflict with this Manager's
 /// own earlier update (a rollout's image) makes the write a forced one.
@@ -97,11 +80,8 @@ pub(super) fn dry_run(
     let params = ApplyParams::DRY_RUN.forced(w.force);
     let mut dry = ctx.writer.apply(&path, &w.object, params);
     if let Err(e) = &dry
-        && e.is_apply_conflict_only_with(crate::kube::client::FIELD_MANAGER)
+        && w.takes_over(e)
     {
-        // A rollout's earlier update of spec.image, by this Manager: the
-        // deploy's desired state wins.
-        w.force = true;
         dry = ctx.writer.apply(&path, &w.object, params.forced(true));
     }
     match dry {
@@ -140,7 +120,9 @@ pub(super) fn write_all(
     let mut resources = Vec::with_capacity(writes.len());
     let mut workloads = Vec::new();
     for (w, fields) in writes.iter_mut().zip(fields.iter_mut()) {
-        if w.owned_by_proxy {
+        // The plan gave them their ownerReference when the NexoProxy
+        // existed; a new one's uid is known once it is written, first.
+        if w.owned_by_proxy && !proxy_existed {
             let Some(uid) = &proxy_uid else {
                 return Ok(Outcome::failed(
                     "the NexoProxy has no uid after apply",

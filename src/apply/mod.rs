@@ -11,6 +11,7 @@ pub mod plan;
 mod rollout;
 mod uninstall;
 mod upgrade;
+pub mod upgrade_plan;
 
 pub use outcome::Outcome;
 pub use permit::{Permitted, Rules, permit};
@@ -67,6 +68,14 @@ impl<'a> Context<'a> {
             environment_id: self.environment_id,
             key: self.integrity?,
             adopt_unproven: self.adopt_unproven,
+        })
+    }
+
+    /// What judges the objects a command reads (`None`: no integrity key).
+    pub fn judge(&self) -> Option<crate::ownership::Judge<'a>> {
+        Some(crate::ownership::Judge {
+            own: self.own,
+            verifier: self.verifier()?,
         })
     }
 }

@@ -3,42 +3,15 @@
 //! of a command is made in this module, and [`super::execute`] carries it
 //! out.
 
-use std::fmt;
-
 use serde_json::{Value, json};
 
 use crate::commands::{Deploy, Target};
 use crate::cp::wire::AckResource;
 use crate::image::{ImageRef, valid_digest};
-use crate::ownership::{self, Ownership, Verifier};
-use crate::policy::Policy;
+use crate::ownership::{self, Judge, Question, Verdict, Verifier};
 use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
 use crate::words::ResourceAction;
-
-/// Drift enforcement's choice (docs/protocol.md, `drift.v1`): the record's objects,
-/// but the deployment's NexoProxy or Deployment, that exist and are not the
-/// deployment's (`own`: the Manager's own, as read; else
-/// [`Verifier::refusal_for`] with the legacy gate closed), with the reason:
-/// left alone, the rest restored.
-pub fn not_the_deployments(
-    d: &Deploy,
-    existing: &[Option<Value>],
-    v: &Verifier<'_>,
-    own: impl Fn(&ObjectRef, Option<&Value>) -> Option<String>,
-) -> Vec<(ObjectRef, String)> {
-    d.manifests
-        .iter()
-        .zip(existing)
-        .filter(|(m, _)| !d.is_primary(&m.reference))
-        .filter_map(|(m, o)| {
-            let o = o.as_ref()?;
-            let why = own(&m.reference, Some(o))
-                .or_else(|| v.refusal_for(m.reference.kind.name(), o, &d.deployment.name, false))?;
-            Some((m.reference.clone(), why))
-        })
-        .collect()
-}
 
 /// The uid and resourceVersion an object was read at: a write or delete
 /// guarded by them fails if it was replaced or changed since.
@@ -107,6 +80,15 @@ impl Write {
         }
     }
 
+    /// Whether a failed apply of it is a conflict only with this Manager's
+    /// own earlier update (a rollout's image): then the deploy's desired
+    /// state wins, and the write takes its fields over (`force`).
+    pub fn takes_over(&mut self, e: &crate::kube::Error) -> bool {
+        let ours = e.is_apply_conflict_only_with(crate::kube::client::FIELD_MANAGER);
+        self.force |= ours;
+        ours
+    }
+
     /// Whether its apply fields must be taken from a dry run made once the
     /// NexoProxy exists: a new runtime object of a new NexoProxy, whose
     /// first dry run had no owner reference to carry.
@@ -158,49 +140,104 @@ fn labelled(
     object
 }
 
+/// A deploy's plan: its writes, each complete (labels, proof, guard,
+/// ownerReference when the NexoProxy exists, force), the primary object
+/// first; the objects drift enforcement leaves alone, with why; the
+/// existing NexoProxy's uid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployPlan {
+    pub writes: Vec<Write>,
+    pub skipped: Vec<(ObjectRef, String)>,
+    pub proxy_uid: Option<String>,
+}
+
 /// Plans a deploy from each manifest's existing object (same order as
-/// `deploy.manifests`). The primary object (NexoProxy or Deployment) comes
-/// first, so that its uid is known before the runtime objects are written.
+/// `deploy.manifests`), with one [`Verdict`] per existing object. The
+/// Manager's own objects refuse the whole command (the first, in manifest
+/// order: by name when absent, as read when present); objects not the
+/// deployment's refuse it, naming each, but under drift enforcement
+/// (`enforcing`), where those other than the deployment's NexoProxy or
+/// Deployment are left alone and the rest restored. The primary object
+/// comes first, so that its uid is known before the runtime objects are
+/// written.
 pub fn deploy(
     d: &Deploy,
     existing: &[Option<Value>],
-    v: &Verifier<'_>,
+    judge: &Judge<'_>,
     allow_legacy: bool,
-) -> Result<Vec<Write>, Refused> {
+    enforcing: bool,
+) -> Result<DeployPlan, Refused> {
     let gate_open = allow_legacy && d.adopt_legacy;
+    fn question<'a>(r: &'a ObjectRef, deployment: &'a str, legacy_gate: bool) -> Question<'a> {
+        Question {
+            kind: r.kind.name(),
+            namespace: &r.namespace,
+            name: &r.name,
+            deployment,
+            legacy_gate,
+            labelled: false,
+        }
+    }
+    let mut skipped = Vec::new();
+    let mut kept = Vec::with_capacity(d.manifests.len());
+    for (manifest, object) in d.manifests.iter().zip(existing) {
+        let r = &manifest.reference;
+        let leave = enforcing && !d.is_primary(r);
+        let verdict = object
+            .as_ref()
+            .map(|o| judge.verdict(&question(r, &d.deployment.name, gate_open && !leave), o));
+        match (verdict, leave) {
+            (Some(Verdict::ManagersOwn(refusal)), true) => {
+                skipped.push((r.clone(), refusal.to_string()))
+            }
+            (Some(Verdict::NotTheDeployments(why)), true) => skipped.push((r.clone(), why)),
+            (verdict, _) => kept.push((manifest, object.as_ref(), verdict)),
+        }
+    }
+    for (manifest, _, verdict) in &kept {
+        let r = &manifest.reference;
+        let refusal = match verdict {
+            Some(Verdict::ManagersOwn(refusal)) => Some(refusal.clone()),
+            None => judge
+                .own
+                .refusal(r.kind.name(), &r.namespace, &r.name, None),
+            Some(_) => None,
+        };
+        if let Some(refusal) = refusal {
+            return Err(Refused {
+                refusal,
+                resources: vec![r.ack(ResourceAction::Refused)],
+            });
+        }
+    }
     let mut writes = Vec::new();
     let mut refused = Vec::new();
     let mut reasons = Vec::new();
-    for (manifest, existing) in d.manifests.iter().zip(existing) {
+    for (manifest, object, verdict) in kept {
         let reference = &manifest.reference;
-        // Classified once: its proof is checked once.
-        let ownership = existing
-            .as_ref()
-            .map(|o| v.classify(reference.kind.name(), o));
-        if let (Some(obj), Some(o)) = (existing, &ownership)
-            && let Some(why) = v.refusal_for_classified(o, obj, &d.deployment.name, gate_open)
-        {
+        if let Some(Verdict::NotTheDeployments(why)) = &verdict {
             reasons.push(format!("{reference} {why}"));
             refused.push(reference.ack(ResourceAction::Refused));
             continue;
         }
-        let read_at = match existing {
+        let read_at = match object {
             None => None,
             Some(o) => Some(ReadAt::of(o).ok_or_else(|| unguardable(reference, Nothing::Applied))?),
         };
-        let adopt = ownership == Some(Ownership::Legacy);
+        let adopt = matches!(verdict, Some(Verdict::Deployments { adopt: true }));
         let write = Write {
             reference: reference.clone(),
             object: labelled(
                 &manifest.object,
                 reference,
-                v,
+                &judge.verifier,
                 &d.deployment.name,
                 read_at.as_ref(),
             ),
             owned_by_proxy: d.format.owned_by_primary(reference.kind),
             adopt,
-            force: adopt,
+            // Enforcement restores what the record says, whoever changed it.
+            force: adopt || enforcing,
             existing: read_at,
         };
         if reference.kind == d.format.primary() {
@@ -209,16 +246,59 @@ pub fn deploy(
             writes.push(write)
         }
     }
-    if refused.is_empty() {
-        Ok(writes)
-    } else {
-        Err(Refused {
+    if !refused.is_empty() {
+        return Err(Refused {
             refusal: Refusal::NotOwned {
                 nothing: Nothing::Applied,
                 reasons,
             },
             resources: refused,
-        })
+        });
+    }
+    // The uid of an existing NexoProxy: its runtime objects' ownerReference
+    // is known now, and their dry runs carry it.
+    let proxy_uid = existing
+        .iter()
+        .flatten()
+        .find(|o| o["kind"] == "NexoProxy")
+        .and_then(|o| o["metadata"]["uid"].as_str())
+        .map(str::to_owned);
+    if let Some(uid) = &proxy_uid {
+        for w in writes.iter_mut().filter(|w| w.owned_by_proxy) {
+            w.object["metadata"]["ownerReferences"] = owner_reference(&d.deployment.name, uid);
+        }
+    }
+    Ok(DeployPlan {
+        writes,
+        skipped,
+        proxy_uid,
+    })
+}
+
+/// Why an object a deploy's pod template names outside the deploy
+/// (`read`: as read, `None` when absent) may not be referenced: it must be
+/// the deployment's, by its labels and proof, and labelled with its name.
+pub fn outside_reference(
+    judge: &Judge<'_>,
+    d: &Deploy,
+    r: &ObjectRef,
+    read: Option<&Value>,
+) -> Option<String> {
+    let Some(object) = read else {
+        return Some("does not exist".to_owned());
+    };
+    let q = Question {
+        kind: r.kind.name(),
+        namespace: &r.namespace,
+        name: &r.name,
+        deployment: &d.deployment.name,
+        legacy_gate: false,
+        labelled: true,
+    };
+    match judge.verdict(&q, object) {
+        Verdict::ManagersOwn(_) => Some("is the Manager's own".to_owned()),
+        Verdict::NotTheDeployments(why) => Some(why),
+        Verdict::Deployments { .. } => None,
     }
 }
 
@@ -226,6 +306,49 @@ pub fn deploy(
 pub fn owner_reference(proxy_name: &str, proxy_uid: &str) -> Value {
     let proxy = Kind::NexoProxy;
     json!([{"apiVersion": proxy.api_version(), "kind": proxy.name(), "name": proxy_name, "uid": proxy_uid, "controller": true}])
+}
+
+/// An object as read, with its verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub object: Value,
+    pub verdict: Verdict,
+}
+
+/// Judges `object` (as read at `r`) for a command of `deployment`, the
+/// legacy gate closed: one of the Manager's own refuses the whole command
+/// at once.
+pub fn judged(
+    judge: &Judge<'_>,
+    r: &ObjectRef,
+    deployment: &str,
+    labelled: bool,
+    object: Value,
+) -> Result<Judged, Refused> {
+    let q = Question {
+        kind: r.kind.name(),
+        namespace: &r.namespace,
+        name: &r.name,
+        deployment,
+        legacy_gate: false,
+        labelled,
+    };
+    match judge.verdict(&q, &object) {
+        Verdict::ManagersOwn(refusal) => Err(Refused {
+            refusal,
+            resources: vec![r.ack(ResourceAction::Refused)],
+        }),
+        verdict => Ok(Judged { object, verdict }),
+    }
+}
+
+/// Why an object is not the deployment's, from its verdict (`None`: it is).
+fn not_ours(verdict: &Verdict) -> Option<String> {
+    match verdict {
+        Verdict::Deployments { .. } => None,
+        Verdict::NotTheDeployments(why) => Some(why.clone()),
+        Verdict::ManagersOwn(refusal) => Some(refusal.to_string()),
+    }
 }
 
 /// The image a rollout sets.
@@ -254,7 +377,7 @@ pub struct ImageChange {
 /// Plans a rollout from each target's existing NexoProxy: every target must
 /// exist and be owned, or nothing changes.
 pub fn rollout(
-    targets: &[(Target, Option<Value>)],
+    targets: &[(Target, Option<Judged>)],
     image: &str,
     v: &Verifier<'_>,
 ) -> Result<Vec<ImageChange>, Refused> {
@@ -265,7 +388,10 @@ pub fn rollout(
         let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
         let why = match existing {
             None => "does not exist".to_owned(),
-            Some(obj) => match v.refusal_for("NexoProxy", obj, &t.name, false) {
+            Some(Judged {
+                object: obj,
+                verdict,
+            }) => match not_ours(verdict) {
                 None => {
                     changes.push(ImageChange {
                         version: obj["metadata"]["resourceVersion"]
@@ -313,134 +439,6 @@ pub fn rollout(
     })
 }
 
-/// The Manager's own Deployment has no container an upgrade can patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NoManagerContainer {
-    /// How many containers it has.
-    pub containers: usize,
-}
-
-impl fmt::Display for NoManagerContainer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the Manager's Deployment has {} containers and none is named manager",
-            self.containers
-        )
-    }
-}
-
-impl std::error::Error for NoManagerContainer {}
-
-/// The container an upgrade patches in the Manager's own Deployment: the one
-/// named `manager`, or else the only one. Its name and image.
-pub fn upgrade_container(deployment: &Value) -> Result<(&str, Option<&str>), NoManagerContainer> {
-    let containers = deployment["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let pick = match containers {
-        [only] => Some(only),
-        _ => containers.iter().find(|c| c["name"] == "manager"),
-    };
-    match pick {
-        Some(c) => Ok((c["name"].as_str().unwrap_or_default(), c["image"].as_str())),
-        None => Err(NoManagerContainer {
-            containers: containers.len(),
-        }),
-    }
-}
-
-/// What an upgrade does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum UpgradePlan {
-    /// The Manager already runs the image: applied, `unchanged`.
-    Unchanged,
-    /// This strategic merge patch of the Deployment.
-    Patch(Value),
-}
-
-/// Why an upgrade cannot be planned.
-#[derive(Debug, Clone, PartialEq)]
-pub enum UpgradeStop {
-    /// No container to patch.
-    NoManagerContainer(NoManagerContainer),
-    /// The content policy refuses the image.
-    Refused(Refusal),
-}
-
-impl fmt::Display for UpgradeStop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UpgradeStop::NoManagerContainer(e) => e.fmt(f),
-            UpgradeStop::Refused(r) => r.fmt(f),
-        }
-    }
-}
-
-/// The annotation of the Manager's Deployment naming the bundle a
-/// self-upgrade moved it to: the chart reads it (`lookup`) so that a
-/// `helm upgrade` to an older or the same chart keeps the newer Manager
-/// (charts/nexo-manager/README.md, "Self-upgrade and Helm").
-pub const UPGRADED_BUNDLE_ANNOTATION: &str = "nexo.io/upgraded-bundle";
-
-/// Plans an upgrade of the Manager's own Deployment to `image` of bundle
-/// `bundle_version`, within `policy`: the image stays in the repository
-/// the Manager runs from (or the one configured). The patch sets the
-/// image, the container's `NEXO_BUNDLE_VERSION` (so the new pod reports,
-/// and compares downgrades with, the bundle it runs) and
-/// [`UPGRADED_BUNDLE_ANNOTATION`].
-pub fn upgrade(
-    deployment: &Value,
-    image: &ImageRef,
-    bundle_version: &str,
-    policy: &Policy,
-) -> Result<UpgradePlan, UpgradeStop> {
-    let (container, current) =
-        upgrade_container(deployment).map_err(UpgradeStop::NoManagerContainer)?;
-    policy
-        .check_upgrade(image, current)
-        .map_err(|v| UpgradeStop::Refused(Refusal::Policy(v)))?;
-    let image = image.to_string();
-    if current == Some(image.as_str()) {
-        return Ok(UpgradePlan::Unchanged);
-    }
-    Ok(UpgradePlan::Patch(json!({
-        "metadata": {"annotations": {UPGRADED_BUNDLE_ANNOTATION: bundle_version}},
-        "spec": {"template": {"spec": {"containers": [{
-            "name": container,
-            "image": image,
-            "env": [{"name": "NEXO_BUNDLE_VERSION", "value": bundle_version}],
-        }]}}},
-    })))
-}
-
-/// After a self-upgrade: a JSON patch that removes the Manager's own
-/// field-manager entries (`field_manager`, `Update`) from its Deployment's
-/// `managedFields`, or `None` when it has none. Each removal is guarded by
-/// `test`s of that entry's manager and operation (the API server keeps the
-/// entries in an order of its own, which another writer may change: a
-/// failed test is a 422, and the caller reads again). Without it the
-/// Manager would own the image it set, and the next server-side apply of
-/// a newer chart (Helm 4) would conflict with it; the fields are left
-/// owned by whoever else owns them, or by no one.
-pub fn hand_back(deployment: &Value, field_manager: &str) -> Option<Value> {
-    let entries = deployment["metadata"]["managedFields"].as_array()?;
-    let mut ops = Vec::new();
-    // From the last, so that each index is still that entry's when removed.
-    for (i, e) in entries.iter().enumerate().rev() {
-        if e["manager"] == field_manager && e["operation"] == "Update" {
-            let at = format!("/metadata/managedFields/{i}");
-            ops.push(
-                json!({"op": "test", "path": format!("{at}/manager"), "value": field_manager}),
-            );
-            ops.push(json!({"op": "test", "path": format!("{at}/operation"), "value": "Update"}));
-            ops.push(json!({"op": "remove", "path": at}));
-        }
-    }
-    (!ops.is_empty()).then_some(Value::Array(ops))
-}
-
 /// One delete of an uninstall, guarded by where the object was read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delete {
@@ -465,13 +463,12 @@ pub enum Removal {
 /// and the objects labelled with the deployment name.
 pub fn uninstall(
     t: &Target,
-    proxy: Option<&Value>,
-    deployment: Option<&Value>,
-    labelled: &[(ObjectRef, Value)],
-    v: &Verifier<'_>,
+    proxy: Option<&Judged>,
+    deployment: Option<&Judged>,
+    labelled: &[(ObjectRef, Judged)],
 ) -> Result<Removal, Refused> {
-    let delete = |reference: ObjectRef, object: &Value| {
-        if let Some(why) = v.refusal_for(reference.kind.name(), object, &t.name, false) {
+    let delete = |reference: ObjectRef, judged: &Judged| {
+        if let Some(why) = not_ours(&judged.verdict) {
             return Err(Refused {
                 refusal: Refusal::NotOwned {
                     nothing: Nothing::Deleted,
@@ -480,7 +477,7 @@ pub fn uninstall(
                 resources: vec![reference.ack(ResourceAction::Refused)],
             });
         }
-        match ReadAt::of(object) {
+        match ReadAt::of(&judged.object) {
             Some(read_at) => Ok(Delete { reference, read_at }),
             None => Err(unguardable(&reference, Nothing::Deleted)),
         }
@@ -494,15 +491,11 @@ pub fn uninstall(
     };
     let reference = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
     let mut deletes = vec![delete(reference, d)?];
-    for (reference, o) in labelled {
-        let ours = match v.classify(reference.kind.name(), o) {
-            Ownership::Owned => true,
-            Ownership::Unproven => v.adopt_unproven,
-            _ => false,
-        } && o["metadata"]["labels"][ownership::DEPLOYMENT] == t.name.as_str()
-            && ownership::other_deployment(o, &t.name).is_none();
-        if ours {
-            deletes.push(delete(reference.clone(), o)?);
+    // Only the deployment's own, by label, proof and the per-deployment
+    // rule (judged with the label rule); the rest is left alone.
+    for (reference, judged) in labelled {
+        if matches!(judged.verdict, Verdict::Deployments { .. }) {
+            deletes.push(delete(reference.clone(), judged)?);
         }
     }
     Ok(Removal::Legacy(deletes))

@@ -11,6 +11,87 @@ fn key() -> &'static crate::integrity::Key {
     })
 }
 
+/// A deploy's writes as planned with no own object and no enforcement.
+fn deploy(
+    d: &Deploy,
+    existing: &[Option<Value>],
+    v: &Verifier<'_>,
+    allow_legacy: bool,
+) -> Result<Vec<Write>, Refused> {
+    let own = crate::ownership::OwnObjects::default();
+    let judge = Judge {
+        own: &own,
+        verifier: *v,
+    };
+    super::deploy(d, existing, &judge, allow_legacy, false).map(|p| p.writes)
+}
+
+/// `object` (a NexoProxy or Deployment named `name`, or a labelled object
+/// when `labelled`) judged with no own object.
+fn judge_of(
+    v: &Verifier<'_>,
+    r: &ObjectRef,
+    deployment: &str,
+    labelled: bool,
+    object: &Value,
+) -> Judged {
+    let own = crate::ownership::OwnObjects::default();
+    let judge = Judge {
+        own: &own,
+        verifier: *v,
+    };
+    judged(&judge, r, deployment, labelled, object.clone()).unwrap()
+}
+
+/// A rollout planned from its targets as read.
+fn rollout(
+    targets: &[(Target, Option<Value>)],
+    image: &str,
+    v: &Verifier<'_>,
+) -> Result<Vec<ImageChange>, Refused> {
+    let judged: Vec<(Target, Option<Judged>)> = targets
+        .iter()
+        .map(|(t, o)| {
+            let r = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+            (
+                t.clone(),
+                o.as_ref().map(|o| judge_of(v, &r, &t.name, false, o)),
+            )
+        })
+        .collect();
+    super::rollout(&judged, image, v)
+}
+
+/// An uninstall planned from what was read.
+fn uninstall(
+    t: &Target,
+    proxy: Option<&Value>,
+    deployment: Option<&Value>,
+    labelled: &[(ObjectRef, Value)],
+    v: &Verifier<'_>,
+) -> Result<Removal, Refused> {
+    let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+    let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
+    let proxy = proxy.map(|o| judge_of(v, &proxy_ref, &t.name, false, o));
+    let deployment = deployment.map(|o| judge_of(v, &deployment_ref, &t.name, false, o));
+    let labelled: Vec<(ObjectRef, Judged)> = labelled
+        .iter()
+        .map(|(r, o)| (r.clone(), judge_of(v, r, &t.name, true, o)))
+        .collect();
+    super::uninstall(t, proxy.as_ref(), deployment.as_ref(), &labelled)
+}
+
+/// What drift enforcement leaves alone, with `own` the Manager's own
+/// objects (the deployment's primary never left: a refusal is `Err`).
+fn enforced(
+    d: &Deploy,
+    existing: &[Option<Value>],
+    own: &crate::ownership::OwnObjects,
+) -> Result<Vec<(ObjectRef, String)>, Refused> {
+    let judge = Judge { own, verifier: v() };
+    super::deploy(d, existing, &judge, false, true).map(|p| p.skipped)
+}
+
 /// This environment's verdict, the gate for unproven objects closed.
 fn v() -> Verifier<'static> {
     Verifier {
@@ -374,10 +455,14 @@ fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
     let d = d(false);
     let with = |labels: Value| obj("ConfigMap", "orders-config", labels);
     let mine = json!({"app.kubernetes.io/managed-by": "nexo-manager", "nexo.io/owner-id": ENV, "nexo.io/deployment": "orders"});
-    let none = |_: &ObjectRef, _: Option<&Value>| None;
+    let none = crate::ownership::OwnObjects::default();
     // Absent or the deployment's own: restored.
-    assert!(not_the_deployments(&d, &[None, None], &v(), none).is_empty());
-    assert!(not_the_deployments(&d, &[Some(with(mine.clone())), None], &v(), none).is_empty());
+    assert!(enforced(&d, &[None, None], &none).unwrap().is_empty());
+    assert!(
+        enforced(&d, &[Some(with(mine.clone())), None], &none)
+            .unwrap()
+            .is_empty()
+    );
     // A tenant's object of the same name, another deployment's, a legacy
     // one (enforcement never adopts): left alone, each with its reason.
     for (labels, why) in [
@@ -388,22 +473,26 @@ fn enforcement_leaves_what_became_anothers_and_keeps_the_rest() {
         ),
         (json!({"app.kubernetes.io/part-of": "nexo"}), "legacy"),
     ] {
-        let left = not_the_deployments(&d, &[Some(with(labels)), None], &v(), none);
+        let left = enforced(&d, &[Some(with(labels)), None], &none).unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].0.name, "orders-config");
         assert!(left[0].1.contains(why), "{}", left[0].1);
     }
-    // The Manager's own object, by the caller's rule.
-    let own =
-        |r: &ObjectRef, _: Option<&Value>| (r.name == "orders-config").then(|| "own".to_owned());
+    // The Manager's own object, as its rule says.
+    let mut own = crate::ownership::OwnObjects::new("shop", "", "", "");
+    own.add("ConfigMap", "orders-config");
     assert_eq!(
-        not_the_deployments(&d, &[Some(with(mine)), None], &v(), own)[0].1,
-        "own"
+        enforced(&d, &[Some(with(mine)), None], &own).unwrap()[0].1,
+        "refused: the Manager's own object ConfigMap/orders-config"
     );
     // The deployment's NexoProxy is never left out: a proxy that became
-    // another's refuses the enforcement whole (by the planner).
+    // another's refuses the enforcement whole.
     let foreign_proxy = obj("NexoProxy", "orders", json!({"team": "x"}));
-    assert!(not_the_deployments(&d, &[None, Some(foreign_proxy)], &v(), none).is_empty());
+    let refused = enforced(&d, &[None, Some(foreign_proxy)], &none).unwrap_err();
+    assert_eq!(
+        refused.resources,
+        [ObjectRef::new(Kind::NexoProxy, "shop", "orders").ack(ResourceAction::Refused)]
+    );
 }
 
 #[test]
@@ -481,6 +570,3 @@ fn an_absent_object_is_written_with_an_empty_proof_its_create_fills() {
         "an existing one keeps its proof"
     );
 }
-
-#[path = "plan_upgrade_tests.rs"]
-mod upgrade;

@@ -4,12 +4,12 @@
 use serde_json::{Value, json};
 
 use super::Context;
-use super::execute::{CONFLICT_RETRIES, own_object};
+use super::execute::CONFLICT_RETRIES;
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, ImageChange};
 use crate::commands::{Rollout, Target};
 use crate::kube::client::MERGE_PATCH;
-use crate::ownership::{self, Verifier};
+use crate::ownership::{self, Judge, Question, Verdict, Verifier};
 use crate::resource::{Kind, ObjectRef};
 use crate::words::ResourceAction;
 
@@ -58,9 +58,10 @@ impl std::fmt::Display for Unlisted {
 }
 
 pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
-    let Some(v) = ctx.verifier() else {
+    let Some(judge) = ctx.judge() else {
         return Outcome::failed(super::NO_KEY, vec![]);
     };
+    let v = judge.verifier;
     let targets = match &r.targets {
         Some(t) => t.clone(),
         None => match owned_proxies(ctx, &v) {
@@ -74,22 +75,20 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     // cluster are checked by name here.
     if r.targets.is_none() {
         for t in &targets {
-            let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
-            if let Some(refused) = own_object(ctx, &reference, None) {
-                return refused;
+            if let Some(refusal) = ctx.own.refusal("NexoProxy", &t.namespace, &t.name, None) {
+                let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
+                return Outcome::refused(refusal, vec![reference.ack(ResourceAction::Refused)]);
             }
         }
     }
     for t in targets {
         let reference = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
         match ctx.kube.get_opt::<Value>(&reference.path()) {
-            Ok(o) if o.is_some() => {
-                if let Some(refused) = own_object(ctx, &reference, o.as_ref()) {
-                    return refused;
-                }
-                observed.push((t, o));
-            }
-            Ok(o) => observed.push((t, o)),
+            Ok(Some(o)) => match plan::judged(&judge, &reference, &t.name, false, o) {
+                Ok(judged) => observed.push((t, Some(judged))),
+                Err(refused) => return refused.into(),
+            },
+            Ok(None) => observed.push((t, None)),
             Err(e) => {
                 let e = StepError::api("cannot read", &reference, e);
                 return Outcome::failed(e.to_string(), vec![]);
@@ -107,7 +106,7 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
             resources.push(c.reference.ack(ResourceAction::Unchanged));
             continue;
         }
-        match set_image(ctx, &v, &c, &image) {
+        match set_image(ctx, &judge, &c, &image) {
             Ok(written) => {
                 resources.push(c.reference.ack(ResourceAction::Configured));
                 workloads.extend(super::execute::workload(&c.reference, &written));
@@ -132,7 +131,7 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
 /// re-checks ownership and tries again, a bounded number of times.
 fn set_image(
     ctx: &Context<'_>,
-    v: &Verifier<'_>,
+    judge: &Judge<'_>,
     c: &ImageChange,
     image: &str,
 ) -> Result<Value, StepError> {
@@ -149,13 +148,20 @@ fn set_image(
                     .kube
                     .get(&r.path())
                     .map_err(|e| StepError::api("cannot re-read", r, e))?;
-                let own = ctx
-                    .own
-                    .refusal(r.kind.name(), &r.namespace, &r.name, Some(&fresh))
-                    .map(|refusal| refusal.to_string());
-                if let Some(why) =
-                    own.or_else(|| v.refusal_for("NexoProxy", &fresh, &r.name, false))
-                {
+                let q = Question {
+                    kind: r.kind.name(),
+                    namespace: &r.namespace,
+                    name: &r.name,
+                    deployment: &r.name,
+                    legacy_gate: false,
+                    labelled: false,
+                };
+                let why = match judge.verdict(&q, &fresh) {
+                    Verdict::Deployments { .. } => None,
+                    Verdict::NotTheDeployments(why) => Some(why),
+                    Verdict::ManagersOwn(refusal) => Some(refusal.to_string()),
+                };
+                if let Some(why) = why {
                     return Err(StepError::OwnerChanged {
                         reference: r.clone(),
                         why,

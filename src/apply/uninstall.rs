@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::Context;
-use super::execute::{Raced, own_object};
+use super::execute::Raced;
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, Delete, Removal};
 use crate::commands::Target;
@@ -16,7 +16,7 @@ use crate::words::ResourceAction;
 /// Reads what an uninstall of `t` may delete: its NexoProxy, else its
 /// legacy Deployment and the objects labelled with its name.
 fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
-    let Some(v) = ctx.verifier() else {
+    let Some(judge) = ctx.judge() else {
         return Err(Outcome::failed(super::NO_KEY, vec![]));
     };
     let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
@@ -25,12 +25,9 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
         let o = ctx.kube.get_opt::<Value>(&r.path()).map_err(|e| {
             Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![])
         })?;
-        if let Some(object) = &o
-            && let Some(refused) = own_object(ctx, r, Some(object))
-        {
-            return Err(refused);
-        }
-        Ok(o)
+        o.map(|o| plan::judged(&judge, r, &t.name, false, o))
+            .transpose()
+            .map_err(Outcome::from)
     };
     let proxy = read(&proxy_ref)?;
     let deployment = match proxy {
@@ -47,14 +44,16 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
         );
         for kind in [Kind::Service, Kind::ConfigMap, Kind::Secret] {
             let collection = ObjectRef::new(kind, &t.namespace, "").collection();
+            let mut batch = Vec::new();
             let listed = ctx.kube.list_each(&collection, Some(&selector), 500, |o| {
                 let name = o["metadata"]["name"].as_str().unwrap_or_default();
-                labelled.push((ObjectRef::new(kind, &t.namespace, name), o));
+                batch.push((ObjectRef::new(kind, &t.namespace, name), o));
             });
-            for (r, o) in &labelled {
-                if let Some(refused) = own_object(ctx, r, Some(o)) {
-                    return Err(refused);
-                }
+            // Judged with the label rule; one of the Manager's own refuses
+            // the uninstall whole.
+            for (r, o) in batch {
+                let judged = plan::judged(&judge, &r, &t.name, true, o).map_err(Outcome::from)?;
+                labelled.push((r, judged));
             }
             if let Err(e) = listed {
                 let message = format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name);
@@ -62,7 +61,7 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
             }
         }
     }
-    let plan = plan::uninstall(t, proxy.as_ref(), deployment.as_ref(), &labelled, &v);
+    let plan = plan::uninstall(t, proxy.as_ref(), deployment.as_ref(), &labelled);
     plan.map_err(Outcome::from)
 }
 

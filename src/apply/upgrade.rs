@@ -1,11 +1,11 @@
 //! An upgrade: the Manager's own Deployment patched to the new image, then
-//! its field ownership handed back ([`plan::hand_back`]).
+//! its field ownership handed back ([`upgrade_plan::hand_back`]).
 
 use serde_json::Value;
 
 use super::Context;
 use super::outcome::{Outcome, StepError};
-use super::plan::{self, UpgradePlan, UpgradeStop};
+use super::upgrade_plan::{self, UpgradePlan, UpgradeStop};
 use crate::commands::Upgrade;
 use crate::kube::client::{FIELD_MANAGER, JSON_PATCH, STRATEGIC_MERGE_PATCH};
 use crate::resource::{Kind, ObjectRef};
@@ -25,19 +25,20 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
         }
     };
     let image = u.manager_image.to_string();
-    let patch = match plan::upgrade(&deployment, &u.manager_image, &u.bundle_version, ctx.policy) {
-        Ok(UpgradePlan::Patch(patch)) => patch,
-        Ok(UpgradePlan::Unchanged) => {
-            return Outcome::applied(
-                with_note(format!("the Manager already runs {image}")),
-                vec![r.ack(ResourceAction::Unchanged)],
-            );
-        }
-        Err(UpgradeStop::Refused(refusal)) => {
-            return Outcome::refused(refusal, vec![r.ack(ResourceAction::Refused)]);
-        }
-        Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
-    };
+    let patch =
+        match upgrade_plan::upgrade(&deployment, &u.manager_image, &u.bundle_version, ctx.policy) {
+            Ok(UpgradePlan::Patch(patch)) => patch,
+            Ok(UpgradePlan::Unchanged) => {
+                return Outcome::applied(
+                    with_note(format!("the Manager already runs {image}")),
+                    vec![r.ack(ResourceAction::Unchanged)],
+                );
+            }
+            Err(UpgradeStop::Refused(refusal)) => {
+                return Outcome::refused(refusal, vec![r.ack(ResourceAction::Refused)]);
+            }
+            Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
+        };
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(patched) => {
             hand_back(ctx, &r, &patched);
@@ -66,7 +67,7 @@ fn hand_back(ctx: &Context<'_>, r: &ObjectRef, patched: &Value) {
     const ATTEMPTS: usize = 3;
     let mut read = patched.clone();
     for attempt in 1..=ATTEMPTS {
-        let Some(patch) = plan::hand_back(&read, FIELD_MANAGER) else {
+        let Some(patch) = upgrade_plan::hand_back(&read, FIELD_MANAGER) else {
             return;
         };
         let e = match ctx.kube.patch(&r.path(), JSON_PATCH, &patch) {

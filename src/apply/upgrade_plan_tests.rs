@@ -1,4 +1,4 @@
-//! The upgrade's plan: the Manager's container, the downgrade rule, the
+//! The upgrade's plan: the Manager's container, the patch, the
 //! field-ownership hand-back.
 
 use super::*;
