@@ -9,50 +9,39 @@ use super::outcome::{Outcome, StepError};
 use super::plan;
 use crate::commands::Deploy;
 use crate::ownership::Judge;
+use crate::policy::ClusterChecks;
 use crate::refusal::Refusal;
-use crate::resource::{Kind, ObjectRef};
+use crate::resource::ObjectRef;
 
 /// The content policy's rules that need the cluster (docs/protocol.md,
 /// "Command trust"): a legacy pod template meets the stricter of
 /// `NEXO_POD_SECURITY` and its namespace's `pod-security.kubernetes.io/enforce`,
 /// and every Secret or ConfigMap it names that the deploy does not carry
 /// is an object of the same deployment. A refusal names the rule.
-fn policy_in_cluster(ctx: &Context<'_>, judge: &Judge<'_>, d: &Deploy) -> Option<Outcome> {
+fn policy_in_cluster(
+    ctx: &Context<'_>,
+    judge: &Judge<'_>,
+    d: &Deploy,
+    checks: &ClusterChecks,
+) -> Option<Outcome> {
     let refuse = |v: crate::policy::Violation| Some(Outcome::refused(Refusal::Policy(v), vec![]));
-    if !d
-        .manifests
-        .iter()
-        .any(|m| m.reference.kind == Kind::Deployment)
-    {
-        return None;
+    if checks.pod_template {
+        let ns_path = crate::resource::NAMESPACES.object(None, &d.deployment.namespace);
+        let namespace = match ctx.kube.get::<Value>(&ns_path) {
+            Ok(ns) => ns,
+            Err(e) => {
+                let message = format!(
+                    "policy: cannot read namespace {} to learn its Pod Security level, nothing applied: {e}",
+                    d.deployment.namespace
+                );
+                return Some(Outcome::failed(message, vec![]));
+            }
+        };
+        if let Some(v) = plan::pod_security_floor(checks, d, &namespace) {
+            return refuse(v);
+        }
     }
-    let ns_path = crate::resource::NAMESPACES.object(None, &d.deployment.namespace);
-    let enforce = match ctx.kube.get::<Value>(&ns_path) {
-        Ok(ns) => ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
-            .as_str()
-            .map(str::to_owned),
-        Err(e) => {
-            let message = format!(
-                "policy: cannot read namespace {} to learn its Pod Security level, nothing applied: {e}",
-                d.deployment.namespace
-            );
-            return Some(Outcome::failed(message, vec![]));
-        }
-    };
-    let profile = crate::policy::namespace_profile(enforce.as_deref());
-    let policy = ctx.policy.at_least(profile);
-    let outside = match policy.check_deploy(&d.manifests, ctx.proxy_image) {
-        Ok(outside) => outside,
-        Err(v) => {
-            return refuse(crate::policy::Violation(format!(
-                "{} (namespace {} enforces {})",
-                v.0,
-                d.deployment.namespace,
-                enforce.as_deref().unwrap_or("?")
-            )));
-        }
-    };
-    for (manifest, r) in outside {
+    for (manifest, r) in &checks.outside {
         let reference = ObjectRef::new(r.kind, &d.deployment.namespace, &r.name);
         let read = match ctx.kube.get_opt::<Value>(&reference.path()) {
             Err(e) => {
@@ -62,19 +51,23 @@ fn policy_in_cluster(ctx: &Context<'_>, judge: &Judge<'_>, d: &Deploy) -> Option
             Ok(read) => read,
         };
         if let Some(why) = plan::outside_reference(judge, d, &reference, read.as_ref()) {
-            return refuse(r.refused(&manifest, &why));
+            return refuse(r.refused(manifest, &why));
         }
     }
     None
 }
 
-pub(super) fn deploy(ctx: &Context<'_>, d: &Deploy) -> Result<Outcome, Raced> {
+pub(super) fn deploy(
+    ctx: &Context<'_>,
+    d: &Deploy,
+    checks: &ClusterChecks,
+) -> Result<Outcome, Raced> {
     // The Manager's own objects by name and as sent were refused by the
     // permit; as read, by the plan.
     let Some(judge) = ctx.judge() else {
         return Ok(Outcome::failed(super::NO_KEY, vec![]));
     };
-    if let Some(refused) = policy_in_cluster(ctx, &judge, d) {
+    if let Some(refused) = policy_in_cluster(ctx, &judge, d, checks) {
         return Ok(refused);
     }
     let mut existing = Vec::with_capacity(d.manifests.len());

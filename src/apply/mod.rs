@@ -83,7 +83,16 @@ impl<'a> Context<'a> {
 /// Runs a permitted command.
 pub fn run(ctx: &Context<'_>, permitted: &Permitted) -> Outcome {
     match &permitted.command().action {
-        Action::Deploy(d) => execute::with_fresh_reads("deploy", || deploy::deploy(ctx, d)),
+        Action::Deploy(d) => {
+            // Only the permit makes a `Permitted`, and it walks every deploy.
+            let Some(checks) = permitted.cluster_checks() else {
+                return Outcome::failed(
+                    "policy: the deploy's checks are missing, nothing applied",
+                    vec![],
+                );
+            };
+            execute::with_fresh_reads("deploy", || deploy::deploy(ctx, d, checks))
+        }
         Action::Rollout(r) => rollout::rollout(ctx, r),
         Action::Upgrade(u) => upgrade::upgrade(ctx, u, permitted.note()),
         Action::Uninstall(t) => {

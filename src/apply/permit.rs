@@ -19,7 +19,7 @@
 use crate::commands::{Action, Command, Deploy, Target, Upgrade};
 use crate::image::ImageRef;
 use crate::ownership::OwnObjects;
-use crate::policy::Policy;
+use crate::policy::{ClusterChecks, Policy};
 use crate::refusal::Refusal;
 use crate::resource::{Kind, ObjectRef};
 
@@ -42,6 +42,8 @@ pub struct Rules<'a> {
 pub struct Permitted {
     command: Command,
     note: Option<String>,
+    /// A deploy's: what its one walk left to check against the cluster.
+    checks: Option<ClusterChecks>,
 }
 
 impl Permitted {
@@ -55,13 +57,20 @@ impl Permitted {
     pub fn note(&self) -> Option<&str> {
         self.note.as_deref()
     }
+
+    /// A deploy's checks against the cluster: its namespace's Pod Security
+    /// floor, its references outside the deploy (`None`: not a deploy).
+    pub fn cluster_checks(&self) -> Option<&ClusterChecks> {
+        self.checks.as_ref()
+    }
 }
 
 /// Permits `command` under `rules`, or says why not.
 pub fn permit(command: Command, rules: &Rules<'_>) -> Result<Permitted, Refusal> {
+    let mut checks = None;
     let note = match &command.action {
         Action::Deploy(d) => {
-            deploy(d, rules)?;
+            checks = Some(deploy(d, rules)?);
             None
         }
         Action::Rollout(r) => {
@@ -79,7 +88,11 @@ pub fn permit(command: Command, rules: &Rules<'_>) -> Result<Permitted, Refusal>
         }
         Action::Upgrade(u) => downgrade_check(rules.running_bundle, u)?,
     };
-    Ok(Permitted { command, note })
+    Ok(Permitted {
+        command,
+        note,
+        checks,
+    })
 }
 
 /// The downgrade rule (docs/protocol.md, "upgrade"): an upgrade to an older
@@ -119,7 +132,7 @@ fn not_own(rules: &Rules<'_>, r: &ObjectRef) -> Result<(), Refusal> {
     }
 }
 
-fn deploy(d: &Deploy, rules: &Rules<'_>) -> Result<(), Refusal> {
+fn deploy(d: &Deploy, rules: &Rules<'_>) -> Result<ClusterChecks, Refusal> {
     for m in &d.manifests {
         let r = &m.reference;
         if let Some(refusal) =
@@ -145,9 +158,8 @@ fn deploy(d: &Deploy, rules: &Rules<'_>) -> Result<(), Refusal> {
     }
     rules
         .policy
-        .check_deploy(&d.manifests, rules.proxy_image)
-        .map_err(Refusal::Policy)?;
-    Ok(())
+        .walk_deploy(&d.manifests, rules.proxy_image)
+        .map_err(Refusal::Policy)
 }
 
 fn uninstall(t: &Target, rules: &Rules<'_>) -> Result<(), Refusal> {

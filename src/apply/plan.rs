@@ -9,6 +9,7 @@ use crate::commands::{Deploy, Target};
 use crate::cp::wire::AckResource;
 use crate::image::{ImageRef, valid_digest};
 use crate::ownership::{self, Judge, Question, Verdict, Verifier};
+use crate::policy::{ClusterChecks, PodSecurity, Violation};
 use crate::refusal::{Nothing, Refusal};
 use crate::resource::{Kind, ObjectRef};
 use crate::words::ResourceAction;
@@ -273,6 +274,28 @@ pub fn deploy(
         skipped,
         proxy_uid,
     })
+}
+
+/// The namespace's Pod Security floor (docs/protocol.md, "Content
+/// policy"): in a namespace whose `pod-security.kubernetes.io/enforce` is
+/// `restricted`, the first `restricted` rule the deploy's pod template
+/// breaks (found by the permit's one walk), named with the namespace.
+pub fn pod_security_floor(
+    checks: &ClusterChecks,
+    d: &Deploy,
+    namespace: &Value,
+) -> Option<Violation> {
+    let enforce = namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].as_str();
+    if crate::policy::namespace_profile(enforce) != PodSecurity::Restricted {
+        return None;
+    }
+    let v = checks.restricted.as_ref()?;
+    Some(Violation(format!(
+        "{} (namespace {} enforces {})",
+        v.0,
+        d.deployment.namespace,
+        enforce.unwrap_or("?")
+    )))
 }
 
 /// Why an object a deploy's pod template names outside the deploy

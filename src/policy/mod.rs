@@ -159,16 +159,30 @@ pub fn namespace_profile(enforce: Option<&str>) -> PodSecurity {
     }
 }
 
+/// What a deploy's walk leaves to be checked against the cluster, by the
+/// planner from what the executor reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterChecks {
+    /// A legacy pod template was walked: its namespace's Pod Security
+    /// level applies.
+    pub pod_template: bool,
+    /// Walked at `baseline`: the first `restricted` rule it breaks (the
+    /// refusal in a namespace that enforces `restricted`).
+    pub restricted: Option<Violation>,
+    /// The references its pod template makes to Secrets and ConfigMaps
+    /// not among the deploy's manifests, with the manifest making each:
+    /// each must be an object of the same deployment.
+    pub outside: Vec<(String, Reference)>,
+}
+
 impl Policy {
-    /// Checks every manifest of a deploy; the first broken rule. The
-    /// references its pod template makes to Secrets and ConfigMaps that
-    /// are not among the deploy's manifests are returned: each must be an
-    /// object of the same deployment in the cluster, which the caller reads.
-    pub fn check_deploy(
+    /// Walks every manifest of a deploy once; the first broken rule, or
+    /// what remains to be checked against the cluster.
+    pub fn walk_deploy(
         &self,
         manifests: &[Manifest],
         proxy_image: &ImageRef,
-    ) -> Result<Vec<(String, Reference)>, Violation> {
+    ) -> Result<ClusterChecks, Violation> {
         let repositories: Vec<&str> = std::iter::once(proxy_image.repository.as_str())
             .chain(self.image_repositories.iter().map(String::as_str))
             .collect();
@@ -176,7 +190,7 @@ impl Policy {
             profile: self.pod_security,
             repositories: &repositories,
         };
-        let mut outside = Vec::new();
+        let mut checks = ClusterChecks::default();
         let mut workload: Option<pod::Found> = None;
         for m in manifests {
             let at = m.reference.to_string();
@@ -195,15 +209,17 @@ impl Policy {
                     image => image_allowed(&format!("{at} spec.image"), image, &repositories)?,
                 },
                 Kind::Deployment => {
-                    let found = pod::deployment(o, &at, &rules)?;
+                    let mut found = pod::deployment(o, &at, &rules)?;
                     for r in &found.references {
                         let own = manifests
                             .iter()
                             .any(|m| m.reference.kind == r.kind && m.reference.name == r.name);
                         if !own {
-                            outside.push((at.clone(), r.clone()));
+                            checks.outside.push((at.clone(), r.clone()));
                         }
                     }
+                    checks.pod_template = true;
+                    checks.restricted = checks.restricted.take().or(found.restricted.take());
                     workload = Some(found);
                 }
                 Kind::Secret => match &o["type"] {
@@ -235,7 +251,7 @@ impl Policy {
                 workload.as_ref(),
             )?;
         }
-        Ok(outside)
+        Ok(checks)
     }
 
     /// The same policy with the stricter of its profile and `profile`.

@@ -140,6 +140,10 @@ pub(super) struct Found {
     pub template_labels: Vec<(String, String)>,
     pub selector: Vec<(String, String)>,
     pub references: Vec<Reference>,
+    /// Walked at `baseline`: the first rule of the `restricted` profile the
+    /// template breaks, which a namespace enforcing `restricted` refuses
+    /// (the walk at `restricted` would have stopped there).
+    pub restricted: Option<Violation>,
 }
 
 /// Walks a legacy Deployment (`object`, described as `manifest` in
@@ -492,8 +496,15 @@ fn container(
         context(&c["securityContext"], &sc_at)?;
     }
     container_baseline(&c["securityContext"], &sc_at)?;
-    if rules.profile == PodSecurity::Restricted {
-        container_restricted(&c["securityContext"], &sc_at, pod_sc)?;
+    match (
+        rules.profile,
+        container_restricted(&c["securityContext"], &sc_at, pod_sc),
+    ) {
+        (_, Ok(())) => {}
+        (PodSecurity::Restricted, Err(v)) => return Err(v),
+        (PodSecurity::Baseline, Err(v)) => {
+            found.restricted.get_or_insert(v);
+        }
     }
     Ok(())
 }

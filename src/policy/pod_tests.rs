@@ -307,8 +307,9 @@ fn references_stay_inside_the_deployment() {
     // the deploy, to be checked against the cluster.
     let d = deploy_of(vec![legacy_deployment()]);
     let outside = Policy::default()
-        .check_deploy(&d.manifests, &proxy_image())
-        .unwrap();
+        .walk_deploy(&d.manifests, &proxy_image())
+        .unwrap()
+        .outside;
     let named: Vec<(Kind, &str, &str)> = outside
         .iter()
         .map(|(_, r)| (r.kind, r.name.as_str(), r.at.as_str()))
@@ -335,8 +336,9 @@ fn references_stay_inside_the_deployment() {
     let d = deploy_of(vec![legacy_deployment(), config, db]);
     assert!(
         Policy::default()
-            .check_deploy(&d.manifests, &proxy_image())
+            .walk_deploy(&d.manifests, &proxy_image())
             .unwrap()
+            .outside
             .is_empty()
     );
     // envFrom and secret volumes are references too.
@@ -347,8 +349,9 @@ fn references_stay_inside_the_deployment() {
     });
     let d = deploy_of(vec![more]);
     let outside = Policy::default()
-        .check_deploy(&d.manifests, &proxy_image())
-        .unwrap();
+        .walk_deploy(&d.manifests, &proxy_image())
+        .unwrap()
+        .outside;
     let names: Vec<&str> = outside.iter().map(|(_, r)| r.name.as_str()).collect();
     assert_eq!(
         names,
@@ -440,6 +443,41 @@ fn restricted_adds_its_own_rules() {
         assert!(
             got.contains("field not allowed: spec.template.spec.volumes[0].nfs"),
             "{got}"
+        );
+    }
+}
+
+/// The permit walks a template once, at its configured profile; what a
+/// namespace enforcing `restricted` refuses is what a walk at
+/// `restricted` would have stopped at.
+#[test]
+fn one_walk_at_baseline_finds_what_restricted_refuses() {
+    let restricted = Policy {
+        pod_security: PodSecurity::Restricted,
+        ..Policy::default()
+    };
+    let hardened = changed(|d| {
+        let c = d.pointer_mut("/spec/template/spec/containers/0").unwrap();
+        c["securityContext"] = json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
+    });
+    for (template, breaks) in [(legacy_deployment(), true), (hardened, false)] {
+        let d = deploy_of(vec![template]);
+        let walked = Policy::default()
+            .walk_deploy(&d.manifests, &proxy_image())
+            .unwrap();
+        assert!(walked.pod_template);
+        assert_eq!(
+            walked.restricted.is_some(),
+            breaks,
+            "{:?}",
+            walked.restricted
+        );
+        assert_eq!(
+            walked.restricted,
+            restricted.walk_deploy(&d.manifests, &proxy_image()).err(),
+            "{:?}",
+            d.manifests[0].object
         );
     }
 }

@@ -57,7 +57,7 @@ fn deploy_of(objects: Vec<Value>) -> Deploy {
 
 fn check(policy: &Policy, objects: Vec<Value>) -> Result<(), String> {
     policy
-        .check_deploy(&deploy_of(objects).manifests, &proxy_image())
+        .walk_deploy(&deploy_of(objects).manifests, &proxy_image())
         .map(|_| ())
         .map_err(|v| v.to_string())
 }
