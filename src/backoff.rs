@@ -310,18 +310,6 @@ mod tests {
         );
     }
 
-    /// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
-    /// thread's registry).
-    fn waited() -> f64 {
-        let mut text = crate::metrics::Exposition::default();
-        crate::metrics::render(&mut text);
-        let out = text.into_string();
-        out.lines()
-            .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(-1.0)
-    }
-
     #[test]
     fn a_capped_wait_is_counted_as_the_wait_taken() {
         let mut b = Backoff::new(
@@ -329,7 +317,7 @@ mod tests {
             Duration::from_secs(30),
             Jitter::seeded(1),
         );
-        let before = waited();
+        let before = crate::metrics::tests::retry_after_seconds();
         let wait = retry_after_wait(
             Some(Duration::from_secs(600)),
             &mut b,
@@ -337,9 +325,9 @@ mod tests {
         );
         assert_eq!(wait, Duration::from_secs(10));
         assert!(
-            (waited() - before - 10.0).abs() < 1e-6,
+            (crate::metrics::tests::retry_after_seconds() - before - 10.0).abs() < 1e-6,
             "counted {} s for a 10 s wait",
-            waited() - before
+            crate::metrics::tests::retry_after_seconds() - before
         );
         // Uncapped, the protocol's bound.
         let wait = retry_after_delay(Some(Duration::from_secs(7200)), &mut b);

@@ -466,8 +466,20 @@ pub fn render(out: &mut Exposition) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
+    /// thread's registry), for the tests of those who count it.
+    pub(crate) fn retry_after_seconds() -> f64 {
+        let mut text = Exposition::default();
+        render(&mut text);
+        text.into_string()
+            .lines()
+            .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1.0)
+    }
 
     #[test]
     fn proc_files_parse() {

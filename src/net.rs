@@ -7,8 +7,9 @@
 //! reading (a full send buffer) or answering at any time. ureq's own TCP
 //! transport would block in the system call for all that time: no probe
 //! answered, no stop seen, no lease renewed. This transport is the bottom
-//! link of both clients' connector chains (under TLS and any CONNECT
-//! proxy): whenever a layer above needs bytes or room to write, it asks
+//! link of every connector chain of the process (the CP's, the Kubernetes
+//! client's, its watches', the standby's handshake check; under TLS and any
+//! CONNECT proxy): whenever a layer above needs bytes or room to write, it asks
 //! the loop to wait until the socket is ready ([`Readiness::ready`]), and
 //! the loop serves its probes, its signals and (for the CP's calls) its
 //! timers meanwhile, in the same `poll(2)`, on the same thread. Only then
@@ -205,8 +206,7 @@ pub fn poll_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Resu
 /// them within the call's connect budget, each connect waiting in the loop
 /// ([`connect_one`]; `duties`: whether the loop's duty may run
 /// meanwhile); `TCP_NODELAY` set, and the buffers its transport reads and
-/// writes through. Both of the crate's own TCP transports (this one, and
-/// the watches') connect with it.
+/// writes through. The transport's connects.
 pub fn connect_tcp(
     details: &ConnectionDetails,
     duties: bool,

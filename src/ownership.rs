@@ -1,7 +1,8 @@
 //! Ownership: the labels and the proof every Manager-written object
-//! carries, and how an existing object is classified before the Manager may
-//! touch it: the one verdict every planner, the drift check and the
-//! inventory ask ([`Verifier`]).
+//! carries, how an existing object is classified by them ([`Verifier`],
+//! which the drift check and the inventory ask), and the one verdict every
+//! planner decides from ([`Judge::verdict`]: the Manager's own, the
+//! deployment's, or neither and why).
 
 use crate::integrity::{self, Key, ObjectClaim};
 use crate::refusal::Refusal;

@@ -87,9 +87,9 @@ impl Waiter {
     /// Sleeps until `timeout` passes or a stop signal arrives, answering
     /// probe requests as they come. It polls at least once, so a zero
     /// timeout answers the probe requests waiting now. The loop's
-    /// [`Duty`] does not run here: this is also the Kubernetes client's
-    /// pause between two attempts, which a duty's own requests must not
-    /// interleave with.
+    /// [`Duty`] does not run here (start-up, ack and state-write retry
+    /// pauses); the Kubernetes client's pauses and checkpoints wait in
+    /// [`Waiter::idle`], where it does.
     pub fn wait(&self, timeout: Duration) -> io::Result<Wake> {
         match self.wait_for(deadline_after(timeout), None, true, false)? {
             Event::Stop => Ok(Wake::Stop),

@@ -239,3 +239,42 @@ fn the_string_error_check_reads_signatures_whole() {
     .collect();
     assert_eq!(string_errors(&lines), [10, 13]);
 }
+
+/// The tests SECURITY.md names as the proof of each guarantee exist where
+/// it says: each `` `path.rs` `test_name` `` pair is a function of that file.
+#[test]
+fn every_test_security_md_cites_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("SECURITY.md")).unwrap();
+    let mut cited = 0;
+    let mut missing = Vec::new();
+    for piece in text.split("` `").collect::<Vec<_>>().windows(2) {
+        let (Some(path), Some(name)) = (piece[0].rsplit('`').next(), piece[1].split('`').next())
+        else {
+            continue;
+        };
+        if !(path.starts_with("src/") || path.starts_with("tests/")) || !path.ends_with(".rs") {
+            continue;
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            continue;
+        }
+        cited += 1;
+        let source = std::fs::read_to_string(root.join(path)).unwrap_or_default();
+        if !source.contains(&format!("fn {name}(")) {
+            missing.push(format!("{path} {name}"));
+        }
+    }
+    assert!(
+        cited > 30,
+        "only {cited} citations read: the check no longer reads SECURITY.md"
+    );
+    assert!(
+        missing.is_empty(),
+        "SECURITY.md cites tests that are not there:\n  {}",
+        missing.join("\n  ")
+    );
+}

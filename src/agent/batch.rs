@@ -57,8 +57,7 @@ impl Agent {
     pub(super) fn batch(&mut self, commands: Commands<'_>) -> Next {
         if !commands.taken.is_empty() {
             // Keys are rotated by rewriting the file: read again when it changed.
-            self.me.keys.refresh();
-            self.ratchet_signatures();
+            self.refresh_trust();
         }
         'batch: for (i, command) in commands.taken.into_iter().enumerate() {
             let mut first = i == 0;

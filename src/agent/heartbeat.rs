@@ -371,8 +371,7 @@ impl Agent {
     fn heartbeat_body(&mut self) -> HeartbeatRequest {
         // The trust report says what holds now: keys rotated or removed
         // between batches are seen, and the ratchet recorded.
-        self.me.keys.refresh();
-        self.ratchet_signatures();
+        self.refresh_trust();
         let cfg = &self.me.cfg;
         let configured = cfg.cluster_region.is_some() && cfg.cluster_zone.is_some();
         let now = Instant::now();
@@ -433,7 +432,7 @@ impl Agent {
             } else {
                 "off"
             },
-            key_ids: match self.me.keys.keys() {
+            key_ids: match self.trusted.keys.keys() {
                 Ok(Some(k)) => k.ids().into_iter().map(str::to_owned).collect(),
                 _ => Vec::new(),
             },

@@ -5,7 +5,8 @@
 //!   (identity, state, the binding check), before the loop starts;
 //! - `lead`: who leads? (the Lease, the term the state was read in, the
 //!   integrity key: `Leadership`; the loop's duty that renews the lease);
-//! - `trusted`: what is trusted? (signatures required now, the ratchet);
+//! - `trusted`: what is trusted? (the command keys, signatures required now,
+//!   the ratchet);
 //! - [`session`]: am I connected? (connect, 401/403, connect-token re-read:
 //!   [`session::decide`] is a pure state machine);
 //! - [`heartbeat`]: what do I report? (a pure body from gathered inputs,
@@ -21,7 +22,8 @@
 //!
 //! No part calls back into the loop, and the calls between parts have no
 //! cycle (`tests/layers.rs` checks both, with the imports). One thread;
-//! every blocking call has a timeout; a failed heartbeat or command never
+//! every call has a timeout (a watch: its head's, and the server's end of
+//! it), and every wait is the loop's; a failed heartbeat or command never
 //! ends the loop.
 
 mod batch;
@@ -108,6 +110,8 @@ pub struct Agent {
     /// Who leads: the lease, the term the state was read in, the
     /// integrity key.
     leader: lead::Leadership,
+    /// What is trusted: the command keys.
+    trusted: trusted::Trusted,
     beats: Beats,
     /// The Kubernetes Events waiting to be written.
     events: crate::events::Recorder,

@@ -23,7 +23,7 @@ impl Agent {
         id: &str,
     ) -> Result<Checked, Rejected> {
         let trust = Trust {
-            keys: self.me.keys.keys().map_err(Refusal::Untrusted)?,
+            keys: self.trusted.keys.keys().map_err(Refusal::Untrusted)?,
             required: self.signatures_required(),
             environment_id: self.me.token.environment_id(),
             now: SystemTime::now(),

@@ -58,8 +58,6 @@ pub(super) struct Identity {
     pub(super) cfg: Config,
     /// What this Manager advertises and accepts ([`super::advertised`]).
     pub(super) capabilities: Vec<&'static str>,
-    /// The command keys, read again before each batch.
-    pub(super) keys: crate::trust::KeyFile,
     pub(super) token: ConnectToken,
     pub(super) instance: InstanceInfo,
     pub(super) cluster: ClusterRef,

@@ -92,6 +92,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         drift: super::drift::Drift::new(cfg.drift_interval.max(cfg.heartbeat_interval)),
         events: crate::events::Recorder::new(&instance.pod_name),
         leader: super::lead::Leadership::new(elector),
+        trusted: super::trusted::Trusted { keys },
         pace: Pace {
             interval: cfg.heartbeat_interval,
             backoff,
@@ -111,7 +112,6 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
         me: Identity {
             capabilities: super::advertised(&cfg),
             cfg,
-            keys,
             token,
             instance,
             cluster,

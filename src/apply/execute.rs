@@ -1,7 +1,8 @@
 //! The thin executor's shared steps: guarded writes (a dry run of each
-//! object, then the writes, each guarded by where its object was read), a
-//! fresh read and plan when a guard fails, the refusal of the Manager's own
-//! objects as read. Every decision is the planners' ([`super::plan`]).
+//! object, then the writes, each guarded by where its object was read;
+//! the ownerReference of a new NexoProxy's runtime objects once its uid is
+//! known), and a fresh read and plan when a guard fails. Every decision is
+//! the planners' ([`super::plan`]).
 
 use crate::inventory::Workload;
 use serde_json::Value;

@@ -13,27 +13,15 @@ fn api(status: u16, retry_after: Option<u64>) -> Error {
     }
 }
 
-/// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
-/// thread's registry).
-fn counted_wait() -> f64 {
-    let mut text = crate::metrics::Exposition::default();
-    crate::metrics::render(&mut text);
-    let out = text.into_string();
-    out.lines()
-        .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
 /// A `Retry-After: 600` the client caps at 10 s is counted as the 10 s it
 /// waits, not the 600 s it was asked for.
 #[test]
 fn a_capped_retry_after_counts_the_wait_taken() {
     let mut b = Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::seeded(1));
-    let before = counted_wait();
+    let before = crate::metrics::tests::retry_after_seconds();
     let wait = retry_delay(&Method::GET, &api(429, Some(600)), 1, &mut b);
     assert_eq!(wait, Some(RETRY_CAP));
-    let counted = counted_wait() - before;
+    let counted = crate::metrics::tests::retry_after_seconds() - before;
     assert!(
         (counted - RETRY_CAP.as_secs_f64()).abs() < 1e-6,
         "counted {counted} s for a wait of {RETRY_CAP:?}"
