@@ -169,24 +169,15 @@ pub fn deploy(
     enforcing: bool,
 ) -> Result<DeployPlan, Refused> {
     let gate_open = allow_legacy && d.adopt_legacy;
-    fn question<'a>(r: &'a ObjectRef, deployment: &'a str, legacy_gate: bool) -> Question<'a> {
-        Question {
-            kind: r.kind.name(),
-            namespace: &r.namespace,
-            name: &r.name,
-            deployment,
-            legacy_gate,
-            labelled: false,
-        }
-    }
     let mut skipped = Vec::new();
     let mut kept = Vec::with_capacity(d.manifests.len());
     for (manifest, object) in d.manifests.iter().zip(existing) {
         let r = &manifest.reference;
         let leave = enforcing && !d.is_primary(r);
-        let verdict = object
-            .as_ref()
-            .map(|o| judge.verdict(&question(r, &d.deployment.name, gate_open && !leave), o));
+        let verdict = object.as_ref().map(|o| {
+            let q = question(r, &d.deployment.name, gate_open && !leave, false);
+            judge.verdict(&q, o)
+        });
         match (verdict, leave) {
             (Some(Verdict::ManagersOwn(refusal)), true) => {
                 skipped.push((r.clone(), refusal.to_string()))
@@ -310,15 +301,7 @@ pub fn outside_reference(
     let Some(object) = read else {
         return Some("does not exist".to_owned());
     };
-    let q = Question {
-        kind: r.kind.name(),
-        namespace: &r.namespace,
-        name: &r.name,
-        deployment: &d.deployment.name,
-        legacy_gate: false,
-        labelled: true,
-    };
-    match judge.verdict(&q, object) {
+    match judge.verdict(&question(r, &d.deployment.name, false, true), object) {
         Verdict::ManagersOwn(_) => Some("is the Manager's own".to_owned()),
         Verdict::NotTheDeployments(why) => Some(why),
         Verdict::Deployments { .. } => None,
@@ -348,15 +331,7 @@ pub fn judged(
     labelled: bool,
     object: Value,
 ) -> Result<Judged, Refused> {
-    let q = Question {
-        kind: r.kind.name(),
-        namespace: &r.namespace,
-        name: &r.name,
-        deployment,
-        legacy_gate: false,
-        labelled,
-    };
-    match judge.verdict(&q, &object) {
+    match judge.verdict(&question(r, deployment, false, labelled), &object) {
         Verdict::ManagersOwn(refusal) => Err(Refused {
             refusal,
             resources: vec![r.ack(ResourceAction::Refused)],
@@ -365,8 +340,25 @@ pub fn judged(
     }
 }
 
+/// What a command of `deployment` asks of the object at `r`.
+pub(super) fn question<'a>(
+    r: &'a ObjectRef,
+    deployment: &'a str,
+    legacy_gate: bool,
+    labelled: bool,
+) -> Question<'a> {
+    Question {
+        kind: r.kind.name(),
+        namespace: &r.namespace,
+        name: &r.name,
+        deployment,
+        legacy_gate,
+        labelled,
+    }
+}
+
 /// Why an object is not the deployment's, from its verdict (`None`: it is).
-fn not_ours(verdict: &Verdict) -> Option<String> {
+pub(super) fn not_ours(verdict: &Verdict) -> Option<String> {
     match verdict {
         Verdict::Deployments { .. } => None,
         Verdict::NotTheDeployments(why) => Some(why.clone()),

@@ -570,3 +570,6 @@ fn an_absent_object_is_written_with_an_empty_proof_its_create_fills() {
         "an existing one keeps its proof"
     );
 }
+
+#[path = "plan_cluster_tests.rs"]
+mod cluster;

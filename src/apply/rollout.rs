@@ -9,7 +9,7 @@ use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, ImageChange};
 use crate::commands::{Rollout, Target};
 use crate::kube::client::MERGE_PATCH;
-use crate::ownership::{self, Judge, Question, Verdict, Verifier};
+use crate::ownership::{self, Judge, Verifier};
 use crate::resource::{Kind, ObjectRef};
 use crate::words::ResourceAction;
 
@@ -148,20 +148,8 @@ fn set_image(
                     .kube
                     .get(&r.path())
                     .map_err(|e| StepError::api("cannot re-read", r, e))?;
-                let q = Question {
-                    kind: r.kind.name(),
-                    namespace: &r.namespace,
-                    name: &r.name,
-                    deployment: &r.name,
-                    legacy_gate: false,
-                    labelled: false,
-                };
-                let why = match judge.verdict(&q, &fresh) {
-                    Verdict::Deployments { .. } => None,
-                    Verdict::NotTheDeployments(why) => Some(why),
-                    Verdict::ManagersOwn(refusal) => Some(refusal.to_string()),
-                };
-                if let Some(why) = why {
+                let verdict = judge.verdict(&plan::question(r, &r.name, false, false), &fresh);
+                if let Some(why) = plan::not_ours(&verdict) {
                     return Err(StepError::OwnerChanged {
                         reference: r.clone(),
                         why,

@@ -141,15 +141,6 @@ pub fn custom_resource_references(object: &Value) -> Vec<(Kind, &str)> {
 /// for a NexoProxy's objects, the owner reference).
 const MANIFEST_METADATA: &[&str] = &["name", "namespace", "labels", "annotations"];
 
-/// The stricter of two profiles.
-pub fn stricter(a: PodSecurity, b: PodSecurity) -> PodSecurity {
-    if a == PodSecurity::Restricted || b == PodSecurity::Restricted {
-        PodSecurity::Restricted
-    } else {
-        PodSecurity::Baseline
-    }
-}
-
 /// The profile a namespace's `pod-security.kubernetes.io/enforce` label
 /// asks for, when it is stricter than `baseline`.
 pub fn namespace_profile(enforce: Option<&str>) -> PodSecurity {
@@ -252,14 +243,6 @@ impl Policy {
             )?;
         }
         Ok(checks)
-    }
-
-    /// The same policy with the stricter of its profile and `profile`.
-    pub fn at_least(&self, profile: PodSecurity) -> Policy {
-        Policy {
-            pod_security: stricter(self.pod_security, profile),
-            ..self.clone()
-        }
     }
 
     fn service(&self, at: &str, spec: &Value) -> Result<(), Violation> {
