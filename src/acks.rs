@@ -41,6 +41,7 @@ pub fn ack(entry: &LedgerEntry, manager_id: &str, attempt: u32) -> Ack {
         completed_at: entry.completed_at.clone(),
         attempt,
         resources: entry.resources.clone(),
+        plan: entry.plan.clone(),
     }
 }
 

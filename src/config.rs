@@ -36,6 +36,11 @@ pub struct Config {
     /// change may stay not available before its phase is `failed`
     /// (docs/protocol.md, `status.v1`).
     pub progress_deadline: Duration,
+    /// `NEXO_SELF_UPGRADE_DEADLINE`: default 10 min (1 s to 24 h); how long
+    /// the new pods of an upgrade this Manager applied may take to become
+    /// Ready before it writes its own image back (docs/protocol.md,
+    /// `rollback.v1`).
+    pub self_upgrade_deadline: Duration,
     /// `NEXO_DRIFT_INTERVAL`: default 5 min (1 s to 24 h); how often drift
     /// is checked (docs/protocol.md, `drift.v1`). Under the heartbeat interval,
     /// the heartbeat interval is used (with a warning at start).
@@ -242,6 +247,7 @@ impl Config {
             };
         let heartbeat_interval = duration("NEXO_HEARTBEAT_INTERVAL", 15, 600)?;
         let progress_deadline = duration("NEXO_PROGRESS_DEADLINE", 600, 86_400)?;
+        let self_upgrade_deadline = duration("NEXO_SELF_UPGRADE_DEADLINE", 600, 86_400)?;
         let drift_interval = duration("NEXO_DRIFT_INTERVAL", 300, 86_400)?;
         let cp_connect_timeout = duration("NEXO_CP_CONNECT_TIMEOUT", 10, 300)?;
         let cp_request_timeout = duration("NEXO_CP_REQUEST_TIMEOUT", 30, 300)?;
@@ -326,6 +332,7 @@ impl Config {
             namespaces,
             heartbeat_interval,
             progress_deadline,
+            self_upgrade_deadline,
             drift_interval,
             control_plane_ca_file,
             cluster_name: get("NEXO_CLUSTER_NAME"),

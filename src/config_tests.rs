@@ -25,6 +25,7 @@ fn defaults() {
     assert_eq!(c.token_source, TokenSource::File(DEFAULT_TOKEN_FILE.into()));
     assert_eq!(c.heartbeat_interval, Duration::from_secs(15));
     assert_eq!(c.progress_deadline, Duration::from_secs(600));
+    assert_eq!(c.self_upgrade_deadline, Duration::from_secs(600));
     assert_eq!(c.drift_interval, Duration::from_secs(300));
     assert_eq!(
         (c.cp_connect_timeout, c.cp_request_timeout),
@@ -88,6 +89,11 @@ fn errors_name_the_variable() {
         (
             vec![("NEXO_PROGRESS_DEADLINE", "2d")],
             "NEXO_PROGRESS_DEADLINE",
+            "outside 1s..1day",
+        ),
+        (
+            vec![("NEXO_SELF_UPGRADE_DEADLINE", "0s")],
+            "NEXO_SELF_UPGRADE_DEADLINE",
             "outside 1s..1day",
         ),
         (

@@ -6,15 +6,17 @@
 //! `agent/record.rs`, `agent/enforce.rs`).
 
 mod diff;
+mod history;
 mod record;
 mod settings;
 
-pub use diff::{differences, keeping_ignored};
+pub use diff::{changed_values_at_most, differences, differences_at_most, keeping_ignored};
+pub use history::{History, Previous};
 pub use settings::{Mode, PointerProblem, Settings, SettingsError};
 
 pub use record::{
-    Kept, KeptManifest, OverBound, RecordError, claimed_deployment, is_record, proven_payload,
-    record_name, record_secret,
+    Kept, KeptManifest, OverBound, RecordError, claimed_deployment, is_record, proven_history,
+    proven_payload, record_name, record_secret,
 };
 
 use std::collections::BTreeMap;

@@ -59,6 +59,9 @@ pub enum Reason {
     ProgressFailed,
     /// The phase turned `degraded`.
     Degraded,
+    /// A failed change rolled back, or its rollback failed
+    /// (docs/protocol.md, `rollback.v1`).
+    RolledBack,
 }
 
 impl Reason {
@@ -72,6 +75,7 @@ impl Reason {
             Reason::DriftCorrected => "DriftCorrected",
             Reason::ProgressFailed => "ProgressFailed",
             Reason::Degraded => "Degraded",
+            Reason::RolledBack => "RolledBack",
         }
     }
 

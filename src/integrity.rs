@@ -12,6 +12,8 @@ use ring::hmac;
 
 /// The annotation that carries a proof.
 pub const ANNOTATION: &str = "nexo.io/proof";
+/// The annotation of a drift record's history proof.
+pub const HISTORY_ANNOTATION: &str = "nexo.io/history-proof";
 
 /// The proof format's prefix.
 const VERSION: &str = "v1:";
@@ -120,6 +122,19 @@ impl Key {
         Key(key, id)
     }
 
+    /// The proof of a drift record's history (docs/protocol.md,
+    /// `rollback.v1`): `history`'s exact bytes, bound to the record's claim
+    /// (its payload's bytes among it), so that it cannot be moved to
+    /// another record nor kept beside another payload.
+    pub fn history_proof(&self, claim: &RecordClaim<'_>, history: &[u8]) -> String {
+        self.sign(&history_message(claim, history))
+    }
+
+    /// Whether `proof` is this key's proof of `history` beside `claim`.
+    pub fn verify_history(&self, claim: &RecordClaim<'_>, history: &[u8], proof: &str) -> bool {
+        self.verify(&history_message(claim, history), proof)
+    }
+
     /// The proof of a drift record.
     pub fn record_proof(&self, claim: &RecordClaim<'_>) -> String {
         self.sign(&record_message(claim))
@@ -169,6 +184,19 @@ fn record_message(c: &RecordClaim<'_>) -> Vec<u8> {
         c.deployment.as_bytes(),
         c.owner_uid.as_bytes(),
         c.payload,
+    ])
+}
+
+/// The message of a record history's proof.
+fn history_message(c: &RecordClaim<'_>, history: &[u8]) -> Vec<u8> {
+    message(&[
+        b"nexo.io/record-history",
+        c.environment_id.as_bytes(),
+        c.namespace.as_bytes(),
+        c.deployment.as_bytes(),
+        c.owner_uid.as_bytes(),
+        c.payload,
+        history,
     ])
 }
 

@@ -26,6 +26,8 @@ ENVIRONMENT:
     NEXO_HEARTBEAT_INTERVAL      heartbeat interval [default: 15s]
     NEXO_PROGRESS_DEADLINE       how long a change may stay not available before its
                                  status phase is failed [default: 10m]
+    NEXO_SELF_UPGRADE_DEADLINE   how long the new pods of an upgrade may take to become
+                                 Ready before it is rolled back [default: 10m]
     NEXO_DRIFT_INTERVAL          how often drift is checked (at least the heartbeat
                                  interval) [default: 5m]
     NEXO_CONTROL_PLANE_CA_FILE   extra PEM trust anchors for the Control Plane [default: none]

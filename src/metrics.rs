@@ -59,7 +59,13 @@ struct Registry {
     drift_check_us: u64,
     /// (mode, action) → drifted objects.
     drifted: Vec<((&'static str, &'static str), u64)>,
+    /// Rollbacks by result ([`ROLLBACK_RESULTS`]).
+    rollbacks: [u64; 3],
 }
+
+/// The results a rollback is counted by: restored, a restore that failed,
+/// nothing recorded to restore.
+pub const ROLLBACK_RESULTS: [&str; 3] = ["rolled_back", "failed", "nothing_to_restore"];
 
 thread_local! {
     static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
@@ -167,6 +173,13 @@ pub fn drift_checked(took: Duration) {
 /// Counts a drifted object a check found, by mode and action.
 pub fn drifted(mode: &'static str, action: &'static str) {
     REGISTRY.with(|r| bump(&mut r.borrow_mut().drifted, (mode, action)));
+}
+
+/// Counts a rollback by its result, one of [`ROLLBACK_RESULTS`].
+pub fn rolled_back(result: &'static str) {
+    if let Some(i) = ROLLBACK_RESULTS.iter().position(|r| *r == result) {
+        REGISTRY.with(|r| r.borrow_mut().rollbacks[i] += 1);
+    }
 }
 
 /// What `/proc/self` says about this process.
@@ -461,6 +474,15 @@ pub fn render(out: &mut Exposition) {
         );
         for ((mode, action), n) in &r.drifted {
             out.sample(drifted, &[("mode", mode), ("action", action)], n);
+        }
+        let rollbacks = "nexo_manager_rollbacks_total";
+        out.header(
+            rollbacks,
+            Type::Counter,
+            "Failed changes rolled back (rollback.v1), by result: rolled_back, failed, nothing_to_restore.",
+        );
+        for (result, n) in ROLLBACK_RESULTS.iter().zip(r.rollbacks) {
+            out.sample(rollbacks, &[("result", result)], n);
         }
     });
 }

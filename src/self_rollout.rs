@@ -145,6 +145,57 @@ impl SelfDeployment {
     }
 }
 
+/// Where an upgrade of the Manager stands, from its Deployment
+/// (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeVerdict {
+    /// Rolling out, within its deadline.
+    Waiting,
+    /// The Deployment runs another image than the upgrade's: changed since
+    /// (rolled back, upgraded again, or by hand).
+    Replaced,
+    /// Every replica of the upgrade's template available, no old one left.
+    Available,
+    /// Not Ready in time, or the Deployment's own deadline passed: why.
+    Overdue(String),
+}
+
+/// The verdict on the upgrade to `to_image` from the Deployment `d`;
+/// `waited`: how long since this process applied it (`None`: another did,
+/// and only the Deployment's own deadline counts).
+pub fn upgrade_verdict(
+    d: &SelfDeployment,
+    to_image: &str,
+    waited: Option<Duration>,
+    deadline: Duration,
+) -> UpgradeVerdict {
+    if d.manager_image() != Some(to_image) {
+        return UpgradeVerdict::Replaced;
+    }
+    if !d.in_progress() {
+        return UpgradeVerdict::Available;
+    }
+    let s = &d.status;
+    let counts = format!(
+        "{}/{} updated, {} available",
+        s.updated_replicas,
+        d.spec.replicas.unwrap_or(1),
+        s.available_replicas
+    );
+    if d.deadline_exceeded() {
+        return UpgradeVerdict::Overdue(format!(
+            "the Deployment reports ProgressDeadlineExceeded ({counts})"
+        ));
+    }
+    match waited {
+        Some(w) if w >= deadline => UpgradeVerdict::Overdue(format!(
+            "the new pods were not Ready within {} ({counts})",
+            humantime::format_duration(deadline)
+        )),
+        _ => UpgradeVerdict::Waiting,
+    }
+}
+
 /// What the watch remembers between heartbeats.
 #[derive(Debug, Default)]
 pub struct Watch {
@@ -154,6 +205,11 @@ pub struct Watch {
     in_progress: Option<(Instant, String)>,
     /// An upgrade was applied since the last read.
     upgraded: bool,
+    /// The Deployment as last read.
+    pub last: Option<SelfDeployment>,
+    /// The upgrade this process applied, and when: the only one it may
+    /// roll back.
+    pub applied: Option<(String, Instant)>,
 }
 
 impl Watch {
@@ -167,8 +223,9 @@ impl Watch {
     }
 
     /// An upgrade command was applied: read at the next heartbeats.
-    pub fn upgrade_applied(&mut self) {
+    pub fn upgrade_applied(&mut self, command_id: &str, now: Instant) {
         self.upgraded = true;
+        self.applied = Some((command_id.to_owned(), now));
     }
 
     /// The Deployment could not be read (absent when not run from it, or
@@ -177,6 +234,7 @@ impl Watch {
         self.read_at = Some(now);
         self.upgraded = false;
         self.in_progress = None;
+        self.last = None;
     }
 
     /// Takes a reading; returns the stalled-upgrade report, if any.
@@ -189,6 +247,7 @@ impl Watch {
     ) -> Option<String> {
         self.read_at = Some(now);
         self.upgraded = false;
+        self.last = Some(deployment.clone());
         let image = deployment.manager_image().unwrap_or("?").to_owned();
         if !deployment.in_progress() {
             self.in_progress = None;
@@ -250,7 +309,7 @@ mod tests {
         assert_eq!(w.observe(&done, "ns/nexo-manager", t0, 5 * SEC), None);
         assert!(!w.due(t0 + 10 * SEC), "quiet: not read at every heartbeat");
         assert!(w.due(t0 + QUIET_REFRESH));
-        w.upgrade_applied();
+        w.upgrade_applied("u-1", t0);
         assert!(w.due(t0 + 10 * SEC), "read right after an upgrade");
         // The new pod crashes: two pods, one updated, one available.
         let stuck = deployment(
@@ -323,5 +382,52 @@ mod tests {
             image: "y".into(),
         });
         assert_eq!(d.manager_image(), None);
+    }
+
+    #[test]
+    fn an_upgrade_is_available_replaced_waiting_or_overdue() {
+        let rolling = deployment(
+            "m@new",
+            2,
+            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}),
+        );
+        let deadline = 60 * SEC;
+        assert_eq!(
+            upgrade_verdict(&rolling, "m@new", Some(10 * SEC), deadline),
+            UpgradeVerdict::Waiting
+        );
+        assert_eq!(
+            upgrade_verdict(&rolling, "m@new", Some(60 * SEC), deadline),
+            UpgradeVerdict::Overdue(
+                "the new pods were not Ready within 1m (1/1 updated, 1 available)".into()
+            )
+        );
+        assert_eq!(
+            upgrade_verdict(&rolling, "m@new", None, deadline),
+            UpgradeVerdict::Waiting,
+            "only the Deployment's own deadline counts for another process"
+        );
+        let mut exceeded = rolling.clone();
+        exceeded.status.conditions.push(Condition {
+            kind: "Progressing".into(),
+            reason: "ProgressDeadlineExceeded".into(),
+        });
+        assert!(matches!(
+            upgrade_verdict(&exceeded, "m@new", None, deadline),
+            UpgradeVerdict::Overdue(r) if r.starts_with("the Deployment reports ProgressDeadlineExceeded")
+        ));
+        assert_eq!(
+            upgrade_verdict(&rolling, "m@other", Some(99 * SEC), deadline),
+            UpgradeVerdict::Replaced
+        );
+        let done = deployment(
+            "m@new",
+            2,
+            json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
+        );
+        assert_eq!(
+            upgrade_verdict(&done, "m@new", Some(99 * SEC), deadline),
+            UpgradeVerdict::Available
+        );
     }
 }

@@ -21,12 +21,12 @@ use k8s_openapi::api::core::v1::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::cp::wire::AckResource;
+use crate::cp::wire::{AckResource, Plan};
 use crate::kube::client::{Body, Method};
 use crate::kube::{self, Client};
 use crate::ownership;
 use crate::resource;
-use crate::words::{AckResult, ResourceAction};
+use crate::words::{AckResult, ResourceAction, SelfUpgradePhase};
 
 /// The key of the state document in the Secret's `data`.
 pub const KEY: &str = "state.json";
@@ -46,6 +46,10 @@ pub const MESSAGE_MAX: usize = 1024;
 
 /// Most resources kept in a ledger entry; the rest are counted by action.
 pub const RESOURCES_MAX: usize = 64;
+
+/// Largest plan a ledger entry keeps, bytes of JSON: past it the last
+/// objects' fields, then the objects, are only counted.
+pub const PLAN_MAX: usize = 64 * 1024;
 
 /// The binding of this Manager to its environment and cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -91,6 +95,10 @@ pub struct LedgerEntry {
     /// so that its signature never counts twice (docs/protocol.md, "Command trust").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_until: Option<String>,
+    /// A plan's answer (docs/protocol.md, `command.plan.v1`), kept like
+    /// the resources until its ack is delivered, within [`PLAN_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
 }
 
 impl LedgerEntry {
@@ -145,12 +153,39 @@ impl LedgerEntry {
                 *self.more_resources.entry(r.action).or_default() += 1;
             }
         }
+        if let Some(plan) = &mut self.plan {
+            cut(&mut plan.message, message_max);
+            let budget = if resources_max == 0 { 0 } else { PLAN_MAX };
+            fit_plan(plan, budget);
+        }
         self
     }
 
     /// Its JSON size, bytes.
     fn size(&self) -> usize {
         json_size(self)
+    }
+}
+
+/// `plan` brought under `budget` bytes of JSON: the fields of its last
+/// objects are counted instead of listed, then its last objects.
+fn fit_plan(plan: &mut Plan, budget: usize) {
+    let mut size = json_size(plan);
+    for i in (0..plan.objects.len()).rev() {
+        if size <= budget {
+            return;
+        }
+        let o = &mut plan.objects[i];
+        if o.fields.is_empty() {
+            continue;
+        }
+        o.more_fields += o.fields.len();
+        o.fields = Vec::new();
+        size = json_size(plan);
+    }
+    while size > budget && plan.objects.pop().is_some() {
+        plan.more_objects += 1;
+        size = json_size(plan);
     }
 }
 
@@ -177,6 +212,50 @@ pub struct State {
     /// first leader that finds none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity_key: Option<crate::secret::Secret>,
+    /// The last upgrade of the Manager itself (docs/protocol.md,
+    /// `rollback.v1`): reported until the next one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_upgrade: Option<SelfUpgrade>,
+}
+
+/// An upgrade of the Manager itself, as the state keeps it: what it
+/// changed (so that it can be written back), who applied it, where it
+/// stands.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelfUpgrade {
+    pub command_id: String,
+    /// The bundle before (empty: unknown).
+    pub from: String,
+    /// The bundle after.
+    pub to: String,
+    /// The manager container's image before and after.
+    pub from_image: String,
+    pub to_image: String,
+    /// The container's `NEXO_BUNDLE_VERSION` before (absent: it had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_bundle_env: Option<String>,
+    /// `onFailure: rollback` (the upgrade's default).
+    pub rollback: bool,
+    /// The instance (pod uid) that applied it: the only one that may roll
+    /// it back.
+    pub applied_by: String,
+    pub phase: Option<SelfUpgradePhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl SelfUpgrade {
+    /// `selfUpgrade` in the heartbeat.
+    pub fn report(&self) -> crate::cp::wire::SelfUpgradeReport {
+        crate::cp::wire::SelfUpgradeReport {
+            command_id: self.command_id.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            phase: self.phase.unwrap_or(SelfUpgradePhase::Progressing),
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -279,6 +358,7 @@ impl State {
             ledger: Vec::new(),
             signatures_required: self.signatures_required,
             integrity_key: self.integrity_key.clone(),
+            self_upgrade: self.self_upgrade.clone(),
         });
         let sizes: Vec<usize> = self.ledger.iter().map(|e| e.size() + 1).collect();
         let mut total = fixed + sizes.iter().sum::<usize>();
@@ -318,6 +398,7 @@ impl State {
             e.delivered = true;
             e.resources = Vec::new();
             e.more_resources.clear();
+            e.plan = None;
         }
     }
 

@@ -12,6 +12,7 @@ fn entry(id: usize, delivered: bool) -> LedgerEntry {
         more_resources: BTreeMap::new(),
         keep_until: None,
         class: String::new(),
+        plan: None,
     }
 }
 
@@ -130,6 +131,7 @@ fn state_document_format() {
         ledger: vec![entry(1, false)],
         signatures_required: false,
         integrity_key: Some(crate::secret::Secret::new("a2V5")),
+        self_upgrade: None,
     };
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(v["binding"]["clusterUid"], "u");
@@ -237,4 +239,64 @@ fn a_delivered_entry_keeps_id_class_result_and_message_not_resources() {
     }
     let size = serde_json::to_vec(&s).unwrap().len();
     assert!(size < 64 * 1024, "{size} bytes");
+}
+
+fn plan_of(objects: usize, fields: usize) -> Plan {
+    use crate::cp::wire::PlannedObject;
+    Plan {
+        would_succeed: true,
+        message: "applied".into(),
+        objects: (0..objects)
+            .map(|i| PlannedObject {
+                kind: "ConfigMap".into(),
+                namespace: "shop".into(),
+                name: format!("config-{i}"),
+                action: ResourceAction::Configured,
+                fields: (0..fields)
+                    .map(|f| format!("/data/a-rather-long-key-name-for-field-{f:04}"))
+                    .collect(),
+                more_fields: 0,
+                message: None,
+            })
+            .collect(),
+        more_objects: 0,
+    }
+}
+
+#[test]
+fn a_ledger_entry_keeps_a_plan_within_its_bound_counting_what_it_leaves_out() {
+    let mut e = entry(1, false);
+    e.plan = Some(plan_of(64, 64));
+    assert!(json_size(e.plan.as_ref().unwrap()) > PLAN_MAX);
+    let e = e.bounded(MESSAGE_MAX, RESOURCES_MAX);
+    let plan = e.plan.unwrap();
+    assert!(json_size(&plan) <= PLAN_MAX, "{}", json_size(&plan));
+    assert_eq!(
+        plan.objects.len(),
+        64,
+        "objects stay, their fields are counted"
+    );
+    let listed: usize = plan.objects.iter().map(|o| o.fields.len()).sum();
+    let counted: usize = plan.objects.iter().map(|o| o.more_fields).sum();
+    assert_eq!(listed + counted, 64 * 64);
+    assert!(counted > 0 && listed > 0);
+    // The first objects keep their fields: the last are counted first.
+    assert_eq!(plan.objects[0].fields.len(), 64);
+    assert_eq!(plan.objects[63].more_fields, 64);
+}
+
+#[test]
+fn a_squeezed_entry_counts_a_plans_objects_and_a_delivered_one_drops_it() {
+    let mut e = entry(1, false);
+    e.plan = Some(plan_of(3, 2));
+    let squeezed = e.clone().bounded(128, 0);
+    let plan = squeezed.plan.unwrap();
+    assert!(plan.objects.is_empty());
+    assert_eq!(plan.more_objects, 3);
+    assert!(plan.would_succeed);
+    let mut state = State::default();
+    state.record(e);
+    assert!(state.find("cmd-1").unwrap().plan.is_some());
+    state.mark_delivered(&["cmd-1".to_owned()]);
+    assert_eq!(state.find("cmd-1").unwrap().plan, None);
 }

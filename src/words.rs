@@ -72,6 +72,21 @@ impl std::fmt::Display for AckResult {
     }
 }
 
+/// Where an upgrade of the Manager itself stands (docs/protocol.md,
+/// `rollback.v1`, `selfUpgrade`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SelfUpgradePhase {
+    /// Applied; the new pods not Ready yet.
+    Progressing,
+    /// The new pods became Ready.
+    Available,
+    /// They did not in time: the Manager wrote its own image back.
+    RolledBack,
+    /// They did not, and writing back failed.
+    RollbackFailed,
+}
+
 /// A deployment's phase (docs/protocol.md, "Deployment status").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

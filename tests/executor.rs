@@ -14,32 +14,17 @@ use std::path::Path;
 
 use nexo_cpsim::SimConfig;
 use serde_json::{Value, json};
+use support::audit::mark;
 use support::commands::{command, configmap, ns_path, proxy, secret, wait_ack};
 use support::fixture::Fixture;
 use support::manager::Manager;
-
-/// The audit log's length now: where what follows starts.
-fn mark(bed: &Path) -> u64 {
-    std::fs::metadata(bed.join("logs/audit.log")).map_or(0, |m| m.len())
-}
 
 /// The requests the Manager sent from `from` on about the objects of
 /// deployment `name` (a create's audit event may not name its object), by
 /// verb and resource, each as whom (the user, or the user it acted as).
 fn requests(bed: &Path, from: u64, name: &str) -> BTreeMap<String, usize> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut text = String::new();
-    let mut log = std::fs::File::open(bed.join("logs/audit.log")).expect("the audit log");
-    log.seek(SeekFrom::Start(from)).unwrap();
-    log.read_to_string(&mut text).unwrap();
     let mut by = BTreeMap::new();
-    for e in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
-        let ours = e["userAgent"]
-            .as_str()
-            .is_some_and(|ua| ua.starts_with("nexo-manager/"));
+    for e in support::audit::managers_requests(bed, from) {
         let object = &e["objectRef"];
         let about = ["nexoproxies", "configmaps", "secrets"]
             .contains(&object["resource"].as_str().unwrap_or_default())
@@ -47,7 +32,7 @@ fn requests(bed: &Path, from: u64, name: &str) -> BTreeMap<String, usize> {
                 Some(n) => n.starts_with(name),
                 None => e["verb"] == "create",
             };
-        if e["stage"] != "ResponseComplete" || !ours || !about {
+        if !about {
             continue;
         }
         let who = if e["impersonatedUser"]["username"].is_string() {

@@ -201,6 +201,7 @@ fn run(f: &Fixture, client: &Client, cmd: &Command) -> execute::Outcome {
         integrity: Some(&key),
         adopt_unproven: false,
         enforcing: false,
+        planning: false,
     };
     let rules = nexo_manager::apply::Rules {
         policy: &policy,
@@ -338,6 +339,7 @@ fn seeded_entry(id: &str, n: usize) -> LedgerEntry {
         more_resources: Default::default(),
         keep_until: None,
         class: String::new(),
+        plan: None,
     }
 }
 

@@ -29,6 +29,9 @@ use support::{Testbed, run_ok, wait_for};
 /// The heartbeat interval of the Manager under test (the shipped default is
 /// 15 s; 3 s keeps failover and rollout scenarios short).
 const INTERVAL: Duration = Duration::from_secs(3);
+/// How long an upgrade's new pods may take to become Ready before the
+/// Manager that applied it writes it back (`NEXO_SELF_UPGRADE_DEADLINE`).
+const SELF_UPGRADE_DEADLINE: Duration = Duration::from_secs(30);
 const NS: &str = "nexo-system";
 
 fn main() -> ExitCode {
@@ -189,7 +192,7 @@ fn run_scenarios(dir: &Path) -> ExitCode {
             self_upgrade,
         ),
         (
-            "an_upgrade_to_a_crashing_image_leaves_the_old_pod_leading",
+            "an_upgrade_to_a_crashing_image_is_rolled_back_by_the_old_pod_which_keeps_leading",
             crashing_upgrade,
         ),
         (
@@ -511,6 +514,8 @@ spec:
               value: {proxy}
             - name: NEXO_HEARTBEAT_INTERVAL
               value: {interval}s
+            - name: NEXO_SELF_UPGRADE_DEADLINE
+              value: {deadline}s
             - name: RUST_LOG
               value: debug
           volumeMounts:
@@ -548,7 +553,8 @@ spec:
 ",
             url = bed.sim.url(),
             proxy = bed.images.proxy,
-            interval = INTERVAL.as_secs()
+            interval = INTERVAL.as_secs(),
+            deadline = SELF_UPGRADE_DEADLINE.as_secs(),
         ),
     )
     .unwrap();
@@ -1032,6 +1038,18 @@ fn self_upgrade(bed: &Bed) {
     );
     assert_eq!(exit, 0, "the old pod exited 0");
     assert_eq!(restarts(&new), 0);
+    // The new pod says the upgrade is available (`rollback.v1`).
+    let reported = wait_for(
+        Duration::from_secs(30),
+        "selfUpgrade available in a heartbeat",
+        || {
+            let hb = bed.sim.last_heartbeat()?;
+            (hb["selfUpgrade"]["commandId"] == "node-upgrade-b"
+                && hb["selfUpgrade"]["phase"] == "available")
+                .then(|| hb["selfUpgrade"].clone())
+        },
+    );
+    assert_eq!(reported["to"], env!("CARGO_PKG_VERSION"), "{reported}");
 }
 
 fn crashing_upgrade(bed: &Bed) {
@@ -1079,9 +1097,24 @@ fn crashing_upgrade(bed: &Bed) {
         },
     );
     assert!(stalled.contains(&bed.images.manager_crash), "{stalled}");
-    // Rolled back by another upgrade to the running image.
-    let ack = upgrade(bed, "node-upgrade-back", &bed.images.manager_b);
-    assert_eq!(ack["result"], "applied", "{ack}");
+    // Past NEXO_SELF_UPGRADE_DEADLINE the old pod, which applied the
+    // upgrade, writes its own image back and says so (`rollback.v1`).
+    let reported = wait_for(
+        SELF_UPGRADE_DEADLINE + Duration::from_secs(60),
+        "selfUpgrade rolledBack in a heartbeat",
+        || {
+            let hb = bed.sim.last_heartbeat()?;
+            (hb["selfUpgrade"]["commandId"] == "node-upgrade-crash"
+                && hb["selfUpgrade"]["phase"] == "rolledBack")
+                .then(|| hb["selfUpgrade"].clone())
+        },
+    );
+    let reason = reported["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("the new pods were not Ready within")
+            || reason.starts_with("the Deployment reports ProgressDeadlineExceeded"),
+        "{reported}"
+    );
     bed.kubectl_ok(&[
         "-n",
         NS,
@@ -1090,6 +1123,40 @@ fn crashing_upgrade(bed: &Bed) {
         "deployment/nexo-manager",
         "--timeout=90s",
     ]);
+    // The old pod never stopped: it keeps leading, its image the one
+    // written back, the crashing pods gone.
+    assert_eq!(
+        bed.lease_holder().as_deref(),
+        Some(leader.as_str()),
+        "the old pod keeps the lease"
+    );
+    let pods = bed.pods();
+    assert!(
+        pods.iter().all(|p| image_of(p) != bed.images.manager_crash),
+        "the crashing pods are gone"
+    );
+    let old = pods
+        .iter()
+        .find(|p| uid(p) == leader)
+        .expect("the old pod is still there");
+    assert_eq!(restarts(old), 0, "the old pod never restarted");
+    let deployment = bed.json(&["-n", NS, "get", "deployment", "nexo-manager"]);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        image_of(old),
+        "the Deployment runs the old pod's image again"
+    );
+    let events = bed.json(&["-n", NS, "get", "events.events.k8s.io"]);
+    assert!(
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["reason"] == "RolledBack"
+                && e["regarding"]["kind"] == "Deployment"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("node-upgrade-crash"))
+        }),
+        "a RolledBack Event on the Manager's Deployment"
+    );
     wait_for(
         Duration::from_secs(30),
         "no stalled upgrade in the heartbeat",

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nexo_cpsim::{Endpoint, Fault, FaultAction, SimConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::commands::{command, configmap, proxy, wait_ack};
 use support::fixture::Fixture;
 
@@ -20,19 +20,10 @@ const WINDOW: Duration = Duration::from_secs(10);
 
 /// The Manager's writes of `resource` in the audit log from byte `from` on.
 fn writes(bed: &Path, from: u64, resource: &str) -> usize {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut text = String::new();
-    let mut log = std::fs::File::open(bed.join("logs/audit.log")).expect("the audit log");
-    log.seek(SeekFrom::Start(from)).unwrap();
-    log.read_to_string(&mut text).unwrap();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    support::audit::managers_requests(bed, from)
+        .iter()
         .filter(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|ua| ua.starts_with("nexo-manager/"))
-                && e["objectRef"]["resource"] == resource
+            e["objectRef"]["resource"] == resource
                 && !matches!(e["verb"].as_str(), Some("get" | "list" | "watch"))
         })
         .count()

@@ -29,6 +29,7 @@ fn event_writes_that_time_out_never_delay_a_command() {
         Faults {
             watches: BTreeMap::new(),
             slow_events: Some(Duration::from_millis(2500)),
+            ..Faults::default()
         },
     );
     // Held heartbeats (a command arrives within about a second) and a

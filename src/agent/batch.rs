@@ -13,7 +13,7 @@ use super::{Agent, Next};
 use crate::acks;
 use crate::apply::{self, Outcome};
 use crate::backoff::Jitter;
-use crate::commands;
+use crate::commands::{self, Action, Command, OnFailure};
 use crate::cp::AckOutcome;
 use crate::cp::wire::{CommandFields, Commands};
 use crate::events::{self, Event, Reason, Regarding};
@@ -158,21 +158,23 @@ impl Agent {
         }
         let class = checked
             .as_ref()
-            .map_or("invalid", |c| c.permitted.command().action.class());
+            .map_or("invalid", |c| c.permitted.command().class());
         // What its Events are about, read before it runs (an uninstall
         // takes its objects away).
-        let (regarding, action) = {
+        let (regarding, action, planned) = {
             let (targets, action) = match &checked {
                 Ok(c) => (c.permitted.command().action.targets(), class),
                 Err(r) => (&r.targets[..], r.class),
             };
+            let planned = action == "plan";
             let index = self.link.index.borrow();
             let regarding = targets
                 .iter()
                 .flat_map(|t| index.owned(&t.namespace, &t.name))
                 .collect::<Vec<_>>();
-            (regarding, events::command_action(action))
+            (regarding, events::command_action(action), planned)
         };
+        let mut rollback = false;
         let (outcome, keep_until) = match checked {
             Ok(Checked {
                 permitted,
@@ -198,7 +200,23 @@ impl Agent {
                     );
                     return Handled::Stopped;
                 }
+                let command = permitted.command();
+                if let Action::Deploy(d) = &command.action
+                    && d.on_failure == OnFailure::Rollback
+                    && !command.plan
+                    && outcome.result == AckResult::Failed
+                {
+                    let d = d.clone();
+                    self.roll_back_midway(&d, &id, &mut outcome);
+                }
                 self.record_applied(permitted.command(), &mut outcome);
+                rollback = rolls_back(permitted.command());
+                if let (Action::Upgrade(u), Some(upgraded)) =
+                    (&permitted.command().action, &outcome.upgraded)
+                    && outcome.result == AckResult::Applied
+                {
+                    self.self_upgrade_applied(&id, u, upgraded);
+                }
                 (outcome, keep_until)
             }
             Err(Rejected { refusal, .. }) if !refusal.recorded() => {
@@ -219,8 +237,12 @@ impl Agent {
             }
             Err(Rejected { refusal, .. }) => (Outcome::refused(refusal, Vec::new()), None),
         };
-        self.command_events(&id, action, &outcome, regarding);
-        self.finished(&id, class, outcome, keep_until);
+        // A plan writes nothing, Events included (docs/protocol.md,
+        // `command.plan.v1`).
+        if !planned {
+            self.command_events(&id, action, &outcome, regarding);
+        }
+        self.finished(&id, class, outcome, keep_until, rollback);
         crate::metrics::command_duration(class, started.elapsed());
         Handled::Done
     }
@@ -262,26 +284,25 @@ impl Agent {
         }
     }
 
-    /// Counts, logs, records and acknowledges a command's outcome.
+    /// Counts, logs, records and acknowledges a command's outcome;
+    /// `rollback`: the failure of what it applied is rolled back.
     fn finished(
         &mut self,
         id: &str,
         class: &'static str,
         outcome: Outcome,
         keep_until: Option<String>,
+        rollback: bool,
     ) {
         let result = outcome.result;
         if let Some(refusal) = &outcome.refusal {
             crate::metrics::refused(refusal.reason());
         }
-        if result == AckResult::Applied && class == "upgrade" {
-            self.beats.self_rollout.upgrade_applied();
-        }
         if result == AckResult::Applied {
             let now = Instant::now();
             let mut index = self.link.index.borrow_mut();
             for w in &outcome.workloads {
-                index.command_applied(w, id, class, now);
+                index.command_applied(w, id, class, rollback, now);
             }
         }
         self.link.status().command(class, result);
@@ -297,6 +318,7 @@ impl Agent {
             resources: outcome.resources,
             completed_at: super::shared::now_rfc3339(),
             keep_until,
+            plan: outcome.plan.map(|p| *p),
             ..LedgerEntry::default()
         };
         // Recorded before the ack: the ledger keeps the entry cut to its
@@ -380,4 +402,16 @@ impl Agent {
         );
         self.store.set_attempts(&self.link, &id, attempt);
     }
+}
+
+/// Whether the failure of what `command` applies is rolled back
+/// (docs/protocol.md, `rollback.v1`): a deploy's or rollout's
+/// `onFailure: rollback`, never a plan's.
+fn rolls_back(command: &Command) -> bool {
+    let on_failure = match &command.action {
+        Action::Deploy(d) => d.on_failure,
+        Action::Rollout(r) => r.on_failure,
+        _ => OnFailure::Stay,
+    };
+    on_failure == OnFailure::Rollback && !command.plan
 }

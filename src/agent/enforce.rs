@@ -127,6 +127,7 @@ impl Agent {
         let command = Command {
             id: format!("drift-{}", kept.name),
             action: Action::Deploy(deploy),
+            plan: false,
         };
         let permitted = match apply::permit(command, &self.rules()) {
             Ok(p) => p,

@@ -138,6 +138,7 @@ pub fn body(
         trust: None,
         wait_seconds: None,
         drift: Vec::new(),
+        self_upgrade: None,
     }
 }
 
@@ -423,6 +424,7 @@ impl Agent {
             acks,
         );
         body.release_contract = Some(release.contract);
+        body.self_upgrade = self.store.self_upgrade().map(|s| s.report());
         // `heartbeat.wait.v1`: the CP may hold it for an interval.
         body.wait_seconds = Some(self.pace.interval.as_secs());
         body.drift = self.drift.entries();

@@ -32,7 +32,9 @@ mod enforce;
 pub mod heartbeat;
 mod lead;
 mod record;
+mod rollback;
 mod run;
+mod self_upgrade;
 pub mod session;
 mod shared;
 mod startup;
@@ -69,6 +71,8 @@ pub const CAPABILITIES: &[&str] = &[
     "heartbeat.wait.v1",
     "status.v1",
     "drift.v1",
+    "command.plan.v1",
+    "rollback.v1",
 ];
 
 /// The capabilities advertised under `cfg`: [`CAPABILITIES`] but for
@@ -180,6 +184,8 @@ impl Agent {
         }
         self.store.flush_delivered(&self.link, false);
         if self.elector().leading() {
+            self.roll_back_failures();
+            self.follow_self_upgrade();
             self.check_drift_if_due();
             // After the acks: Events never hold up a command.
             crate::events::flush(&mut self.events, &self.link.kube, crate::events::BUDGET);

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::Agent;
 use crate::apply::Outcome;
-use crate::commands::{Action, Command};
-use crate::drift::{self, Found, Mode};
+use crate::commands::{Action, Command, OnFailure};
+use crate::drift::{self, Found, History, Mode};
 use crate::kube::{self, ApplyParams};
 use crate::resource::{Kind, SECRETS};
 use crate::words::AckResult;
@@ -59,7 +59,8 @@ impl Agent {
     /// ack (`outcome`) and the heartbeat's drift entry say so
     /// (`Agent::watched`).
     pub(super) fn record_applied(&mut self, command: &Command, outcome: &mut Outcome) {
-        if outcome.result != AckResult::Applied {
+        // A plan wrote nothing, so there is nothing to record.
+        if outcome.result != AckResult::Applied || command.plan {
             return;
         }
         // A command about a deployment is a change: a failed enforcement
@@ -76,22 +77,32 @@ impl Agent {
                 let written = match owner.and_then(|w| w.uid.as_deref()) {
                     Some(uid) => {
                         let payload = d.record_payload();
-                        self.write_record(ns, name, &payload, (primary, uid), false)
+                        let history = History {
+                            command: command.id.clone(),
+                            rollback: d.on_failure == OnFailure::Rollback,
+                            ..History::default()
+                        };
+                        self.write_record(ns, name, &payload, history, (primary, uid), None)
                     }
                     None => Err(Unrecorded::NoOwner(primary.name())),
                 };
                 self.watched(ns, name, primary.name(), d.drift.mode, written, outcome);
             }
-            Action::Rollout(_) => {
+            Action::Rollout(r) => {
                 // Taken out of `outcome`, whose message `watched` extends.
                 let workloads = outcome.workloads.clone();
+                let history = History {
+                    command: command.id.clone(),
+                    rollback: r.on_failure == OnFailure::Rollback,
+                    ..History::default()
+                };
                 for w in &workloads {
                     self.forget_refusal(&w.namespace, &w.name);
                     let (Some(image), Some(uid)) = (&w.image, &w.uid) else {
                         continue;
                     };
                     if let Some((mode, written)) =
-                        self.record_rollout(&w.namespace, &w.name, image, uid)
+                        self.record_rollout(&w.namespace, &w.name, image, uid, history.clone())
                     {
                         self.watched(&w.namespace, &w.name, "NexoProxy", mode, written, outcome);
                     }
@@ -159,7 +170,7 @@ impl Agent {
     /// is never changed nor deleted; the garbage collector removes one
     /// from 0.4 with its owner). What stops it is logged, with what it was
     /// read `for_what`.
-    fn read_record(
+    pub(super) fn read_record(
         &self,
         namespace: &str,
         name: &str,
@@ -216,8 +227,9 @@ impl Agent {
         name: &str,
         image: &str,
         uid: &str,
+        history: History,
     ) -> Option<(Mode, Result<(), Unrecorded>)> {
-        let (_, _, mut payload) = self.read_record(namespace, name, "to keep its image")?;
+        let (_, secret, mut payload) = self.read_record(namespace, name, "to keep its image")?;
         let mode = drift::Settings::parse(&payload["drift"])
             .map(|s| s.mode)
             .unwrap_or_default();
@@ -227,45 +239,89 @@ impl Agent {
                 m["spec"]["image"] = Value::String(image.to_owned());
             }
         }
+        let owner = (Kind::NexoProxy, uid);
         Some((
             mode,
-            self.write_record(namespace, name, &payload, (Kind::NexoProxy, uid), true),
+            self.write_record(namespace, name, &payload, history, owner, Some(&secret)),
         ))
     }
 
-    /// Writes a record, unless a Secret of its name that is not one is in
-    /// the way (never touched); `read_as_record`: the caller has just read
-    /// it and found it one, so it is not read again.
-    fn write_record(
+    /// Writes a record with its `history` (docs/protocol.md, `rollback.v1`),
+    /// unless a Secret of its name that is not one is in the way (never
+    /// touched). `read`: the record as the caller has just read it and
+    /// found it one (else it is read here). The change the record held
+    /// becomes the history's previous one, when the history has none and
+    /// the record is the Manager's (both proofs valid).
+    pub(super) fn write_record(
         &mut self,
         namespace: &str,
         name: &str,
         payload: &Value,
+        mut history: History,
         owner: (Kind, &str),
-        read_as_record: bool,
+        read: Option<&Value>,
     ) -> Result<(), Unrecorded> {
         let env = self.me.token.environment_id();
         let key = self.leader.integrity().ok_or(Unrecorded::NoKey)?;
-        let secret = drift::record_secret(payload, namespace, name, env, owner, key)
-            .map_err(Unrecorded::OverBound)?;
         let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        if !read_as_record
-            && let Some(other) = self
-                .link
-                .kube
-                .get_opt::<Value>(&path)
-                .map_err(Unrecorded::Read)?
-            && !drift::is_record(&other, env)
-        {
-            return Err(Unrecorded::InTheWay(format!(
-                "{namespace}/{}",
-                drift::record_name(name)
-            )));
+        let fetched;
+        let existing = match read {
+            Some(r) => Some(r),
+            None => {
+                fetched = self
+                    .link
+                    .kube
+                    .get_opt::<Value>(&path)
+                    .map_err(Unrecorded::Read)?;
+                fetched.as_ref()
+            }
+        };
+        if let Some(other) = existing {
+            if !drift::is_record(other, env) {
+                return Err(Unrecorded::InTheWay(format!(
+                    "{namespace}/{}",
+                    drift::record_name(name)
+                )));
+            }
+            if history.previous.is_none() && history.rolled_back_from.is_none() {
+                history.previous = previous_of(other, env, namespace, key);
+            }
         }
+        let secret = drift::record_secret(payload, &history, namespace, name, env, owner, key)
+            .map_err(Unrecorded::OverBound)?;
         self.link
             .writer
             .apply(&path, &secret, ApplyParams::WRITE.forced(true))
             .map(drop)
             .map_err(Unrecorded::Write)
     }
+}
+
+/// The change a record Secret holds, as the previous one of the next
+/// record: only a record with the Manager's proofs.
+fn previous_of(
+    secret: &Value,
+    env: &str,
+    namespace: &str,
+    key: &crate::integrity::Key,
+) -> Option<drift::Previous> {
+    let payload = match drift::proven_payload(secret, env, namespace, key) {
+        Ok(p) => p,
+        Err(e) => {
+            log::info!(
+                "rollback: the record in {namespace} is not the Manager's ({e}); no previous change kept"
+            );
+            return None;
+        }
+    };
+    let command = match drift::proven_history(secret, env, namespace, key) {
+        Ok(h) => h.map(|h| h.command),
+        Err(e) => {
+            log::info!(
+                "rollback: the history of the record in {namespace} is not the Manager's ({e}); no previous change kept"
+            );
+            return None;
+        }
+    };
+    Some(drift::Previous { command, payload })
 }

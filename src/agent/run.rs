@@ -39,7 +39,7 @@ impl Agent {
         // From here the command is valid: what it names is known, and a
         // refusal is told on those of them that are owned.
         let targets = received.command.action.targets().to_vec();
-        let class = received.command.action.class();
+        let class = received.command.class();
         let rules = self.rules();
         let keep_until = received
             .keep_until
@@ -84,6 +84,7 @@ impl Agent {
             integrity: self.leader.integrity(),
             adopt_unproven: self.me.cfg.adopt_unproven,
             enforcing: false,
+            planning: false,
         }
     }
 }

@@ -106,6 +106,18 @@ impl StateStore {
         crate::integrity::Key::from_stored(stored.expose()).map_err(IntegrityError::Key)
     }
 
+    /// The last upgrade of the Manager itself (`rollback.v1`).
+    pub fn self_upgrade(&self) -> Option<&crate::state::SelfUpgrade> {
+        self.state.self_upgrade.as_ref()
+    }
+
+    /// Records where the last upgrade of the Manager itself stands; a
+    /// failed write is logged and reported (memory holds it).
+    pub(super) fn set_self_upgrade(&mut self, link: &Link, upgrade: crate::state::SelfUpgrade) {
+        self.state.self_upgrade = Some(upgrade.clone());
+        self.persist(link, |s| s.self_upgrade = Some(upgrade.clone()));
+    }
+
     /// The recorded result of a command, if it finished before.
     pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
         self.state.find(command_id)

@@ -7,6 +7,7 @@ use super::Context;
 use super::execute::{Raced, dry_run, write_all};
 use super::outcome::{Outcome, StepError};
 use super::plan;
+use super::planned::Planned;
 use crate::commands::Deploy;
 use crate::ownership::Judge;
 use crate::policy::ClusterChecks;
@@ -87,7 +88,6 @@ pub(super) fn deploy(
         ctx.allow_legacy_adoption,
         ctx.enforcing,
     );
-    drop(existing);
     let plan::DeployPlan {
         mut writes,
         skipped,
@@ -96,11 +96,15 @@ pub(super) fn deploy(
         Ok(plan) => plan,
         Err(refused) => return Ok(refused.into()),
     };
+    if ctx.planning {
+        return planned(ctx, d, writes, &existing);
+    }
+    drop(existing);
     let mut fields = Vec::with_capacity(writes.len());
     for w in &mut writes {
         match dry_run(ctx, w) {
             Ok(f) => fields.push(f),
-            Err(outcome) => return outcome,
+            Err(outcome) => return *outcome,
         }
     }
     let mut written = write_all(ctx, &judge.verifier, d, writes, fields, proxy_uid)?;
@@ -111,4 +115,31 @@ pub(super) fn deploy(
         written.skipped.push((r, why));
     }
     Ok(written)
+}
+
+/// A deploy planned (docs/protocol.md, `command.plan.v1`): each write's dry
+/// run, and the fields it would change in the object read.
+fn planned(
+    ctx: &Context<'_>,
+    d: &Deploy,
+    writes: Vec<plan::Write>,
+    existing: &[Option<Value>],
+) -> Result<Outcome, Raced> {
+    let mut out = Planned::default();
+    for mut w in writes {
+        let live = d
+            .manifests
+            .iter()
+            .position(|m| m.reference == w.reference)
+            .and_then(|i| existing[i].as_ref());
+        let object = match dry_run(ctx, &mut w) {
+            Ok(_) => super::planned::write(&w.reference, &w.object, live, w.adopt),
+            Err(stop) => match *stop {
+                Err(raced) => return Err(raced),
+                Ok(refused) => super::planned::refused(&w.reference, refused.message),
+            },
+        };
+        out.push(&w.reference, object);
+    }
+    Ok(out.outcome("apply"))
 }

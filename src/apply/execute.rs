@@ -21,7 +21,7 @@ use crate::words::ResourceAction;
 pub const CONFLICT_RETRIES: usize = 3;
 
 /// A write whose guard failed: the outcome it would report.
-pub(super) struct Raced(pub(super) Outcome);
+pub(super) struct Raced(pub(super) Box<Outcome>);
 
 /// Runs `attempt` again, from its reads, when a write's guard failed (an
 /// object appeared, changed or was replaced since it was read): the checks
@@ -62,7 +62,7 @@ pub(super) fn write_failed(
     count: usize,
 ) -> Result<Outcome, Raced> {
     if e.raced() {
-        return Err(Raced(Outcome::failed(e.to_string(), resources)));
+        return Err(Raced(Box::new(Outcome::failed(e.to_string(), resources))));
     }
     Ok(Outcome::failed(
         format!("{e} after {done} of {count} objects were applied"),
@@ -73,10 +73,11 @@ pub(super) fn write_failed(
 /// The server-side-apply dry run of one write: the `managedFields` an
 /// apply would give it when it is absent. A conflict with this Manager's
 /// own earlier update (a rollout's image) makes the write a forced one.
+/// Its error is the deploy's outcome: refused by the dry run, or raced.
 pub(super) fn dry_run(
     ctx: &Context<'_>,
     w: &mut Write,
-) -> Result<Option<Value>, Result<Outcome, Raced>> {
+) -> Result<Option<Value>, Box<Result<Outcome, Raced>>> {
     let path = w.reference.path();
     let params = ApplyParams::DRY_RUN.forced(w.force);
     let mut dry = ctx.writer.apply(&path, &w.object, params);
@@ -92,17 +93,20 @@ pub(super) fn dry_run(
         }),
         Err(e) if e.is_precondition_failure() => {
             let e = StepError::api("dry run of", &w.reference, e);
-            Err(Err(Raced(Outcome::failed(e.to_string(), vec![]))))
+            Err(Box::new(Err(Raced(Box::new(Outcome::failed(
+                e.to_string(),
+                vec![],
+            ))))))
         }
         Err(e) => {
             let e = StepError::api("", &w.reference, e);
-            Err(Ok(Outcome::failed(
+            Err(Box::new(Ok(Outcome::failed(
                 format!(
                     "dry run refused, nothing applied: {}",
                     e.to_string().trim_start()
                 ),
                 vec![w.reference.ack(ResourceAction::Refused)],
-            )))
+            ))))
         }
     }
 }

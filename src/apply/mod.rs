@@ -8,9 +8,11 @@ pub mod execute;
 pub mod outcome;
 pub mod permit;
 pub mod plan;
+mod planned;
+pub mod prune;
 mod rollout;
 mod uninstall;
-mod upgrade;
+pub mod upgrade;
 pub mod upgrade_plan;
 
 pub use outcome::Outcome;
@@ -21,7 +23,7 @@ use crate::image::ImageRef;
 use crate::kube::Client;
 
 /// What the executor needs to know.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
     /// The Kubernetes client: every read.
     pub kube: &'a Client,
@@ -56,6 +58,10 @@ pub struct Context<'a> {
     /// deployment's own are written (docs/protocol.md, `drift.v1`). A command's
     /// writes never take fields, and one such object refuses it whole.
     pub enforcing: bool,
+    /// A plan (docs/protocol.md, `command.plan.v1`), set by [`run`] for a
+    /// `plan` command: the command's reads, checks and planner, each write
+    /// sent as a dry run (`dryRun=All`), nothing written.
+    pub planning: bool,
 }
 
 /// Why a deploy, rollout or uninstall did not run without the integrity key.
@@ -80,8 +86,20 @@ impl<'a> Context<'a> {
     }
 }
 
-/// Runs a permitted command.
+/// Runs a permitted command; plans it, writing nothing, when it is a
+/// `plan`.
 pub fn run(ctx: &Context<'_>, permitted: &Permitted) -> Outcome {
+    if permitted.command().plan {
+        let ctx = Context {
+            planning: true,
+            ..*ctx
+        };
+        return planned::answer(run_action(&ctx, permitted));
+    }
+    run_action(ctx, permitted)
+}
+
+fn run_action(ctx: &Context<'_>, permitted: &Permitted) -> Outcome {
     match &permitted.command().action {
         Action::Deploy(d) => {
             // Only the permit makes a `Permitted`, and it walks every deploy.

@@ -5,7 +5,7 @@ use crate::inventory::Workload;
 use std::fmt;
 
 use super::plan::Refused;
-use crate::cp::wire::AckResource;
+use crate::cp::wire::{AckResource, Plan};
 use crate::kube;
 use crate::refusal::Refusal;
 use crate::resource::ObjectRef;
@@ -29,6 +29,11 @@ pub struct Outcome {
     /// of the record left alone because they are not the deployment's
     /// own, each with the reason.
     pub skipped: Vec<(ObjectRef, String)>,
+    /// A plan ([`super::Context::planning`]): what the command would do,
+    /// when it could be planned that far.
+    pub plan: Option<Box<Plan>>,
+    /// An upgrade applied: what it changed (`rollback.v1`).
+    pub upgraded: Option<Box<super::upgrade_plan::Upgraded>>,
 }
 
 impl Outcome {
@@ -41,6 +46,8 @@ impl Outcome {
             refusal: None,
             workloads: Vec::new(),
             skipped: Vec::new(),
+            plan: None,
+            upgraded: None,
         }
     }
 
@@ -53,6 +60,8 @@ impl Outcome {
             refusal: Some(Box::new(refusal)),
             workloads: Vec::new(),
             skipped: Vec::new(),
+            plan: None,
+            upgraded: None,
         }
     }
 
@@ -65,6 +74,8 @@ impl Outcome {
             refusal: None,
             workloads: Vec::new(),
             skipped: Vec::new(),
+            plan: None,
+            upgraded: None,
         }
     }
 }
@@ -109,6 +120,8 @@ pub enum StepError {
         /// Why it may not be written.
         why: String,
     },
+    /// The Manager's own Deployment has no container to write back.
+    NoManagerContainer(super::upgrade_plan::NoManagerContainer),
     /// Every attempt met a 409 Conflict.
     KeptChanging {
         /// The object.
@@ -151,6 +164,7 @@ impl fmt::Display for StepError {
                 None => write!(f, "{verb} {reference}: {source}"),
             },
             StepError::OwnerChanged { reference, why } => write!(f, "{reference} {why}"),
+            StepError::NoManagerContainer(e) => e.fmt(f),
             StepError::KeptChanging {
                 reference,
                 attempts,
@@ -163,6 +177,7 @@ impl std::error::Error for StepError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StepError::Api { source, .. } => Some(&**source),
+            StepError::NoManagerContainer(e) => Some(e),
             _ => None,
         }
     }

@@ -201,6 +201,7 @@ mod tests {
             Command {
                 id: "c-1".into(),
                 action,
+                plan: false,
             },
             &rules,
         )
@@ -223,6 +224,7 @@ mod tests {
             }],
             adopt_legacy: false,
             drift: Default::default(),
+            on_failure: Default::default(),
         })
     }
 
@@ -261,6 +263,7 @@ mod tests {
         let rollout = Action::Rollout(Rollout {
             image_tag: None,
             targets: Some(vec![target("nexo-system", "nexo-manager")]),
+            on_failure: Default::default(),
         });
         assert!(check(rollout, None).is_ok());
     }
@@ -280,6 +283,7 @@ mod tests {
                 bundle: crate::semver::Version::parse(to).unwrap(),
                 allow_downgrade: false,
                 manager_image: ImageRef::parse(&format!("m@sha256:{}", "1".repeat(64))).unwrap(),
+                on_failure: Default::default(),
             })
         };
         assert!(matches!(
@@ -306,6 +310,7 @@ mod tests {
                 "a".repeat(64)
             ))
             .unwrap(),
+            on_failure: Default::default(),
         };
         assert_eq!(
             downgrade_check(Some("0.3.0"), &upgrade("0.2.9", false)).map_err(|r| r.to_string()),

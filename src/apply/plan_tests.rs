@@ -148,6 +148,7 @@ fn d(adopt: bool) -> Deploy {
         ],
         adopt_legacy: adopt,
         drift: Default::default(),
+        on_failure: Default::default(),
     }
 }
 

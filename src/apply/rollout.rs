@@ -7,6 +7,7 @@ use super::Context;
 use super::execute::CONFLICT_RETRIES;
 use super::outcome::{Outcome, StepError, summary};
 use super::plan::{self, ImageChange};
+use super::planned::Planned;
 use crate::commands::{Rollout, Target};
 use crate::kube::client::MERGE_PATCH;
 use crate::ownership::{self, Judge, Verifier};
@@ -99,6 +100,9 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
         Ok(c) => c,
         Err(refused) => return refused.into(),
     };
+    if ctx.planning {
+        return planned(ctx, &changes, &observed, &image);
+    }
     let mut resources = Vec::new();
     let mut workloads = Vec::new();
     for c in changes {
@@ -127,6 +131,47 @@ pub(super) fn rollout(ctx: &Context<'_>, r: &Rollout) -> Outcome {
     outcome
 }
 
+/// The patch that sets the image (and the proof) of the NexoProxy read at
+/// `version`.
+fn image_patch(c: &ImageChange, version: &str, image: &str) -> Value {
+    json!({"metadata": {"resourceVersion": version,
+        "annotations": {crate::integrity::ANNOTATION: c.proof}},
+        "spec": {"image": image}})
+}
+
+/// A rollout planned (docs/protocol.md, `command.plan.v1`): each change's
+/// patch as a dry run, and the values it would change.
+fn planned(
+    ctx: &Context<'_>,
+    changes: &[ImageChange],
+    observed: &[(Target, Option<plan::Judged>)],
+    image: &str,
+) -> Outcome {
+    let mut out = Planned::default();
+    for c in changes {
+        let r = &c.reference;
+        let live = observed
+            .iter()
+            .find(|(t, _)| t.namespace == r.namespace && t.name == r.name)
+            .and_then(|(_, j)| j.as_ref())
+            .map(|j| &j.object);
+        let (Some(live), true) = (live, c.changed) else {
+            out.push(r, super::planned::plain(r, ResourceAction::Unchanged));
+            continue;
+        };
+        let patch = image_patch(c, &c.version, image);
+        let object = match ctx.writer.patch_dry_run(&r.path(), MERGE_PATCH, &patch) {
+            Ok(dry) => super::planned::dry(r, &dry, live),
+            Err(e) => {
+                let e = StepError::api("cannot set the image of", r, e);
+                super::planned::refused(r, e.to_string())
+            }
+        };
+        out.push(r, object);
+    }
+    out.outcome("roll out to")
+}
+
 /// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
 /// re-checks ownership and tries again, a bounded number of times.
 fn set_image(
@@ -138,9 +183,7 @@ fn set_image(
     let r = &c.reference;
     let mut version = c.version.clone();
     for _ in 0..CONFLICT_RETRIES {
-        let patch = json!({"metadata": {"resourceVersion": version,
-            "annotations": {crate::integrity::ANNOTATION: c.proof}},
-            "spec": {"image": image}});
+        let patch = image_patch(c, &version, image);
         match ctx.writer.patch(&r.path(), MERGE_PATCH, &patch) {
             Ok(written) => return Ok(written),
             Err(e) if e.is_conflict() => {

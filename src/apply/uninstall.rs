@@ -15,19 +15,22 @@ use crate::words::ResourceAction;
 
 /// Reads what an uninstall of `t` may delete: its NexoProxy, else its
 /// legacy Deployment and the objects labelled with its name.
-fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
+fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Box<Outcome>> {
     let Some(judge) = ctx.judge() else {
-        return Err(Outcome::failed(super::NO_KEY, vec![]));
+        return Err(Box::new(Outcome::failed(super::NO_KEY, vec![])));
     };
     let proxy_ref = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
     let deployment_ref = ObjectRef::new(Kind::Deployment, &t.namespace, &t.name);
     let read = |r: &ObjectRef| {
         let o = ctx.kube.get_opt::<Value>(&r.path()).map_err(|e| {
-            Outcome::failed(StepError::api("cannot read", r, e).to_string(), vec![])
+            Box::new(Outcome::failed(
+                StepError::api("cannot read", r, e).to_string(),
+                vec![],
+            ))
         })?;
         o.map(|o| plan::judged(&judge, r, &t.name, false, o))
             .transpose()
-            .map_err(Outcome::from)
+            .map_err(|r| Box::new(Outcome::from(r)))
     };
     let proxy = read(&proxy_ref)?;
     let deployment = match proxy {
@@ -52,22 +55,23 @@ fn uninstall_reads(ctx: &Context<'_>, t: &Target) -> Result<Removal, Outcome> {
             // Judged with the label rule; one of the Manager's own refuses
             // the uninstall whole.
             for (r, o) in batch {
-                let judged = plan::judged(&judge, &r, &t.name, true, o).map_err(Outcome::from)?;
+                let judged = plan::judged(&judge, &r, &t.name, true, o)
+                    .map_err(|r| Box::new(Outcome::from(r)))?;
                 labelled.push((r, judged));
             }
             if let Err(e) = listed {
                 let message = format!("cannot list {kind}s of {}/{}: {e}", t.namespace, t.name);
-                return Err(Outcome::failed(message, vec![]));
+                return Err(Box::new(Outcome::failed(message, vec![])));
             }
         }
     }
     let plan = plan::uninstall(t, proxy.as_ref(), deployment.as_ref(), &labelled);
-    plan.map_err(Outcome::from)
+    plan.map_err(|r| Box::new(Outcome::from(r)))
 }
 
 pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced> {
     let deletes = match uninstall_reads(ctx, t) {
-        Err(outcome) => return Ok(outcome),
+        Err(outcome) => return Ok(*outcome),
         Ok(Removal::Absent) => {
             let r = ObjectRef::new(Kind::NexoProxy, &t.namespace, &t.name);
             return Ok(Outcome::applied(
@@ -78,6 +82,9 @@ pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced>
         Ok(Removal::Proxy(delete)) => vec![delete],
         Ok(Removal::Legacy(deletes)) => deletes,
     };
+    if ctx.planning {
+        return Ok(planned(ctx, &deletes));
+    }
     let mut resources = Vec::new();
     for Delete { reference, read_at } in deletes {
         // Deleted only if it is still the object read and checked.
@@ -93,7 +100,7 @@ pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced>
                 let message = StepError::api("cannot delete", &reference, e).to_string();
                 let outcome = Outcome::failed(message, resources);
                 return if raced {
-                    Err(Raced(outcome))
+                    Err(Raced(Box::new(outcome)))
                 } else {
                     Ok(outcome)
                 };
@@ -107,4 +114,26 @@ pub(super) fn uninstall(ctx: &Context<'_>, t: &Target) -> Result<Outcome, Raced>
         summary(&resources)
     );
     Ok(Outcome::applied(message, resources))
+}
+
+/// An uninstall planned (docs/protocol.md, `command.plan.v1`): each delete
+/// as a dry run.
+fn planned(ctx: &Context<'_>, deletes: &[Delete]) -> Outcome {
+    let mut out = super::planned::Planned::default();
+    for Delete { reference, read_at } in deletes {
+        let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
+        let object = match ctx
+            .writer
+            .delete_dry_run(&reference.path(), "Background", guard)
+        {
+            Ok(_) => super::planned::plain(reference, ResourceAction::Deleted),
+            Err(e) if e.is_not_found() => super::planned::plain(reference, ResourceAction::Absent),
+            Err(e) => {
+                let e = StepError::api("cannot delete", reference, e);
+                super::planned::refused(reference, e.to_string())
+            }
+        };
+        out.push(reference, object);
+    }
+    out.outcome("delete")
 }

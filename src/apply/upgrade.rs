@@ -39,22 +39,62 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
             }
             Err(e) => return Outcome::failed(e.to_string(), vec![r.ack(ResourceAction::Refused)]),
         };
+    if ctx.planning {
+        // A plan (docs/protocol.md, `command.plan.v1`): the patch as a dry run.
+        let mut out = super::planned::Planned::default();
+        let object = match ctx
+            .kube
+            .patch_dry_run(&r.path(), STRATEGIC_MERGE_PATCH, &patch)
+        {
+            Ok(dry) => super::planned::dry(&r, &dry, &deployment),
+            Err(e) => {
+                super::planned::refused(&r, StepError::api("cannot patch", &r, e).to_string())
+            }
+        };
+        out.push(&r, object);
+        return out.outcome("upgrade");
+    }
     match ctx.kube.patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch) {
         Ok(patched) => {
             hand_back(ctx, &r, &patched);
-            Outcome::applied(
+            let mut outcome = Outcome::applied(
                 with_note(format!(
                     "bundle {}: the Manager's Deployment now runs {image}",
                     u.bundle_version
                 )),
                 vec![r.ack(ResourceAction::Configured)],
-            )
+            );
+            outcome.upgraded = upgrade_plan::Upgraded::of(&deployment, &image).map(Box::new);
+            outcome
         }
         Err(e) => Outcome::failed(
             StepError::api("cannot patch", &r, e).to_string(),
             vec![r.ack(ResourceAction::Refused)],
         ),
     }
+}
+
+/// Writes an upgrade back (docs/protocol.md, `rollback.v1`): the
+/// Deployment read again, patched to what it was, its field ownership
+/// handed back. The error is the failed call.
+pub fn write_back(
+    ctx: &Context<'_>,
+    from: &upgrade_plan::Upgraded,
+    own_bundle: Option<&str>,
+) -> Result<Value, StepError> {
+    let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);
+    let deployment: Value = ctx
+        .kube
+        .get(&r.path())
+        .map_err(|e| StepError::api("cannot read the Manager's own", &r, e))?;
+    let patch = upgrade_plan::write_back(&deployment, from, own_bundle)
+        .map_err(StepError::NoManagerContainer)?;
+    let patched = ctx
+        .kube
+        .patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch)
+        .map_err(|e| StepError::api("cannot patch", &r, e))?;
+    hand_back(ctx, &r, &patched);
+    Ok(patched)
 }
 
 /// Drops the Manager's field-manager entries from its Deployment once

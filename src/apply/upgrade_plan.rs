@@ -112,6 +112,68 @@ pub fn upgrade(
     })))
 }
 
+/// What an applied upgrade changed in the Manager's Deployment: what a
+/// rollback writes back (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgraded {
+    /// The manager container's image before.
+    pub from_image: String,
+    /// Its `NEXO_BUNDLE_VERSION` before (`None`: it had none).
+    pub from_bundle_env: Option<String>,
+    /// The image it runs now.
+    pub to_image: String,
+}
+
+impl Upgraded {
+    /// What the upgrade of `deployment` (as read before the patch) to
+    /// `image` changes.
+    pub fn of(deployment: &Value, image: &str) -> Option<Upgraded> {
+        let (name, current) = upgrade_container(deployment).ok()?;
+        let container = deployment["spec"]["template"]["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == name)?;
+        let from_bundle_env = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "NEXO_BUNDLE_VERSION")
+            .and_then(|e| e["value"].as_str())
+            .map(str::to_owned);
+        Some(Upgraded {
+            from_image: current?.to_owned(),
+            from_bundle_env,
+            to_image: image.to_owned(),
+        })
+    }
+}
+
+/// The strategic merge patch that writes an upgrade back: the manager
+/// container's image and `NEXO_BUNDLE_VERSION` as they were (removed when
+/// there was none), so that the pod template is the old ReplicaSet's
+/// again and the old pod stays; [`UPGRADED_BUNDLE_ANNOTATION`] set to
+/// `own_bundle`, the version of the Manager writing it back (removed when
+/// unknown).
+pub fn write_back(
+    deployment: &Value,
+    from: &Upgraded,
+    own_bundle: Option<&str>,
+) -> Result<Value, NoManagerContainer> {
+    let (container, _) = upgrade_container(deployment)?;
+    let env = match &from.from_bundle_env {
+        Some(v) => json!({"name": "NEXO_BUNDLE_VERSION", "value": v}),
+        None => json!({"name": "NEXO_BUNDLE_VERSION", "$patch": "delete"}),
+    };
+    Ok(json!({
+        "metadata": {"annotations": {UPGRADED_BUNDLE_ANNOTATION: own_bundle}},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": container,
+            "image": from.from_image,
+            "env": [env],
+        }]}}},
+    }))
+}
+
 /// After a self-upgrade: a JSON patch that removes the Manager's own
 /// field-manager entries (`field_manager`, `Update`) from its Deployment's
 /// `managedFields`, or `None` when it has none. Each removal is guarded by

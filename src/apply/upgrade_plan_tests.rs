@@ -82,3 +82,47 @@ fn a_self_upgrade_hands_its_fields_back_and_keeps_everyone_elses() {
     assert_eq!(hand_back(&none_of_mine, "nexo-manager"), None);
     assert_eq!(hand_back(&json!({"metadata": {}}), "nexo-manager"), None);
 }
+
+#[test]
+fn an_upgrade_is_written_back_as_the_template_was() {
+    let before = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "manager", "image": "m@old",
+         "env": [{"name": "RUST_LOG", "value": "info"}, {"name": "NEXO_BUNDLE_VERSION", "value": "0.4.0"}]},
+        {"name": "sidecar", "image": "s"}]}}}});
+    let up = Upgraded::of(&before, "m@new").unwrap();
+    assert_eq!(
+        up,
+        Upgraded {
+            from_image: "m@old".into(),
+            from_bundle_env: Some("0.4.0".into()),
+            to_image: "m@new".into(),
+        }
+    );
+    assert_eq!(
+        write_back(&before, &up, Some("0.4.0")).unwrap(),
+        json!({"metadata": {"annotations": {UPGRADED_BUNDLE_ANNOTATION: "0.4.0"}},
+               "spec": {"template": {"spec": {"containers": [{"name": "manager", "image": "m@old",
+                 "env": [{"name": "NEXO_BUNDLE_VERSION", "value": "0.4.0"}]}]}}}})
+    );
+    // A template without the variable gets none back; an unknown own
+    // version removes the annotation.
+    let bare =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "m", "image": "m@old"}]}}}});
+    let up = Upgraded::of(&bare, "m@new").unwrap();
+    assert_eq!(up.from_bundle_env, None);
+    let patch = write_back(&bare, &up, None).unwrap();
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "NEXO_BUNDLE_VERSION", "$patch": "delete"}])
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"][UPGRADED_BUNDLE_ANNOTATION],
+        Value::Null
+    );
+    let two =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}});
+    assert_eq!(
+        write_back(&two, &up, None),
+        Err(NoManagerContainer { containers: 2 })
+    );
+}

@@ -90,6 +90,28 @@ pub struct Deploy {
     pub adopt_legacy: bool,
     /// What drift leads to (docs/protocol.md, `drift.v1`).
     pub drift: crate::drift::Settings,
+    /// What a failure of this change leads to (docs/protocol.md,
+    /// `rollback.v1`).
+    pub on_failure: OnFailure,
+}
+
+/// What a change that fails leads to (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Left as it is (the version 2 behaviour).
+    #[default]
+    Stay,
+    /// The previous change restored.
+    Rollback,
+}
+
+impl OnFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Stay => "stay",
+            OnFailure::Rollback => "rollback",
+        }
+    }
 }
 
 impl Deploy {
@@ -107,6 +129,7 @@ impl Deploy {
             "format": self.format.to_string(),
             "manifests": self.manifests.iter().map(|m| &m.object).collect::<Vec<_>>(),
             "drift": self.drift.to_json(),
+            "onFailure": self.on_failure.as_str(),
         })
     }
 }
@@ -128,6 +151,8 @@ pub struct Rollout {
     pub image_tag: Option<String>,
     /// Targets; `None`: every owned NexoProxy.
     pub targets: Option<Vec<Target>>,
+    /// What a failure of this change leads to.
+    pub on_failure: OnFailure,
 }
 
 /// A validated upgrade.
@@ -141,6 +166,9 @@ pub struct Upgrade {
     pub allow_downgrade: bool,
     /// The digest-pinned Manager image.
     pub manager_image: ImageRef,
+    /// Whether an upgrade whose new pods never become Ready is rolled back
+    /// (the default) or left.
+    pub on_failure: OnFailure,
 }
 
 /// What a command asks for.
@@ -201,7 +229,24 @@ pub struct Command {
     pub id: String,
     /// What to do.
     pub action: Action,
+    /// A `plan` of `action` (docs/protocol.md, `command.plan.v1`): planned
+    /// as it would run, nothing written.
+    pub plan: bool,
 }
+
+impl Command {
+    /// Its class: `plan`, or its action's.
+    pub fn class(&self) -> &'static str {
+        if self.plan {
+            "plan"
+        } else {
+            self.action.class()
+        }
+    }
+}
+
+/// The capability of the `plan` class.
+pub const PLAN_CAPABILITY: &str = "command.plan.v1";
 
 /// Refuses a command over [`MAX_COMMAND_BYTES`] or [`MAX_COMMAND_VALUES`].
 fn budget(raw: &str) -> Result<(), Refusal> {
@@ -406,21 +451,14 @@ fn from_fields(
         Ok(None) => return Err(Refusal::UnsupportedClass("(missing)".into())),
     };
     let class = class.as_str();
-    if !matches!(class, "deploy" | "rollout" | "upgrade" | "uninstall") {
+    if !matches!(
+        class,
+        "deploy" | "rollout" | "upgrade" | "uninstall" | "plan"
+    ) {
         return Err(Refusal::UnsupportedClass(clip(class, 64)));
     }
     requires(env.requires, capabilities)?;
-    // A class whose capability is not advertised (an upgrade with
-    // self-upgrade turned off) is refused as its `requires` would be.
-    let needs = match class {
-        "rollout" => Some("command.rollout"),
-        "upgrade" => Some("command.upgrade"),
-        "uninstall" => Some("command.uninstall"),
-        _ => None,
-    };
-    if let Some(needed) = needs.filter(|c| !capabilities.contains(c)) {
-        return Err(Refusal::UnsupportedCapability(needed.to_owned()));
-    }
+    capable(class, capabilities)?;
     let payload: Value = match env.payload {
         // Duplicate keys refused: the policy judges what the API server reads.
         Some(raw) => crate::strict_json::parse(raw.get()).map_err(invalid)?,
@@ -429,14 +467,68 @@ fn from_fields(
     if !payload.is_object() {
         return Err(invalid("payload is not an object"));
     }
-    let action = match class {
-        "deploy" => payload::deploy(&payload, capabilities, managed).map(Action::Deploy),
-        "rollout" => payload::rollout(&payload, managed).map(Action::Rollout),
-        "upgrade" => payload::upgrade(&payload).map(Action::Upgrade),
+    if class != "plan" {
+        let action = action(class, &payload, capabilities, managed).map_err(invalid)?;
+        return Ok(Command {
+            id,
+            action,
+            plan: false,
+        });
+    }
+    // A plan: its payload is the planned command's class and payload,
+    // validated as that command's (docs/protocol.md, `command.plan.v1`).
+    let inner = match &payload["class"] {
+        Value::String(c)
+            if matches!(c.as_str(), "deploy" | "rollout" | "upgrade" | "uninstall") =>
+        {
+            c.as_str()
+        }
+        Value::String(c) => return Err(invalid(PayloadError::PlanClass(clip(c, 64)))),
+        Value::Null => return Err(invalid(PayloadError::Missing("class".into()))),
+        _ => return Err(invalid(PayloadError::NotAString("class".into()))),
+    };
+    capable(inner, capabilities)?;
+    if !payload["payload"].is_object() {
+        return Err(invalid(PayloadError::MissingOrNotObject("payload".into())));
+    }
+    let action = action(inner, &payload["payload"], capabilities, managed)
+        .map_err(|e| invalid(PayloadError::Planned(Box::new(e))))?;
+    Ok(Command {
+        id,
+        action,
+        plan: true,
+    })
+}
+
+/// Refuses a class whose capability is not advertised (an upgrade with
+/// self-upgrade turned off), as its `requires` would be.
+fn capable(class: &str, capabilities: &[&str]) -> Result<(), Refusal> {
+    let needs = match class {
+        "rollout" => Some("command.rollout"),
+        "upgrade" => Some("command.upgrade"),
+        "uninstall" => Some("command.uninstall"),
+        "plan" => Some(PLAN_CAPABILITY),
+        _ => None,
+    };
+    match needs.filter(|c| !capabilities.contains(c)) {
+        Some(needed) => Err(Refusal::UnsupportedCapability(needed.to_owned())),
+        None => Ok(()),
+    }
+}
+
+/// The action of a `class` (not `plan`) from its payload.
+fn action(
+    class: &str,
+    payload: &Value,
+    capabilities: &[&str],
+    managed: &[String],
+) -> Result<Action, PayloadError> {
+    match class {
+        "deploy" => payload::deploy(payload, capabilities, managed).map(Action::Deploy),
+        "rollout" => payload::rollout(payload, managed).map(Action::Rollout),
+        "upgrade" => payload::upgrade(payload).map(Action::Upgrade),
         _ => payload::target(&payload["deployment"], "deployment", managed).map(Action::Uninstall),
     }
-    .map_err(invalid)?;
-    Ok(Command { id, action })
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 use serde_json::Value;
 
 use super::{
-    Deploy, Format, Kind, MAX_MANIFEST_BYTES, MAX_MANIFESTS, Manifest, ObjectRef, PayloadError,
-    Rollout, Target, Upgrade,
+    Deploy, Format, Kind, MAX_MANIFEST_BYTES, MAX_MANIFESTS, Manifest, ObjectRef, OnFailure,
+    PayloadError, Rollout, Target, Upgrade,
 };
 use crate::image::{ImageRef, valid_digest, valid_tag};
 use crate::names::{is_dns_label, is_dns_subdomain};
@@ -130,13 +130,27 @@ pub(super) fn deploy(
     if format == Format::Legacy && !is_dns_label(&deployment.name) {
         return Err(PayloadError::LegacyName);
     }
+    let on_failure = on_failure(&p["onFailure"], OnFailure::Stay)?;
     Ok(Deploy {
         deployment,
         format,
         manifests,
         adopt_legacy,
         drift,
+        on_failure,
     })
+}
+
+/// `onFailure` (docs/protocol.md, `rollback.v1`): `rollback` or `stay`;
+/// `default` when absent.
+fn on_failure(v: &Value, default: OnFailure) -> Result<OnFailure, PayloadError> {
+    match v {
+        Value::Null => Ok(default),
+        Value::String(s) if s == "rollback" => Ok(OnFailure::Rollback),
+        Value::String(s) if s == "stay" => Ok(OnFailure::Stay),
+        Value::String(s) => Err(PayloadError::OnFailure(clip(s, 32))),
+        _ => Err(PayloadError::NotAString("onFailure".into())),
+    }
 }
 
 /// The command's half of the migration gate: `migration.adoptLegacy`.
@@ -233,7 +247,12 @@ pub(super) fn rollout(p: &Value, managed: &[String]) -> Result<Rollout, PayloadE
         }
         _ => return Err(PayloadError::NotAList("targets")),
     };
-    Ok(Rollout { image_tag, targets })
+    let on_failure = on_failure(&p["onFailure"], OnFailure::Stay)?;
+    Ok(Rollout {
+        image_tag,
+        targets,
+        on_failure,
+    })
 }
 
 pub(super) fn upgrade(p: &Value) -> Result<Upgrade, PayloadError> {
@@ -257,10 +276,12 @@ pub(super) fn upgrade(p: &Value) -> Result<Upgrade, PayloadError> {
     if manager_image.digest.is_none() {
         return Err(PayloadError::NotPinned(clip(image, 200)));
     }
+    let on_failure = on_failure(&p["onFailure"], OnFailure::Rollback)?;
     Ok(Upgrade {
         bundle_version: bundle_version.to_owned(),
         bundle,
         allow_downgrade,
         manager_image,
+        on_failure,
     })
 }

@@ -11,6 +11,12 @@ use crate::semver::NotSemver;
 /// An invalid payload. Values it quotes are clipped when it is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayloadError {
+    /// `onFailure` is neither `rollback` nor `stay`.
+    OnFailure(String),
+    /// A plan's `class` is not a class a plan can plan.
+    PlanClass(String),
+    /// A plan's `payload`, invalid as its class's.
+    Planned(Box<PayloadError>),
     /// `field` is absent.
     Missing(String),
     /// `field` is not a string.
@@ -101,6 +107,12 @@ impl fmt::Display for PayloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use PayloadError as E;
         match self {
+            E::PlanClass(class) => write!(
+                f,
+                "class {class:?} cannot be planned (deploy, rollout, upgrade or uninstall)"
+            ),
+            E::Planned(e) => write!(f, "payload.payload: {e}"),
+            E::OnFailure(v) => write!(f, "onFailure {v:?} is neither \"rollback\" nor \"stay\""),
             E::Missing(field) => write!(f, "{field} is missing"),
             E::NotAString(field) => write!(f, "{field} is not a string"),
             E::MissingOrNotObject(field) => write!(f, "{field} is missing or not an object"),

@@ -90,6 +90,16 @@ pub fn corpus() -> Vec<(String, &'static str)> {
         (with_payload("upgrade", json!({"bundleVersion": "0.3.0", "managerImage": "registry.example.com/nexo/manager@sha256:abc"})), "invalid payload: managerImage: "),
         (with_payload("upgrade", json!({"managerImage": format!("m@{D}")})), "invalid payload: bundleVersion is missing"),
         (with_payload("uninstall", json!({"deployment": "orders"})), "invalid payload: deployment is missing or not an object"),
+        (deploy(&|p| p["onFailure"] = json!("later")), "invalid payload: onFailure \"later\" is neither \"rollback\" nor \"stay\""),
+        (deploy(&|p| p["onFailure"] = json!(true)), "invalid payload: onFailure is not a string"),
+        (with_payload("rollout", json!({"onFailure": "retry"})), "invalid payload: onFailure \"retry\""),
+        (with_payload("plan", json!({"class": "teleport", "payload": {}})), "invalid payload: class \"teleport\" cannot be planned"),
+        (with_payload("plan", json!({"class": "plan", "payload": {}})), "invalid payload: class \"plan\" cannot be planned"),
+        (with_payload("plan", json!({"payload": {}})), "invalid payload: class is missing"),
+        (with_payload("plan", json!({"class": ["deploy"], "payload": {}})), "invalid payload: class is not a string"),
+        (with_payload("plan", json!({"class": "uninstall"})), "invalid payload: payload is missing or not an object"),
+        (with_payload("plan", json!({"class": "uninstall", "payload": {}})), "invalid payload: payload.payload: deployment is missing or not an object"),
+        (with_payload("plan", json!({"class": "rollout", "payload": {"imageTag": "bad tag"}})), "invalid payload: payload.payload: imageTag"),
     ]
 }
 
@@ -158,7 +168,8 @@ fn the_other_classes_validate() {
         parse_value(&rollout).unwrap().action,
         Action::Rollout(Rollout {
             image_tag: Some(D.into()),
-            targets: None
+            targets: None,
+            on_failure: OnFailure::Stay,
         })
     );
     let upgrade = json!({"id": "u", "class": "upgrade", "payload": {"bundleVersion": "0.3.0", "managerImage": format!("r.io/m@{D}")}});
@@ -348,4 +359,78 @@ fn a_command_is_received_through_trust_from_one_reading_of_its_fields() {
     )
     .unwrap_err();
     assert!(!refused.recorded(), "{refused:?}");
+}
+
+#[test]
+fn a_plan_is_its_command_validated_as_that_command_and_marked_a_plan() {
+    let mut plan = good_deploy();
+    let inner = plan["payload"].take();
+    plan["class"] = json!("plan");
+    plan["requires"] = json!(["command.plan.v1"]);
+    plan["payload"] = json!({"class": "deploy", "payload": inner});
+    let command = parse_value(&plan).unwrap();
+    assert!(command.plan);
+    assert_eq!(command.class(), "plan");
+    let deploy = parse_value(&good_deploy()).unwrap();
+    assert!(!deploy.plan);
+    assert_eq!(
+        command.action, deploy.action,
+        "planned exactly as the command"
+    );
+    // Without the capability, refused as its `requires` would be.
+    let without: Vec<&str> = CAPABILITIES
+        .iter()
+        .copied()
+        .filter(|c| *c != "command.plan.v1")
+        .collect();
+    plan["requires"] = json!([]);
+    let refused = parse(&plan.to_string(), &without, &managed()).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "unsupported capability: command.plan.v1"
+    );
+    // The planned class's own capability counts too.
+    let no_upgrade: Vec<&str> = CAPABILITIES
+        .iter()
+        .copied()
+        .filter(|c| *c != "command.upgrade")
+        .collect();
+    let upgrade = json!({"id": "p-1", "class": "plan", "payload": {"class": "upgrade",
+        "payload": {"bundleVersion": "0.5.0", "managerImage": format!("registry.example.com/nexo/manager@{D}")}}});
+    let refused = parse(&upgrade.to_string(), &no_upgrade, &managed()).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "unsupported capability: command.upgrade"
+    );
+    assert!(parse_value(&upgrade).unwrap().plan);
+}
+
+#[test]
+fn on_failure_defaults_to_stay_but_for_an_upgrade() {
+    let Action::Deploy(d) = parse_value(&good_deploy()).unwrap().action else {
+        panic!("a deploy")
+    };
+    assert_eq!(d.on_failure, OnFailure::Stay);
+    let mut rollback = good_deploy();
+    rollback["payload"]["onFailure"] = json!("rollback");
+    let Action::Deploy(d) = parse_value(&rollback).unwrap().action else {
+        panic!("a deploy")
+    };
+    assert_eq!(d.on_failure, OnFailure::Rollback);
+    assert_eq!(d.record_payload()["onFailure"], "rollback");
+    let upgrade = |extra: Value| {
+        let mut payload = json!({"bundleVersion": "0.5.0", "managerImage": format!("r.io/m@{D}")});
+        if let Value::Object(m) = extra {
+            payload.as_object_mut().unwrap().extend(m);
+        }
+        match parse_value(&json!({"id": "u", "class": "upgrade", "payload": payload}))
+            .unwrap()
+            .action
+        {
+            Action::Upgrade(u) => u.on_failure,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(upgrade(json!({})), OnFailure::Rollback);
+    assert_eq!(upgrade(json!({"onFailure": "stay"})), OnFailure::Stay);
 }

@@ -161,6 +161,7 @@ mod tests {
             release_contract: None,
             trust: None,
             wait_seconds: Some(15),
+            self_upgrade: None,
             drift: Vec::new(),
         }
     }

@@ -27,7 +27,47 @@ fn is_ignored(path: &str, ignore: &[String]) -> bool {
 /// (`managedFields`, subresources aside). `ignore`d pointers never count.
 /// At most [`MAX_FIELDS`], in order.
 pub fn differences(applied: &Value, live: &Value, ignore: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
+    differences_at_most(applied, live, ignore, MAX_FIELDS).0
+}
+
+/// [`differences`], at most `max` of them, in order, and how many more
+/// there are (a plan's fields, docs/protocol.md `command.plan.v1`: one
+/// reading of a difference for drift and for a plan).
+pub fn differences_at_most(
+    applied: &Value,
+    live: &Value,
+    ignore: &[String],
+    max: usize,
+) -> (Vec<String>, usize) {
+    let mut out = values_changed(applied, live, ignore, max);
+    for taken in taken(applied, live) {
+        if !is_ignored(&taken, ignore)
+            && !out
+                .list
+                .iter()
+                .any(|p| p == &taken || p.starts_with(&format!("{taken}/")))
+        {
+            out.push(taken);
+        }
+    }
+    (out.list, out.more)
+}
+
+/// The values of `desired` that differ in `live`, as [`differences`] reads
+/// them, but not the fields other field managers hold: what a write of
+/// `desired` (an object as a dry run answered it) would change, at most
+/// `max`, and how many more.
+pub fn changed_values_at_most(desired: &Value, live: &Value, max: usize) -> (Vec<String>, usize) {
+    let out = values_changed(desired, live, &[], max);
+    (out.list, out.more)
+}
+
+fn values_changed(applied: &Value, live: &Value, ignore: &[String], max: usize) -> Fields {
+    let mut out = Fields {
+        list: Vec::new(),
+        max,
+        more: 0,
+    };
     let mut path = String::new();
     if let Value::Object(m) = applied {
         for (k, v) in m {
@@ -77,21 +117,28 @@ pub fn differences(applied: &Value, live: &Value, ignore: &[String]) -> Vec<Stri
             walk(&mut path, v, live_k, ignore, &mut out);
         }
     }
-    for taken in taken(applied, live) {
-        if !is_ignored(&taken, ignore)
-            && !out
-                .iter()
-                .any(|p| p == &taken || p.starts_with(&format!("{taken}/")))
-        {
-            out.push(taken);
-        }
-    }
-    out.truncate(MAX_FIELDS);
     out
 }
 
-fn walk(path: &mut String, a: &Value, l: Option<&Value>, ignore: &[String], out: &mut Vec<String>) {
-    if is_ignored(path, ignore) || out.len() >= MAX_FIELDS {
+/// The pointers found: the first `max`, and a count of the rest.
+struct Fields {
+    list: Vec<String>,
+    max: usize,
+    more: usize,
+}
+
+impl Fields {
+    fn push(&mut self, path: String) {
+        if self.list.len() < self.max {
+            self.list.push(path);
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+fn walk(path: &mut String, a: &Value, l: Option<&Value>, ignore: &[String], out: &mut Fields) {
+    if is_ignored(path, ignore) {
         return;
     }
     match a {

@@ -8,6 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
+use super::history::History;
 use super::{MAX_OBJECTS, MAX_RECORD_BYTES, RECORD_ROLE, Settings, SettingsError};
 use crate::ownership;
 use crate::resource::Kind;
@@ -48,6 +49,7 @@ pub fn record_name(deployment: &str) -> String {
 /// meets it (the garbage collector removes it with its owner).
 pub fn record_secret(
     payload: &Value,
+    history: &History,
     namespace: &str,
     deployment: &str,
     environment_id: &str,
@@ -58,13 +60,16 @@ pub fn record_secret(
     if text.len() > MAX_RECORD_BYTES {
         return Err(OverBound { bytes: text.len() });
     }
-    let proof = key.record_proof(&crate::integrity::RecordClaim {
+    let claim = crate::integrity::RecordClaim {
         environment_id,
         namespace,
         deployment,
         owner_uid: owner.1,
         payload: text.as_bytes(),
-    });
+    };
+    let proof = key.record_proof(&claim);
+    let history = history.text_beside(text.len());
+    let history_proof = key.history_proof(&claim, history.as_bytes());
     Ok(json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -76,11 +81,14 @@ pub fn record_secret(
                 ownership::OWNER_ID: environment_id,
                 ownership::ROLE: RECORD_ROLE,
             },
-            "annotations": {crate::integrity::ANNOTATION: proof},
+            "annotations": {
+                crate::integrity::ANNOTATION: proof,
+                crate::integrity::HISTORY_ANNOTATION: history_proof,
+            },
             "ownerReferences": [{"apiVersion": owner.0.api_version(), "kind": owner.0.name(), "name": deployment, "uid": owner.1}],
         },
         "type": "Opaque",
-        "data": {"payload": STANDARD.encode(text)},
+        "data": {"payload": STANDARD.encode(&text), "history": STANDARD.encode(&history)},
     }))
 }
 
@@ -95,6 +103,44 @@ pub fn proven_payload(
     namespace: &str,
     key: &crate::integrity::Key,
 ) -> Result<Value, RecordError> {
+    proven_bytes(secret, environment_id, namespace, key).map(|(proven, _)| proven.payload)
+}
+
+/// A record's payload, proven: parsed, and its exact bytes.
+pub(super) struct Proven {
+    pub(super) payload: Value,
+    pub(super) bytes: Vec<u8>,
+}
+
+/// What a record's claim is made of, but its payload's bytes.
+pub(super) struct ClaimOf<'a> {
+    environment_id: &'a str,
+    namespace: &'a str,
+    deployment: String,
+    owner_uid: &'a str,
+}
+
+impl ClaimOf<'_> {
+    /// The claim, with the payload's bytes.
+    pub(super) fn claim<'b>(&'b self, payload: &'b [u8]) -> crate::integrity::RecordClaim<'b> {
+        crate::integrity::RecordClaim {
+            environment_id: self.environment_id,
+            namespace: self.namespace,
+            deployment: &self.deployment,
+            owner_uid: self.owner_uid,
+            payload,
+        }
+    }
+}
+
+/// [`proven_payload`], with the payload's bytes and what its claim is
+/// made of (a history's proof is checked against them).
+pub(super) fn proven_bytes<'a>(
+    secret: &'a Value,
+    environment_id: &'a str,
+    namespace: &'a str,
+    key: &crate::integrity::Key,
+) -> Result<(Proven, ClaimOf<'a>), RecordError> {
     let meta = &secret["metadata"];
     let proof = meta["annotations"][crate::integrity::ANNOTATION]
         .as_str()
@@ -113,20 +159,47 @@ pub fn proven_payload(
     if meta["name"].as_str() != Some(record_name(deployment).as_str()) {
         return Err(RecordError::Misnamed(crate::text::clip(deployment, 64)));
     }
-    let owner_uid = meta["ownerReferences"][0]["uid"]
-        .as_str()
-        .unwrap_or_default();
-    let claim = crate::integrity::RecordClaim {
+    let claim_of = ClaimOf {
         environment_id,
         namespace,
-        deployment,
-        owner_uid,
-        payload: &bytes,
+        deployment: deployment.to_owned(),
+        owner_uid: meta["ownerReferences"][0]["uid"]
+            .as_str()
+            .unwrap_or_default(),
     };
-    if !key.verify_record(&claim, proof) {
+    if !key.verify_record(&claim_of.claim(&bytes), proof) {
         return Err(RecordError::BadProof);
     }
-    Ok(payload)
+    Ok((Proven { payload, bytes }, claim_of))
+}
+
+/// The history of a record Secret (this environment's, found in
+/// `namespace`), only with the Manager's proofs of its payload and of the
+/// history beside it: `None` for a record written without one.
+pub fn proven_history(
+    secret: &Value,
+    environment_id: &str,
+    namespace: &str,
+    key: &crate::integrity::Key,
+) -> Result<Option<History>, RecordError> {
+    let (proven, claim_of) = proven_bytes(secret, environment_id, namespace, key)?;
+    let Some(data) = secret["data"]["history"].as_str() else {
+        return Ok(None);
+    };
+    let proof = secret["metadata"]["annotations"][crate::integrity::HISTORY_ANNOTATION]
+        .as_str()
+        .ok_or(RecordError::NoProof)?;
+    let bytes = STANDARD.decode(data).map_err(RecordError::NotBase64)?;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(RecordError::TooLarge);
+    }
+    let claim = claim_of.claim(&proven.bytes);
+    if !key.verify_history(&claim, &bytes, proof) {
+        return Err(RecordError::BadProof);
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(RecordError::NotJson)
 }
 
 /// The deployment a record Secret claims to be of, by its name.

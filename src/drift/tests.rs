@@ -155,6 +155,15 @@ fn orders_record() -> (crate::integrity::Key, Value, Value) {
     let payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": []});
     let s = record_secret(
         &payload,
+        &History {
+            command: "cmd-2".into(),
+            rollback: true,
+            previous: Some(Previous {
+                command: Some("cmd-1".into()),
+                payload: json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": [1]}),
+            }),
+            ..History::default()
+        },
         "shop",
         "orders",
         "env-1",
@@ -184,6 +193,7 @@ fn the_record_is_a_bounded_secret_owned_by_the_deployment() {
     let huge = json!({"manifests": ["x".repeat(MAX_RECORD_BYTES)]});
     let over = record_secret(
         &huge,
+        &History::default(),
         "shop",
         "orders",
         "env-1",
@@ -229,6 +239,7 @@ fn a_record_is_trusted_only_with_the_managers_proof_of_it() {
     let (other_key, _) = crate::integrity::Key::generate().unwrap();
     let theirs = record_secret(
         &payload,
+        &History::default(),
         "shop",
         "orders",
         "env-1",
@@ -350,4 +361,70 @@ fn a_record_holds_no_more_objects_than_a_deploy() {
             .to_string()
             .contains("more than 64")
     );
+}
+
+#[test]
+fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
+    let (key, _, s) = orders_record();
+    let history = proven_history(&s, "env-1", "shop", &key).unwrap().unwrap();
+    assert_eq!(history.command, "cmd-2");
+    assert!(history.rollback);
+    let previous = history.previous.unwrap();
+    assert_eq!(previous.command.as_deref(), Some("cmd-1"));
+    assert_eq!(previous.payload["manifests"], json!([1]));
+    // Rewritten: another previous change under the same proof.
+    let mut rewritten = s.clone();
+    let forged = json!({"command": "cmd-2", "rollback": true,
+        "previous": {"command": "cmd-1", "payload": {"manifests": ["a shell"]}}});
+    rewritten["data"]["history"] = json!(STANDARD.encode(forged.to_string()));
+    assert!(matches!(
+        proven_history(&rewritten, "env-1", "shop", &key),
+        Err(RecordError::BadProof)
+    ));
+    // Moved: a history and its proof beside another payload of the Manager's.
+    let (_, _, mut other) = orders_record();
+    let other_payload = json!({"deployment": {"name": "orders", "namespace": "shop"}, "format": "crd", "manifests": [2]});
+    let fresh = record_secret(
+        &other_payload,
+        &History::default(),
+        "shop",
+        "orders",
+        "env-1",
+        (crate::resource::Kind::NexoProxy, "u-1"),
+        &key,
+    )
+    .unwrap();
+    other["data"]["payload"] = fresh["data"]["payload"].clone();
+    other["metadata"]["annotations"][crate::integrity::ANNOTATION] =
+        fresh["metadata"]["annotations"][crate::integrity::ANNOTATION].clone();
+    other["data"]["history"] = s["data"]["history"].clone();
+    other["metadata"]["annotations"][crate::integrity::HISTORY_ANNOTATION] =
+        s["metadata"]["annotations"][crate::integrity::HISTORY_ANNOTATION].clone();
+    assert!(proven_payload(&other, "env-1", "shop", &key).is_ok());
+    assert!(matches!(
+        proven_history(&other, "env-1", "shop", &key),
+        Err(RecordError::BadProof)
+    ));
+    // A record written before histories: none.
+    let mut old = s.clone();
+    old["data"].as_object_mut().unwrap().remove("history");
+    assert_eq!(proven_history(&old, "env-1", "shop", &key).unwrap(), None);
+}
+
+#[test]
+fn a_previous_change_too_big_to_keep_beside_the_last_is_dropped_and_sized() {
+    let history = History {
+        command: "c".into(),
+        previous: Some(Previous {
+            command: None,
+            payload: json!({"manifests": ["x".repeat(MAX_RECORD_BYTES / 2)]}),
+        }),
+        ..History::default()
+    };
+    let kept: History = serde_json::from_str(&history.text_beside(1000)).unwrap();
+    assert!(kept.previous.is_some());
+    let dropped: History =
+        serde_json::from_str(&history.text_beside(MAX_RECORD_BYTES / 2)).unwrap();
+    assert_eq!(dropped.previous, None);
+    assert!(dropped.previous_dropped.unwrap() > MAX_RECORD_BYTES / 2);
 }

@@ -41,6 +41,8 @@ pub struct Index {
     /// The last deploy or rollout of each deployment, while its progress
     /// is reported.
     pub(super) commands: BTreeMap<CommandKey, CommandTrack>,
+    /// Failures the reports found, for the agent to roll back.
+    pub(super) rollbacks: Vec<super::status::RollbackDue>,
 }
 
 impl Index {
@@ -67,6 +69,7 @@ impl Index {
             shared: Interner::default(),
             started: false,
             commands: BTreeMap::new(),
+            rollbacks: Vec::new(),
         }
     }
 

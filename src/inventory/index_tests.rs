@@ -245,6 +245,7 @@ fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
         shared: Interner::default(),
         started: true,
         commands: BTreeMap::new(),
+        rollbacks: Vec::new(),
     };
     let mut index = index;
     let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());

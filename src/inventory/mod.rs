@@ -26,6 +26,7 @@ pub mod status;
 pub use index::Index;
 pub use projection::*;
 pub use report::{Turn, Workload};
+pub use status::RollbackDue;
 
 /// Items per page of every list.
 pub const PAGE: u32 = 500;

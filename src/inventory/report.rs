@@ -6,8 +6,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::index::Index;
-use super::status::{self, CommandKey, CommandTrack, Turned};
-use crate::cp::wire::{CommandProgress, DeploymentEntry, EntryStatus};
+use super::status::{self, CommandKey, CommandTrack, RollbackDue, RollbackEnd, Turned};
+use crate::cp::wire::{CommandPhase, CommandProgress, DeploymentEntry, EntryStatus};
 use crate::resource::Kind;
 
 impl Index {
@@ -26,6 +26,7 @@ impl Index {
     ) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
         let commands = &mut self.commands;
         let shared = &mut self.shared;
+        let rollbacks = &mut self.rollbacks;
         // One copy of the time for every entry whose phase changes now.
         let wall: Rc<str> = Rc::from(wall);
         let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
@@ -66,12 +67,30 @@ impl Index {
                 );
                 stored.recheck_at = verdict.recheck_in.map(|d| now + d);
                 let progress = command.map(|c| {
-                    let phase = status::command_phase(c, &stored.observed, verdict.phase);
-                    c.ending = phase.is_final();
+                    let (phase, end) = status::command_progress(c, &stored.observed, verdict.phase);
+                    c.ending = end;
+                    if phase == CommandPhase::Failed && c.rollback && !c.rollback_due {
+                        // Its failure is rolled back, once (docs/protocol.md,
+                        // `rollback.v1`): by the agent, after this report.
+                        c.rollback_due = true;
+                        rollbacks.push(RollbackDue {
+                            kind: set_kind,
+                            namespace: stored.entry.namespace.clone(),
+                            name: stored.entry.name.clone(),
+                            command: c.id.clone(),
+                        });
+                    }
+                    let (rolled_back_to, reason) = match &c.rolled_back {
+                        Some(RollbackEnd::RolledBack { to }) => (to.clone(), None),
+                        Some(RollbackEnd::Failed { reason }) => (None, Some(reason.clone())),
+                        None => (None, None),
+                    };
                     Box::new(CommandProgress {
                         id: c.id.clone(),
                         class: c.class,
                         phase,
+                        rolled_back_to,
+                        reason,
                     })
                 });
                 let o = &stored.observed;
@@ -160,14 +179,37 @@ impl Index {
         }
     }
 
+    /// The failures to roll back that the reports found since the last
+    /// call, each once (docs/protocol.md, `rollback.v1`).
+    pub fn take_rollbacks(&mut self) -> Vec<RollbackDue> {
+        std::mem::take(&mut self.rollbacks)
+    }
+
+    /// How the rollback of `due` ended: shown in the next heartbeat as the
+    /// command's end.
+    pub fn rolled_back(&mut self, due: &RollbackDue, end: RollbackEnd) {
+        let key = CommandKey {
+            namespace: due.namespace.clone(),
+            name: due.name.clone(),
+            kind: due.kind.name(),
+        };
+        if let Some(c) = self.commands.get_mut(&key).filter(|c| c.id == due.command) {
+            // Its entry is judged again for the next heartbeat: it has a
+            // command not ended.
+            c.rolled_back = Some(end);
+        }
+    }
+
     /// A deploy or rollout applied at `now` wrote `generation` of an owned
     /// NexoProxy or Deployment: its progress is reported from the next
-    /// heartbeat until its end was in one the CP accepted.
+    /// heartbeat until its end was in one the CP accepted; `rollback`:
+    /// its failure is rolled back (`onFailure: rollback`).
     pub fn command_applied(
         &mut self,
         workload: &Workload,
         id: &str,
         class: &'static str,
+        rollback: bool,
         now: Instant,
     ) {
         let key = CommandKey {
@@ -184,6 +226,9 @@ impl Index {
                 applied_at: now,
                 ended: false,
                 ending: false,
+                rollback,
+                rollback_due: false,
+                rolled_back: None,
             },
         );
         // Bounded: the oldest ended ones go first, then the oldest.

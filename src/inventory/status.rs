@@ -8,7 +8,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::interner::Interner;
+use crate::cp::wire::CommandPhase;
 use crate::cp::wire::DeploymentEntry;
+use crate::resource::Kind;
 use crate::words::Phase;
 
 /// Messages are cut to this many bytes.
@@ -176,6 +178,50 @@ pub struct CommandTrack {
     pub ended: bool,
     /// Its end is in the heartbeat being sent.
     pub ending: bool,
+    /// `onFailure: rollback` (docs/protocol.md, `rollback.v1`): its failure
+    /// is rolled back, once; until then `failed` is not its end.
+    pub rollback: bool,
+    /// Its failure was handed to the agent to roll back.
+    pub rollback_due: bool,
+    /// How its rollback ended: its end, shown once.
+    pub rolled_back: Option<RollbackEnd>,
+}
+
+/// A change that failed and is to be rolled back (docs/protocol.md,
+/// `rollback.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackDue {
+    /// `NexoProxy` or `Deployment`.
+    pub kind: Kind,
+    pub namespace: Rc<str>,
+    pub name: Rc<str>,
+    /// The command whose change failed.
+    pub command: String,
+}
+
+/// How a rollback ended (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackEnd {
+    /// The previous change, applied by this command (`None`: a change
+    /// recorded before commands were), restored.
+    RolledBack { to: Option<String> },
+    /// Not restored, and why (nothing to restore included).
+    Failed { reason: String },
+}
+
+/// What a command's progress shows, from the deployment's phase and its
+/// rollback; and whether it is its end.
+pub fn command_progress(c: &CommandTrack, o: &Observed, phase: Phase) -> (CommandPhase, bool) {
+    match &c.rolled_back {
+        Some(RollbackEnd::RolledBack { .. }) => (CommandPhase::RolledBack, true),
+        Some(RollbackEnd::Failed { .. }) => (CommandPhase::RollbackFailed, true),
+        None => {
+            let phase = command_phase(c, o, phase);
+            // A failure to roll back is not the end: its rollback is.
+            let end = phase.is_final() && !(phase == Phase::Failed && c.rollback);
+            (CommandPhase::from(phase), end)
+        }
+    }
 }
 
 /// What this Manager remembers of one deployment between observations.
@@ -482,6 +528,9 @@ mod tests {
             applied_at: t0,
             ended: false,
             ending: false,
+            rollback: false,
+            rollback_due: false,
+            rolled_back: None,
         };
         let later = t0 + DEADLINE;
         let o = proxy(2, Some(2), 2, 0);
@@ -493,6 +542,47 @@ mod tests {
         assert_eq!(
             command_phase(&c, &proxy(1, Some(1), 2, 2), Phase::Available),
             Phase::Progressing
+        );
+    }
+
+    #[test]
+    fn a_failure_to_roll_back_is_not_the_end_its_rollback_is() {
+        let t0 = Instant::now();
+        let mut c = CommandTrack {
+            id: "c".into(),
+            class: "deploy",
+            generation: 2,
+            applied_at: t0,
+            ended: false,
+            ending: false,
+            rollback: true,
+            rollback_due: false,
+            rolled_back: None,
+        };
+        let o = proxy(2, Some(2), 2, 0);
+        assert_eq!(
+            command_progress(&c, &o, Phase::Failed),
+            (CommandPhase::Failed, false)
+        );
+        c.rolled_back = Some(RollbackEnd::RolledBack {
+            to: Some("b".into()),
+        });
+        assert_eq!(
+            command_progress(&c, &o, Phase::Failed),
+            (CommandPhase::RolledBack, true)
+        );
+        c.rolled_back = Some(RollbackEnd::Failed {
+            reason: "no".into(),
+        });
+        assert_eq!(
+            command_progress(&c, &o, Phase::Progressing),
+            (CommandPhase::RollbackFailed, true)
+        );
+        c.rolled_back = None;
+        c.rollback = false;
+        assert_eq!(
+            command_progress(&c, &o, Phase::Failed),
+            (CommandPhase::Failed, true)
         );
     }
 }

@@ -193,8 +193,33 @@ impl Client {
         content_type: &'static str,
         patch: &Value,
     ) -> Result<Value, Error> {
+        self.patch_as(path, content_type, patch, false)
+    }
+
+    /// [`Client::patch`] validated and admitted, nothing written
+    /// (`dryRun=All`): the object as the patch would leave it.
+    pub fn patch_dry_run(
+        &self,
+        path: &str,
+        content_type: &'static str,
+        patch: &Value,
+    ) -> Result<Value, Error> {
+        self.patch_as(path, content_type, patch, true)
+    }
+
+    fn patch_as(
+        &self,
+        path: &str,
+        content_type: &'static str,
+        patch: &Value,
+        dry_run: bool,
+    ) -> Result<Value, Error> {
         let bytes = to_json("request body", patch)?;
-        let query = Query::new().param("fieldManager", FIELD_MANAGER).finish();
+        let mut query = Query::new().param("fieldManager", FIELD_MANAGER);
+        if dry_run {
+            query = query.param("dryRun", "All");
+        }
+        let query = query.finish();
         self.request(
             Method::PATCH,
             &format!("{path}{query}"),
@@ -219,14 +244,42 @@ impl Client {
         propagation: &str,
         preconditions: Option<(&str, &str)>,
     ) -> Result<Value, Error> {
+        self.delete_as(path, propagation, preconditions, false)
+    }
+
+    /// [`Client::delete_if`] validated and admitted, nothing deleted
+    /// (`dryRun=All`).
+    pub fn delete_dry_run(
+        &self,
+        path: &str,
+        propagation: &str,
+        preconditions: Option<(&str, &str)>,
+    ) -> Result<Value, Error> {
+        self.delete_as(path, propagation, preconditions, true)
+    }
+
+    fn delete_as(
+        &self,
+        path: &str,
+        propagation: &str,
+        preconditions: Option<(&str, &str)>,
+        dry_run: bool,
+    ) -> Result<Value, Error> {
         let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation});
         if let Some((uid, version)) = preconditions {
             body["preconditions"] = serde_json::json!({"uid": uid, "resourceVersion": version});
         }
+        // In the query as well as the options, so that the audit log says so.
+        let query = if dry_run {
+            body["dryRun"] = serde_json::json!(["All"]);
+            Query::new().param("dryRun", "All").finish()
+        } else {
+            String::new()
+        };
         let bytes = to_json("delete options", &body)?;
         self.request(
             Method::DELETE,
-            path,
+            &format!("{path}{query}"),
             Some(Body {
                 content_type: "application/json",
                 bytes: &bytes,

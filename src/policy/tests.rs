@@ -52,6 +52,7 @@ fn deploy_of(objects: Vec<Value>) -> Deploy {
         manifests,
         adopt_legacy: false,
         drift: Default::default(),
+        on_failure: Default::default(),
     }
 }
 

@@ -406,6 +406,7 @@ fn record_drift(f: &Fixture, from: usize, to: usize) {
                     let uid = &uids[&name];
                     let secret = nexo_manager::drift::record_secret(
                         &payload,
+                        &nexo_manager::drift::History::default(),
                         ns,
                         &name,
                         env_id,

@@ -43,6 +43,10 @@ pub struct Faults {
     pub watches: BTreeMap<String, WatchFault>,
     /// Every Event write waits this long, then answers 504.
     pub slow_events: Option<std::time::Duration>,
+    /// The first create (a POST, not a dry run) in a collection whose path
+    /// ends with this answers 500, as an API server failing mid-deploy
+    /// does (a create is not retried); the next ones pass.
+    pub fail_create_once: Option<String>,
 }
 
 impl ApiProxy {
@@ -52,7 +56,7 @@ impl ApiProxy {
             tb,
             Faults {
                 watches: faults,
-                slow_events: None,
+                ..Faults::default()
             },
         )
     }
@@ -64,13 +68,15 @@ impl ApiProxy {
         let addr = listener.local_addr().unwrap();
         let counts = Arc::new(Mutex::new(BTreeMap::new()));
         let faults = Arc::new(faults);
+        let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (config, c) = (tls.config.clone(), counts.clone());
         std::thread::spawn(move || {
             for tcp in listener.incoming().flatten() {
                 let (config, counts, faults) = (config.clone(), c.clone(), faults.clone());
+                let failed_once = failed_once.clone();
                 std::thread::spawn(move || {
                     if let Some(stream) = nexo_cpsim::tls::server_stream(&config, tcp) {
-                        serve(tb, stream, &faults, &counts);
+                        serve(tb, stream, &faults, &counts, &failed_once);
                     }
                 });
             }
@@ -122,6 +128,7 @@ fn serve(
     stream: nexo_cpsim::tls::Stream,
     faults: &Faults,
     counts: &Mutex<BTreeMap<(String, &'static str), usize>>,
+    failed_once: &std::sync::atomic::AtomicBool,
 ) {
     let admin = tb.admin();
     let mut reader = BufReader::new(stream);
@@ -154,6 +161,24 @@ fn serve(
                 &json!({"kind": "Status", "apiVersion": "v1",
                 "status": "Failure", "reason": "Timeout", "code": 504,
                 "message": "the proxy times out every Event write"}),
+            );
+            if write_response(stream, &resp, false).is_err() {
+                return;
+            }
+            continue;
+        }
+        let create = req.method == "POST" && !req.path.contains("dryRun=All");
+        let collection = req.path.split('?').next().unwrap_or_default();
+        if let Some(needle) = &faults.fail_create_once
+            && create
+            && collection.ends_with(needle.as_str())
+            && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let resp = Response::json(
+                500,
+                &json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "InternalError", "code": 500,
+                "message": "the proxy fails this write once"}),
             );
             if write_response(stream, &resp, false).is_err() {
                 return;

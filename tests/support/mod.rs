@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod apiproxy;
+pub mod audit;
 pub mod chart;
 pub mod commands;
 pub mod drift;

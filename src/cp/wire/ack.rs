@@ -38,4 +38,56 @@ pub struct Ack {
     /// The objects touched or refused.
     #[serde(default)]
     pub resources: Vec<AckResource>,
+    /// A plan's answer (docs/protocol.md, `command.plan.v1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+}
+
+/// Most objects a plan names; the rest are counted ([`Plan::more_objects`]).
+pub const PLAN_OBJECTS: usize = 64;
+/// Most fields a plan names of one object; the rest are counted
+/// ([`PlannedObject::more_fields`]).
+pub const PLAN_FIELDS: usize = 64;
+
+/// What a command would do, nothing written (docs/protocol.md,
+/// `command.plan.v1`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Whether the command would succeed, as the cluster is now.
+    pub would_succeed: bool,
+    /// What the command would say: its message, or why it would fail.
+    pub message: String,
+    /// Each object, with what the command would do to it (at most
+    /// [`PLAN_OBJECTS`]).
+    pub objects: Vec<PlannedObject>,
+    /// Objects past [`PLAN_OBJECTS`], not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_objects: usize,
+}
+
+/// One object of a [`Plan`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedObject {
+    /// `kind`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// What the command would do to it.
+    pub action: ResourceAction,
+    /// The JSON pointers whose value it would change, as drift reports
+    /// them (at most [`PLAN_FIELDS`]).
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Fields past [`PLAN_FIELDS`], not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_fields: usize,
+    /// Why, for an object refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

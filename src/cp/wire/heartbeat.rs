@@ -89,13 +89,45 @@ pub struct EntryStatus {
 
 /// `status.command`: the progress of the last deploy or rollout.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
 pub struct CommandProgress {
     /// The command's id.
     pub id: String,
     /// `deploy` or `rollout`.
     pub class: &'static str,
     /// Where it stands.
-    pub phase: Phase,
+    pub phase: CommandPhase,
+    /// `rolledBack`: the command whose change was restored (docs/protocol.md,
+    /// `rollback.v1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<String>,
+    /// `rollbackFailed`: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Where a command stands: its deployment's phase, or how its rollback
+/// ended (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum CommandPhase {
+    Progressing,
+    Available,
+    Degraded,
+    Failed,
+    RolledBack,
+    RollbackFailed,
+}
+
+impl From<Phase> for CommandPhase {
+    fn from(p: Phase) -> CommandPhase {
+        match p {
+            Phase::Progressing => CommandPhase::Progressing,
+            Phase::Available => CommandPhase::Available,
+            Phase::Degraded => CommandPhase::Degraded,
+            Phase::Failed => CommandPhase::Failed,
+        }
+    }
 }
 
 /// `cluster` in the heartbeat body. Unknown metadata is omitted, never guessed.
@@ -159,6 +191,25 @@ pub struct HeartbeatRequest {
     /// Deployments whose objects drifted (`drift.v1`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<DriftEntry>,
+    /// The last upgrade of the Manager itself (`rollback.v1`), until the
+    /// next one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_upgrade: Option<SelfUpgradeReport>,
+}
+
+/// `selfUpgrade` (docs/protocol.md, `rollback.v1`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SelfUpgradeReport {
+    pub command_id: String,
+    /// The bundle before (empty when the running one was not known).
+    pub from: String,
+    /// The bundle it moved to.
+    pub to: String,
+    pub phase: crate::words::SelfUpgradePhase,
+    /// Why it was rolled back, or why that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One deployment in `drift` (`drift.v1`).

@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod http;
+pub mod plan;
 pub mod protocol;
 mod serve;
 pub mod signing;

@@ -380,6 +380,12 @@ impl State {
                 v.as_u64().is_some_and(|n| n >= 1)
             }),
             require(body, "resources", "a list", |v| v.is_null() || v.is_array()),
+            require(
+                body,
+                "plan",
+                "absent, or a plan (command.plan.v1)",
+                crate::plan::valid,
+            ),
         ];
         if let Some(Err(resp)) = checks.into_iter().find(Result::is_err) {
             return resp;
