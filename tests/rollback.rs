@@ -6,8 +6,9 @@
 //! the metric; a deployment with no previous change is left and says so; a
 //! deploy whose writes fail midway (the API server answers 500 on its third
 //! object) is restored at once; the content policy refuses a restore that
-//! breaks it now; and a leader stopped past its lease never restores after
-//! its successor acted.
+//! breaks it now, and a history edited in the cluster is never restored;
+//! and a leader stopped past its lease never restores after its successor
+//! acted.
 
 mod support;
 
@@ -357,6 +358,56 @@ fn the_content_policy_refuses_a_restore_that_breaks_it() {
     );
     let counted = rollbacks(&mut m, "failed") == "1";
     m.check(counted, "counted as failed");
+    m.stop_expecting_exit_0();
+}
+
+#[test]
+fn a_history_edited_in_the_cluster_is_never_restored() {
+    let f = Fixture::new("rollback-forged");
+    let mut m = f.spawn_with_probes(&[("NEXO_PROGRESS_DEADLINE", "5s")]);
+    send(
+        &f,
+        &mut m,
+        "d-1",
+        "deploy",
+        deploy(&f, "orders", "27017", &[], "stay"),
+    );
+    let start = f.sim.heartbeats().len();
+    send(
+        &f,
+        &mut m,
+        "d-2",
+        "deploy",
+        deploy(&f, "orders", "27018", &[], "rollback"),
+    );
+    // A tenant who may write Secrets rewrites the change to go back to.
+    let mut forged = history(&f, "orders");
+    forged["previous"]["payload"]["manifests"][1]["data"]["listen"] = json!("6666");
+    let encoded = support::drift::base64_encode(forged.to_string().as_bytes());
+    f.tb.admin()
+        .patch(
+            &ns_path(&f, "Secret", "nexo-applied-orders"),
+            nexo_manager::kube::client::MERGE_PATCH,
+            &json!({"data": {"history": encoded}}),
+        )
+        .unwrap();
+    let (_, c) = wait_progress(&f, &mut m, start, "orders", "d-2", "rollbackFailed");
+    m.check(
+        c["reason"].as_str().is_some_and(|r| {
+            r.starts_with("its record's history is not the Manager's") && r.contains("proof")
+        }),
+        &format!("the forged history refused, named: {c}"),
+    );
+    m.check(
+        listen(&f, "orders-config") == "27018",
+        &format!("nothing restored: {}", listen(&f, "orders-config")),
+    );
+    told_once(
+        &f,
+        &mut m,
+        "failed",
+        "not rolled back: its record's history",
+    );
     m.stop_expecting_exit_0();
 }
 

@@ -5,7 +5,9 @@
 # CP URL and CA, the Proxy image, a 3 s heartbeat interval and the connect
 # token), on the test bed's node (testbed.sh start DIR --node). It shows the
 # pod and its probes, plays the demo scenario, then a self-upgrade: the
-# rolling update, the lease changing hands, heartbeats going on.
+# rolling update, the lease changing hands, heartbeats going on; then a
+# self-upgrade to an image whose process exits at once, rolled back by the
+# old pod after NEXO_SELF_UPGRADE_DEADLINE (30 s here), which keeps leading.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +40,7 @@ if ! $inside; then
   bin=$(bash tests/build-static.sh)
   bash tests/image/build-image.sh "$bin" "$work/images" >"$work/images.env"
   bash "$testbed" start "$tb_dir" --node $$
-  for archive in manager manager-b proxy; do
+  for archive in manager manager-b manager-crash proxy; do
     bash "$testbed" import "$tb_dir" "$work/images/$archive.oci.tar" 2>/dev/null
   done
   netns=$(sed -n 's/^NETNS=//p' "$tb_dir/env")
@@ -103,6 +105,7 @@ spec:
             - {name: NEXO_CONTROL_PLANE_CA_FILE, value: /var/run/nexo-cp-ca/ca.crt}
             - {name: NEXO_PROXY_IMAGE, value: "$(image proxy)"}
             - {name: NEXO_HEARTBEAT_INTERVAL, value: 3s}
+            - {name: NEXO_SELF_UPGRADE_DEADLINE, value: 30s}
             - {name: NEXO_NAMESPACES, value: "$app"}
           volumeMounts:
             - {name: cp-ca, mountPath: /var/run/nexo-cp-ca, readOnly: true}
@@ -205,6 +208,32 @@ import json, sys, datetime
 t = [datetime.datetime.fromisoformat(h["sentAt"].replace("Z", "+00:00")) for h in json.load(sys.stdin)]
 gaps = [(b - a).total_seconds() for a, b in zip(t, t[1:])]
 print("  %.0f s (interval 3 s)" % max(gaps))'
+self_upgrade() { # what the last heartbeat says of the last upgrade
+  curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)[-1].get("selfUpgrade") or {}
+print("%s %s %s->%s %s" % (s.get("commandId"), s.get("phase"), s.get("from"), s.get("to"), s.get("reason", "")))'
+}
+say "the heartbeat's selfUpgrade: $(self_upgrade)"
+
+leader=$(k -n "$ns" get lease nexo-manager -o jsonpath='{.spec.holderIdentity}')
+say "self-upgrade to $(image manager_crash): its process exits at once"
+send upgrade-crash upgrade "{\"bundleVersion\": \"$bundle\", \"managerImage\": \"$(image manager_crash)\"}"
+last=""
+for _ in $(seq 1 240); do
+  now=$(k -n "$ns" get pods -l app.kubernetes.io/name=nexo-manager --no-headers \
+    -o custom-columns=NAME:.metadata.name,READY:.status.containerStatuses[0].ready,RESTARTS:.status.containerStatuses[0].restartCount,DELETING:.metadata.deletionTimestamp 2>/dev/null \
+    | awk '{printf "%s ready=%s restarts=%s%s; ", $1, $2, $3, ($4 == "<none>" ? "" : " terminating")}')
+  if [ "$now" != "$last" ]; then say "  pods: $now"; last=$now; fi
+  self_upgrade | grep -q '^upgrade-crash rolledBack' && break
+  sleep 0.5
+done
+self_upgrade | grep -q '^upgrade-crash rolledBack' || { echo "sandbox: the crashing upgrade was never rolled back" >&2; pods >&2; exit 1; }
+say "the heartbeat's selfUpgrade: $(self_upgrade)"
+k -n "$ns" rollout status deployment/nexo-manager --timeout=90s >/dev/null
+say "the Deployment runs $(k -n "$ns" get deployment nexo-manager -o jsonpath='{.spec.template.spec.containers[0].image}') again"
+say "lease holder before: $leader, now: $(k -n "$ns" get lease nexo-manager -o jsonpath='{.spec.holderIdentity}')"
+pods
 
 if $once; then
   say "done (--once)"

@@ -11,7 +11,8 @@
 # uses the cluster of $KUBECONFIG when NEXO_SANDBOX_USE_KUBECONFIG=1 (it then
 # needs cluster-admin to install manifests/). It installs manifests/, runs the
 # Manager as its ServiceAccount under the shipped RBAC, and plays: two crd
-# deployments, one legacy deployment, a rollout that ends failed (status.v1),
+# deployments, one legacy deployment, the plan of a rollout (command.plan.v1),
+# the rollout, which ends failed (status.v1) and is rolled back (rollback.v1),
 # two kubectl edits (one drift reported, one corrected: drift.v1), the
 # Events, an uninstall. Ctrl-C stops everything it started.
 set -euo pipefail
@@ -113,7 +114,7 @@ manager=$!
 pids+=($manager)
 
 # The timeline: what the Manager says, as it says it.
-tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'command keys|connected|executing|applied|failed|ack|leading|interval|drift|is (available|degraded)' \
+tail --pid="$manager" -n +1 -F "$work/manager.log" 2>/dev/null | grep --line-buffered -E 'command keys|connected|executing|applied|failed|ack|leading|interval|drift|rollback|is (available|degraded)' \
   | sed -u -E 's/^[^ ]* [A-Z]* *nexo_manager::[a-z_:]+: /  manager: /' &
 
 send() { # id class payload
@@ -152,16 +153,31 @@ send deploy-catalog deploy "{\"deployment\": {\"name\": \"catalog\", \"namespace
 # $app enforces the restricted Pod Security profile, and the Manager holds a
 # legacy pod template to it before anything is applied.
 send deploy-billing deploy "{\"deployment\": {\"name\": \"billing\", \"namespace\": \"$app\"}, \"format\": \"legacy\", \"manifests\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"billing\"}, \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"billing\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"billing\"}}, \"spec\": {\"securityContext\": {\"runAsNonRoot\": true, \"seccompProfile\": {\"type\": \"RuntimeDefault\"}}, \"containers\": [{\"name\": \"proxy\", \"image\": \"registry.example.com/nexo/proxy:1.3.0\", \"securityContext\": {\"allowPrivilegeEscalation\": false, \"capabilities\": {\"drop\": [\"ALL\"]}}}]}}}}]}"
-send rollout-1.4.3 rollout '{"imageTag": "1.4.3"}'
+# Before the rollout, its plan (command.plan.v1): what it would change, with
+# nothing written.
+send plan-rollout-1.4.3 plan '{"class": "rollout", "payload": {"imageTag": "1.4.3"}}'
+say "the plan, as the ack carries it:"
+curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/acks" | python3 -c '
+import json, sys
+plan = [a for a in json.load(sys.stdin) if a["commandId"] == "plan-rollout-1.4.3"][0]["plan"]
+print("  would succeed: %s" % plan["wouldSucceed"])
+for o in plan["objects"]:
+    print("  %-10s %-10s %-11s %s" % (o["kind"], o["name"], o["action"], " ".join(o["fields"])))'
+say "orders still runs $(k -n "$app" get nexoproxy orders -o jsonpath='{.spec.image}')"
+send rollout-1.4.3 rollout '{"imageTag": "1.4.3", "onFailure": "rollback"}'
 # No operator runs here, so no NexoProxy ever reports its pods ready: the
 # rollout's image cannot start, and NEXO_PROGRESS_DEADLINE (20 s) after it
-# the proxies' phase is failed (status.v1), a Warning Event about each.
+# the proxies' phase is failed (status.v1), a Warning Event about each; the
+# rollout said onFailure rollback (rollback.v1): each proxy's deploy is
+# restored.
 say "waiting for the rollout's progress deadline (20 s): nothing reports its pods ready"
 for _ in $(seq 1 400); do
-  grep -q 'NexoProxy [a-z0-9-]*/orders is failed' "$work/manager.log" && break
+  grep -q 'command rollout-1.4.3 failed in [a-z0-9-]*/orders; rolled back' "$work/manager.log" && break
   sleep 0.1
 done
-grep -q 'NexoProxy [a-z0-9-]*/orders is failed' "$work/manager.log" || { echo "sandbox: the rollout never ended failed" >&2; exit 1; }
+grep -q 'command rollout-1.4.3 failed in [a-z0-9-]*/orders; rolled back to command deploy-orders' "$work/manager.log" \
+  || { echo "sandbox: the failed rollout was never rolled back" >&2; exit 1; }
+say "orders runs $(k -n "$app" get nexoproxy orders -o jsonpath='{.spec.image}') again"
 # Someone edits what the Manager applied (kubectl edit, as its field manager
 # records it): catalog's drift is reported, orders' corrected (mode enforce).
 say "kubectl edit: listen 27017 -> 27018 in orders-config and catalog-config"

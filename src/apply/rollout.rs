@@ -169,7 +169,7 @@ fn planned(
         };
         out.push(r, object);
     }
-    out.outcome("roll out to")
+    out.outcome("roll out")
 }
 
 /// Sets `spec.image`, guarded by `resourceVersion`; on a conflict re-reads,
