@@ -11,7 +11,7 @@ mod record;
 mod settings;
 
 pub use diff::{changed_values_at_most, differences, differences_at_most, keeping_ignored};
-pub use history::{History, Previous};
+pub use history::{Created, History, Previous};
 pub use settings::{Mode, PointerProblem, Settings, SettingsError};
 
 pub use record::{

@@ -34,12 +34,15 @@ pub struct SelfDeployment {
     pub status: Status,
 }
 
-/// `metadata.generation`.
+/// `metadata.generation` and `uid`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct Meta {
     /// The generation of the spec.
     #[serde(default)]
     pub generation: i64,
+    /// The Deployment's uid (what its Events are about).
+    #[serde(default)]
+    pub uid: String,
 }
 
 /// `spec.replicas` and the pod template's containers.

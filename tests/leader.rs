@@ -159,8 +159,13 @@ fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
         "pod-a leading again soon after the release",
         || read_lease(&f)["spec"]["holderIdentity"] == "pod-a",
     );
-    let leader = metric(addr_a, "nexo_manager_leader");
-    a.check(leader == Some(1.0), &format!("pod-a leads: {leader:?}"));
+    // It acts (and says so) once it has read the state again in its new
+    // term: a moment after the lease names it (a slow datastore's reads).
+    a.wait_until(
+        Duration::from_secs(3),
+        "pod-a's metric saying it leads",
+        || metric(addr_a, "nexo_manager_leader") == Some(1.0),
+    );
 }
 
 #[test]

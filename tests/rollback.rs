@@ -125,6 +125,11 @@ fn a_failed_deploy_and_a_failed_rollout_are_restored_once() {
     let mut m = f.spawn_with_probes(&[("NEXO_PROGRESS_DEADLINE", "3s")]);
     let counted = rollbacks(&mut m, "rolled_back") == "0";
     m.check(counted, "the counter is there before the first rollback");
+    // An object the deployment once had: the change to go back to leaves
+    // it out, the failed change lists it again without creating it.
+    let keep = configmap("orders-keep");
+    let d0 = deploy(&f, "orders", "27017", std::slice::from_ref(&keep), "stay");
+    send(&f, &mut m, "d-0", "deploy", d0);
     // The change to go back to: left as it is when it fails itself.
     send(
         &f,
@@ -134,14 +139,14 @@ fn a_failed_deploy_and_a_failed_rollout_are_restored_once() {
         deploy(&f, "orders", "27017", &[], "stay"),
     );
     // The change that fails: a value changed, an object added.
-    let extra = configmap("orders-extra");
+    let extra = [configmap("orders-extra"), keep];
     let start = f.sim.heartbeats().len();
     send(
         &f,
         &mut m,
         "d-2",
         "deploy",
-        deploy(&f, "orders", "27018", &[extra], "rollback"),
+        deploy(&f, "orders", "27018", &extra, "rollback"),
     );
     m.check(
         listen(&f, "orders-config") == "27018" && get(&f, "ConfigMap", "orders-extra").is_some(),
@@ -158,7 +163,11 @@ fn a_failed_deploy_and_a_failed_rollout_are_restored_once() {
     );
     m.check(
         get(&f, "ConfigMap", "orders-extra").is_none(),
-        "the object the failed change added is deleted",
+        "the object the failed change created is deleted",
+    );
+    m.check(
+        get(&f, "ConfigMap", "orders-keep").is_some(),
+        "an object it listed without creating it is left",
     );
     let events = rolled_back_events(&f);
     m.check(

@@ -182,6 +182,19 @@ impl Agent {
             }) => {
                 log::info!("command {id}: executing");
                 let mut outcome = apply::run(&self.execution(), &permitted);
+                let command = permitted.command();
+                if let Action::Deploy(d) = &command.action
+                    && d.on_failure == OnFailure::Rollback
+                    && !command.plan
+                    && outcome.result == AckResult::Failed
+                    && self.elector().leading()
+                    && !self.link.waiter.stop_requested()
+                {
+                    // Before the checks below: a restore the fence stopped
+                    // is fenced like the command.
+                    let d = d.clone();
+                    self.roll_back_midway(&d, &id, &mut outcome);
+                }
                 if !self.elector().leading() {
                     // Stopped mid-command past the renew deadline: another
                     // leader may have run it since. Its writes stopped at
@@ -199,15 +212,6 @@ impl Agent {
                         "command {id}: cut short by a stop request; not recorded, no ack (the CP sends it again)"
                     );
                     return Handled::Stopped;
-                }
-                let command = permitted.command();
-                if let Action::Deploy(d) = &command.action
-                    && d.on_failure == OnFailure::Rollback
-                    && !command.plan
-                    && outcome.result == AckResult::Failed
-                {
-                    let d = d.clone();
-                    self.roll_back_midway(&d, &id, &mut outcome);
                 }
                 self.record_applied(permitted.command(), &mut outcome);
                 rollback = rolls_back(permitted.command());

@@ -78,8 +78,9 @@ impl Agent {
                     Some(uid) => {
                         let payload = d.record_payload();
                         let history = History {
-                            command: command.id.clone(),
+                            command: Some(command.id.clone()),
                             rollback: d.on_failure == OnFailure::Rollback,
+                            created: created(outcome),
                             ..History::default()
                         };
                         self.write_record(ns, name, &payload, history, (primary, uid), None)
@@ -92,7 +93,7 @@ impl Agent {
                 // Taken out of `outcome`, whose message `watched` extends.
                 let workloads = outcome.workloads.clone();
                 let history = History {
-                    command: command.id.clone(),
+                    command: Some(command.id.clone()),
                     rollback: r.on_failure == OnFailure::Rollback,
                     ..History::default()
                 };
@@ -170,7 +171,7 @@ impl Agent {
     /// is never changed nor deleted; the garbage collector removes one
     /// from 0.4 with its owner). What stops it is logged, with what it was
     /// read `for_what`.
-    pub(super) fn read_record(
+    fn read_record(
         &self,
         namespace: &str,
         name: &str,
@@ -201,7 +202,7 @@ impl Agent {
     /// Deletes a deployment's record after its uninstall (docs/protocol.md,
     /// `drift.v1`: the garbage collector would, but a finalizer may hold
     /// it); only this Manager's record, as read.
-    fn delete_record(&mut self, namespace: &str, name: &str) {
+    pub(super) fn delete_record(&mut self, namespace: &str, name: &str) {
         let Some((path, secret, _)) = self.read_record(namespace, name, "to delete it") else {
             return;
         };
@@ -297,6 +298,21 @@ impl Agent {
     }
 }
 
+/// The objects an applied deploy created, as its record's history keeps
+/// them (docs/protocol.md, `rollback.v1`).
+fn created(outcome: &Outcome) -> Vec<drift::Created> {
+    outcome
+        .resources
+        .iter()
+        .filter(|r| r.action == crate::words::ResourceAction::Created)
+        .map(|r| drift::Created {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+        })
+        .collect()
+}
+
 /// The change a record Secret holds, as the previous one of the next
 /// record: only a record with the Manager's proofs.
 fn previous_of(
@@ -315,7 +331,7 @@ fn previous_of(
         }
     };
     let command = match drift::proven_history(secret, env, namespace, key) {
-        Ok(h) => h.map(|h| h.command),
+        Ok(h) => h.and_then(|h| h.command),
         Err(e) => {
             log::info!(
                 "rollback: the history of the record in {namespace} is not the Manager's ({e}); no previous change kept"

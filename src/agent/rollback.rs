@@ -27,13 +27,15 @@ use crate::words::{AckResult, ResourceAction};
 /// Why a failed change was not restored.
 #[derive(Debug)]
 pub(super) enum Unrestored {
-    /// No record of the deployment that is the Manager's.
+    /// No record of the deployment.
     NoRecord,
-    /// Its history is not the Manager's.
-    History(RecordError),
+    /// A record that is not the Manager's, or whose history is not.
+    NotProven(RecordError),
+    /// No integrity key to check the record with.
+    NoKey,
     /// The record holds another command's change: the failed one was
     /// replaced since.
-    Superseded(String),
+    Superseded(Option<String>),
     /// Already rolled back once.
     Already,
     /// No change before the failed one is recorded.
@@ -63,15 +65,19 @@ impl Unrestored {
 impl fmt::Display for Unrestored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Unrestored::NoRecord => f.write_str("no previous change is recorded; left as it is"),
-            Unrestored::History(e) => write!(f, "its record's history is not the Manager's: {e}"),
-            Unrestored::Superseded(by) => {
-                write!(f, "the deployment was changed since, by command {by}")
-            }
-            Unrestored::Already => f.write_str("it was rolled back before"),
-            Unrestored::NothingBefore => {
+            Unrestored::NoRecord | Unrestored::NothingBefore => {
                 f.write_str("no previous change is recorded; left as it is")
             }
+            Unrestored::NotProven(e) => write!(f, "its record's history is not the Manager's: {e}"),
+            Unrestored::NoKey => f.write_str(
+                "no integrity key to check its record with (the state secret could not be read)",
+            ),
+            Unrestored::Superseded(by) => write!(
+                f,
+                "the deployment was changed since, by command {}",
+                by.as_deref().unwrap_or("(unnamed)")
+            ),
+            Unrestored::Already => f.write_str("it was rolled back before"),
             Unrestored::TooBig(bytes) => write!(
                 f,
                 "the previous change ({bytes} bytes) was too big to keep beside it; left as it is"
@@ -89,24 +95,27 @@ struct Restore {
     payload: Value,
     /// The command that applied it.
     command: Option<String>,
-    /// The objects the failed change wrote that it does not list.
+    /// The objects the failed change created that it does not list.
     prune: Vec<ObjectRef>,
 }
 
 impl Agent {
     /// Rolls back the failures the last report found, while this process
-    /// leads; what it cannot (the lease lost) is left: a standby never
-    /// rolls back, and a new leader does not know of them.
+    /// leads. What it cannot roll back now (the lease lost) waits for it
+    /// to lead again (the record then says whether it still may): a
+    /// standby never rolls back.
     pub(super) fn roll_back_failures(&mut self) {
-        let due = self.link.index.borrow_mut().take_rollbacks();
-        for d in due {
+        let mut due = self.link.index.borrow_mut().take_rollbacks().into_iter();
+        while let Some(d) = due.next() {
             if !self.keep_lease(false) {
                 log::warn!(
-                    "rollback: not leading; the failure of command {} in {}/{} is not rolled back",
+                    "rollback: not leading; the failure of command {} in {}/{} waits",
                     d.command,
                     d.namespace,
                     d.name
                 );
+                let mut index = self.link.index.borrow_mut();
+                index.requeue_rollbacks(std::iter::once(d).chain(due));
                 return;
             }
             let restored = self.roll_back(&d);
@@ -119,21 +128,40 @@ impl Agent {
         }
     }
 
+    /// The record of `target` with its history, both proven (`Ok(None)`:
+    /// no record).
+    fn proven_record(
+        &self,
+        target: &Target,
+    ) -> Result<Option<(Value, Value, Option<History>)>, Unrestored> {
+        let ns = &target.namespace;
+        let path = crate::resource::SECRETS.object(Some(ns), &drift::record_name(&target.name));
+        let env = self.me.token.environment_id();
+        let secret = match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Unrestored::Failed(format!("cannot read its record: {e}"))),
+        };
+        if !drift::is_record(&secret, env) {
+            return Ok(None);
+        }
+        let key = self.leader.integrity().ok_or(Unrestored::NoKey)?;
+        let payload =
+            drift::proven_payload(&secret, env, ns, key).map_err(Unrestored::NotProven)?;
+        let history =
+            drift::proven_history(&secret, env, ns, key).map_err(Unrestored::NotProven)?;
+        Ok(Some((secret, payload, history)))
+    }
+
     /// Restores the change before the one `due` names, from the record.
     fn roll_back(&mut self, due: &RollbackDue) -> Result<Option<String>, Unrestored> {
         let target = Target {
             namespace: due.namespace.to_string(),
             name: due.name.to_string(),
         };
-        let (_, secret, payload) = self
-            .read_record(&target.namespace, &target.name, "to roll back")
-            .ok_or(Unrestored::NoRecord)?;
-        let key = self.leader.integrity().ok_or(Unrestored::NoRecord)?;
-        let env = self.me.token.environment_id();
-        let history = drift::proven_history(&secret, env, &target.namespace, key)
-            .map_err(Unrestored::History)?
-            .ok_or(Unrestored::NothingBefore)?;
-        if history.command != due.command {
+        let (_, _, history) = self.proven_record(&target)?.ok_or(Unrestored::NoRecord)?;
+        let history = history.ok_or(Unrestored::NothingBefore)?;
+        if history.command.as_deref() != Some(due.command.as_str()) {
             return Err(Unrestored::Superseded(history.command));
         }
         if history.rolled_back_from.as_deref() == Some(due.command.as_str()) {
@@ -144,37 +172,50 @@ impl Agent {
             (None, Some(bytes)) => return Err(Unrestored::TooBig(bytes)),
             (None, None) => return Err(Unrestored::NothingBefore),
         };
-        let prune = objects_of(&payload, &target.namespace)
-            .into_iter()
-            .filter(|r| !objects_of(&previous.payload, &target.namespace).contains(r))
+        // Only what the failed change created, and the restored one does
+        // not list, is deleted.
+        let listed = objects_of(&previous.payload, &target.namespace);
+        let prune = history
+            .created
+            .iter()
+            .filter_map(|c| {
+                let kind = Kind::of(&c.api_version, &c.kind)?;
+                Some(ObjectRef::new(kind, &target.namespace, &c.name))
+            })
+            .filter(|r| !listed.contains(r))
             .collect();
         let restore = Restore {
             payload: previous.payload,
             command: previous.command,
             prune,
         };
-        let restored_command = restore.command.clone();
         let outcome = self.restore(&target, &due.command, &restore)?;
-        // The record now holds the restored change, marked as the rollback
-        // of the failed one: never rolled back again.
+        // The record holds the restored change, marked as the rollback of
+        // the failed one, before anything is deleted: never rolled back
+        // again, and drift never enforces the failed change over it. A
+        // record that cannot be written is deleted (`Agent::watched`).
         let primary = outcome
             .workloads
             .iter()
             .find(|w| w.name == target.name && w.namespace == target.namespace);
-        if let Some((kind, uid)) = primary.and_then(|w| Some((w.kind, w.uid.as_deref()?))) {
-            let history = History {
-                command: restored_command.clone().unwrap_or_default(),
-                rolled_back_from: Some(due.command.clone()),
-                ..History::default()
-            };
-            let (ns, name) = (&target.namespace, &target.name);
-            if let Err(e) =
-                self.write_record(ns, name, &restore.payload, history, (kind, uid), None)
-            {
-                log::warn!("rollback: {ns}/{name} restored, but its record not written: {e}");
-            }
+        let history = History {
+            command: restore.command.clone(),
+            rolled_back_from: Some(due.command.clone()),
+            ..History::default()
+        };
+        let (ns, name) = (&target.namespace, &target.name);
+        let written = match primary.and_then(|w| Some((w.kind, w.uid.as_deref()?))) {
+            Some(owner) => self.write_record(ns, name, &restore.payload, history, owner, None),
+            None => Err(super::record::Unrecorded::NoOwner("primary object")),
+        };
+        if let Err(e) = written {
+            log::warn!(
+                "rollback: {ns}/{name} restored, but its record not written ({e}); deleting it"
+            );
+            self.delete_record(ns, name);
         }
-        Ok(restored_command)
+        self.prune(&target, &restore.prune)?;
+        Ok(restore.command)
     }
 
     /// A deploy whose writes failed midway (`onFailure: rollback`): the
@@ -190,16 +231,11 @@ impl Agent {
             return;
         }
         let target = d.deployment.clone();
-        let restored = match self.read_record(&target.namespace, &target.name, "to roll back") {
-            None => Err(Unrestored::NothingBefore),
-            Some((_, secret, payload)) => {
-                let command = self.leader.integrity().and_then(|key| {
-                    let env = self.me.token.environment_id();
-                    drift::proven_history(&secret, env, &target.namespace, key)
-                        .ok()
-                        .flatten()
-                        .map(|h| h.command)
-                });
+        let restored = match self.proven_record(&target) {
+            Err(why) => Err(why),
+            Ok(None) => Err(Unrestored::NothingBefore),
+            Ok(Some((_, payload, history))) => {
+                let command = history.and_then(|h| h.command);
                 let listed = objects_of(&payload, &target.namespace);
                 let prune = outcome
                     .resources
@@ -216,24 +252,27 @@ impl Agent {
                     command: command.clone(),
                     prune,
                 };
-                self.restore(&target, failed, &restore).map(|_| command)
+                self.restore(&target, failed, &restore)
+                    .and_then(|_| self.prune(&target, &restore.prune))
+                    .map(|()| command)
             }
         };
         let end = self.rollback_ended(&target, failed, restored);
         let said = match end {
             RollbackEnd::RolledBack { to } => {
                 format!(
-                    "rolled back to command {}",
+                    "; rolled back to command {}",
                     to.as_deref().unwrap_or("(unnamed)")
                 )
             }
-            RollbackEnd::Failed { reason } => format!("not rolled back: {reason}"),
+            RollbackEnd::Failed { reason } => format!("; not rolled back: {reason}"),
         };
-        outcome.message = crate::text::clip(&format!("{}; {said}", outcome.message), 1024);
+        // The message's end says what happened: its start is cut first.
+        let room = 1024usize.saturating_sub(said.len());
+        outcome.message = format!("{}{said}", crate::text::clip(&outcome.message, room));
     }
 
-    /// Applies `restore` as a deploy command would be, then deletes what it
-    /// does not list.
+    /// Applies `restore` as a deploy command would be.
     fn restore(
         &mut self,
         target: &Target,
@@ -268,11 +307,17 @@ impl Agent {
                 None => Unrestored::Failed(outcome.message),
             });
         }
-        if !restore.prune.is_empty() {
-            apply::prune::prune(&self.execution(), &target.name, &restore.prune)
-                .map_err(|e| Unrestored::Failed(e.to_string()))?;
-        }
         Ok(outcome)
+    }
+
+    /// Deletes what a restore does not list and the failed change created.
+    fn prune(&mut self, target: &Target, objects: &[ObjectRef]) -> Result<(), Unrestored> {
+        if objects.is_empty() {
+            return Ok(());
+        }
+        apply::prune::prune(&self.execution(), &target.name, objects)
+            .map(drop)
+            .map_err(|e| Unrestored::Failed(format!("restored, but {e}")))
     }
 
     /// Logs, counts and tells (an Event on the deployment's object) how a

@@ -88,8 +88,22 @@ impl Agent {
         let own = self.me.cfg.bundle_version.clone();
         let written = crate::apply::upgrade::write_back(&self.execution(), &from, own.as_deref());
         self.beats.self_rollout.applied = None;
+        let uid = self
+            .beats
+            .self_rollout
+            .last
+            .as_ref()
+            .map(|d| d.metadata.uid.clone())
+            .unwrap_or_default();
         let (phase, reason, note) = match &written {
-            Ok(_) => {
+            Ok(None) => {
+                log::info!(
+                    "self-upgrade {}: {why}, but the Deployment runs another image now; left as it is",
+                    record.command_id
+                );
+                return;
+            }
+            Ok(Some(_)) => {
                 log::warn!(
                     "self-upgrade {}: {why}; rolled back to {}",
                     record.command_id,
@@ -115,15 +129,13 @@ impl Agent {
             SelfUpgradePhase::RolledBack => "rolled_back",
             _ => "failed",
         });
-        if let Ok(patched) = &written
-            && let Some(uid) = patched["metadata"]["uid"].as_str()
-        {
+        if !uid.is_empty() {
             self.event(Event {
                 regarding: Regarding {
                     kind: Kind::Deployment,
                     namespace: self.me.instance.namespace.clone(),
                     name: self.me.cfg.self_deployment.clone(),
-                    uid: uid.to_owned(),
+                    uid,
                 },
                 reason: Reason::RolledBack,
                 action: "SelfUpgrade",

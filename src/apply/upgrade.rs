@@ -75,26 +75,35 @@ pub(super) fn upgrade(ctx: &Context<'_>, u: &Upgrade, note: Option<&str>) -> Out
 }
 
 /// Writes an upgrade back (docs/protocol.md, `rollback.v1`): the
-/// Deployment read again, patched to what it was, its field ownership
-/// handed back. The error is the failed call.
+/// Deployment read again and, while it still runs the upgrade's image,
+/// patched to what it was at the version read, its field ownership handed
+/// back. `Ok(None)`: it runs another image now (changed since), left as it
+/// is. The error is the failed call.
 pub fn write_back(
     ctx: &Context<'_>,
     from: &upgrade_plan::Upgraded,
     own_bundle: Option<&str>,
-) -> Result<Value, StepError> {
+) -> Result<Option<Value>, StepError> {
     let r = ObjectRef::new(Kind::Deployment, ctx.own_namespace, ctx.self_deployment);
     let deployment: Value = ctx
         .kube
         .get(&r.path())
         .map_err(|e| StepError::api("cannot read the Manager's own", &r, e))?;
-    let patch = upgrade_plan::write_back(&deployment, from, own_bundle)
+    let (_, image) =
+        upgrade_plan::upgrade_container(&deployment).map_err(StepError::NoManagerContainer)?;
+    if image != Some(from.to_image.as_str()) {
+        return Ok(None);
+    }
+    let mut patch = upgrade_plan::write_back(&deployment, from, own_bundle)
         .map_err(StepError::NoManagerContainer)?;
+    // Guarded: a writer between the read and the patch answers 409.
+    patch["metadata"]["resourceVersion"] = deployment["metadata"]["resourceVersion"].clone();
     let patched = ctx
         .kube
         .patch(&r.path(), STRATEGIC_MERGE_PATCH, &patch)
         .map_err(|e| StepError::api("cannot patch", &r, e))?;
     hand_back(ctx, &r, &patched);
-    Ok(patched)
+    Ok(Some(patched))
 }
 
 /// Drops the Manager's field-manager entries from its Deployment once

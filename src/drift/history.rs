@@ -16,8 +16,10 @@ use super::MAX_RECORD_BYTES;
 #[serde(rename_all = "camelCase")]
 pub struct History {
     /// The command whose change the record holds (a rollback's: the
-    /// command restored).
-    pub command: String,
+    /// command restored; `None`: a change recorded before commands were
+    /// named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// Whether that change is rolled back when it fails (`onFailure`).
     #[serde(default)]
     pub rollback: bool,
@@ -27,10 +29,23 @@ pub struct History {
     /// The previous change was too big to keep beside this one: its size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_dropped: Option<usize>,
+    /// The objects the change created (its ack's `created`): the only
+    /// ones a rollback of it deletes (at most a deploy's manifests).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created: Vec<Created>,
     /// The command this record's change was restored after, by a
     /// rollback: a rollback of it is never made again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back_from: Option<String>,
+}
+
+/// An object a change created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Created {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
 }
 
 /// A change before the last one.

@@ -156,7 +156,7 @@ fn orders_record() -> (crate::integrity::Key, Value, Value) {
     let s = record_secret(
         &payload,
         &History {
-            command: "cmd-2".into(),
+            command: Some("cmd-2".into()),
             rollback: true,
             previous: Some(Previous {
                 command: Some("cmd-1".into()),
@@ -367,7 +367,7 @@ fn a_record_holds_no_more_objects_than_a_deploy() {
 fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
     let (key, _, s) = orders_record();
     let history = proven_history(&s, "env-1", "shop", &key).unwrap().unwrap();
-    assert_eq!(history.command, "cmd-2");
+    assert_eq!(history.command.as_deref(), Some("cmd-2"));
     assert!(history.rollback);
     let previous = history.previous.unwrap();
     assert_eq!(previous.command.as_deref(), Some("cmd-1"));
@@ -414,7 +414,7 @@ fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
 #[test]
 fn a_previous_change_too_big_to_keep_beside_the_last_is_dropped_and_sized() {
     let history = History {
-        command: "c".into(),
+        command: Some("c".into()),
         previous: Some(Previous {
             command: None,
             payload: json!({"manifests": ["x".repeat(MAX_RECORD_BYTES / 2)]}),

@@ -185,6 +185,12 @@ impl Index {
         std::mem::take(&mut self.rollbacks)
     }
 
+    /// Rollbacks the agent could not make now (the lease lost), kept for
+    /// when it leads again.
+    pub fn requeue_rollbacks(&mut self, due: impl Iterator<Item = RollbackDue>) {
+        self.rollbacks.extend(due);
+    }
+
     /// How the rollback of `due` ended: shown in the next heartbeat as the
     /// command's end.
     pub fn rolled_back(&mut self, due: &RollbackDue, end: RollbackEnd) {
