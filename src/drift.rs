@@ -15,8 +15,8 @@ pub use history::{Created, History, Previous};
 pub use settings::{Mode, PointerProblem, Settings, SettingsError};
 
 pub use record::{
-    Kept, KeptManifest, OverBound, RecordError, claimed_deployment, is_record, proven_history,
-    proven_payload, record_name, record_secret,
+    Kept, KeptManifest, OverBound, ProvenRecord, RecordError, claimed_deployment, is_record,
+    proven_payload, proven_record, record_name, record_secret,
 };
 
 use std::collections::BTreeMap;

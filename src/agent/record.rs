@@ -52,6 +52,17 @@ impl std::fmt::Display for Unrecorded {
     }
 }
 
+/// Why a record could not be read as the Manager's.
+#[derive(Debug)]
+pub(super) enum RecordRead {
+    /// The API call failed.
+    Read(kube::Error),
+    /// No integrity key to check its proof with.
+    NoKey,
+    /// Its payload's proof is not valid.
+    NotProven(drift::RecordError),
+}
+
 impl Agent {
     /// After a command applied: a deploy's record written, a rollout's
     /// image kept in its records, an uninstalled deployment forgotten. A
@@ -165,38 +176,52 @@ impl Agent {
         self.drift.unwatched.insert(key);
     }
 
-    /// The record of `namespace/name` (its path, the Secret and its
-    /// payload), only when it is this Manager's: labelled as a record of
-    /// this environment and carrying a valid proof (a record that is not
-    /// is never changed nor deleted; the garbage collector removes one
-    /// from 0.4 with its owner). What stops it is logged, with what it was
-    /// read `for_what`.
+    /// The record of `namespace/name` (its path, the Secret, its payload
+    /// and its history), only when it is this Manager's: labelled as a
+    /// record of this environment and carrying a valid proof (a record that
+    /// is not is never changed nor deleted; the garbage collector removes
+    /// one from 0.4 with its owner). What stops it is logged, with what it
+    /// was read `for_what`.
     fn read_record(
         &self,
         namespace: &str,
         name: &str,
         for_what: &str,
-    ) -> Option<(String, Value, Value)> {
-        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
-        let env = self.me.token.environment_id();
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) if drift::is_record(&s, env) => s,
-            Ok(_) => return None,
-            Err(e) => {
+    ) -> Option<(String, Value, drift::ProvenRecord)> {
+        match self.fetch_record(namespace, name) {
+            Ok(record) => record,
+            Err(RecordRead::Read(e)) => {
                 log::warn!("drift: cannot read the record of {namespace}/{name} {for_what}: {e}");
-                return None;
+                None
             }
-        };
-        let key = self.leader.integrity()?;
-        match drift::proven_payload(&secret, env, namespace, key) {
-            Ok(payload) => Some((path, secret, payload)),
-            Err(e) => {
+            Err(RecordRead::NoKey) => None,
+            Err(RecordRead::NotProven(e)) => {
                 log::warn!(
                     "drift: the record of {namespace}/{name} is not the Manager's ({e}); left alone, not read {for_what}"
                 );
                 None
             }
         }
+    }
+
+    /// The record of `namespace/name`, when there is one labelled as this
+    /// environment's record (`Ok(None)`: none), read with its proofs.
+    pub(super) fn fetch_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(String, Value, drift::ProvenRecord)>, RecordRead> {
+        let path = SECRETS.object(Some(namespace), &drift::record_name(name));
+        let env = self.me.token.environment_id();
+        let secret = match self.link.kube.get_opt::<Value>(&path) {
+            Ok(Some(s)) if drift::is_record(&s, env) => s,
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(RecordRead::Read(e)),
+        };
+        let key = self.leader.integrity().ok_or(RecordRead::NoKey)?;
+        let record =
+            drift::proven_record(&secret, env, namespace, key).map_err(RecordRead::NotProven)?;
+        Ok(Some((path, secret, record)))
     }
 
     /// Deletes a deployment's record after its uninstall (docs/protocol.md,
@@ -228,9 +253,12 @@ impl Agent {
         name: &str,
         image: &str,
         uid: &str,
-        history: History,
+        mut history: History,
     ) -> Option<(Mode, Result<(), Unrecorded>)> {
-        let (_, secret, mut payload) = self.read_record(namespace, name, "to keep its image")?;
+        let (_, secret, record) = self.read_record(namespace, name, "to keep its image")?;
+        // What the record held is the change before this one, read once.
+        history.previous = previous_change(&record.history, record.payload.clone(), namespace);
+        let mut payload = record.payload;
         let mode = drift::Settings::parse(&payload["drift"])
             .map(|s| s.mode)
             .unwrap_or_default();
@@ -300,7 +328,7 @@ impl Agent {
 
 /// The objects an applied deploy created, as its record's history keeps
 /// them (docs/protocol.md, `rollback.v1`).
-fn created(outcome: &Outcome) -> Vec<drift::Created> {
+pub(super) fn created(outcome: &Outcome) -> Vec<drift::Created> {
     outcome
         .resources
         .iter()
@@ -321,23 +349,35 @@ fn previous_of(
     namespace: &str,
     key: &crate::integrity::Key,
 ) -> Option<drift::Previous> {
-    let payload = match drift::proven_payload(secret, env, namespace, key) {
-        Ok(p) => p,
+    match drift::proven_record(secret, env, namespace, key) {
+        Ok(record) => previous_change(&record.history, record.payload, namespace),
         Err(e) => {
             log::info!(
                 "rollback: the record in {namespace} is not the Manager's ({e}); no previous change kept"
             );
-            return None;
+            None
         }
-    };
-    let command = match drift::proven_history(secret, env, namespace, key) {
-        Ok(h) => h.and_then(|h| h.command),
+    }
+}
+
+/// The change of a proven record's `payload`, with the command its
+/// `history` names, as the previous one of the next record; none when
+/// the history is not the Manager's.
+fn previous_change(
+    history: &Result<Option<History>, drift::RecordError>,
+    payload: Value,
+    namespace: &str,
+) -> Option<drift::Previous> {
+    match history {
+        Ok(h) => Some(drift::Previous {
+            command: h.as_ref().and_then(|h| h.command.clone()),
+            payload,
+        }),
         Err(e) => {
             log::info!(
                 "rollback: the history of the record in {namespace} is not the Manager's ({e}); no previous change kept"
             );
-            return None;
+            None
         }
-    };
-    Some(drift::Previous { command, payload })
+    }
 }

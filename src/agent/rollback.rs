@@ -14,6 +14,7 @@ use std::fmt;
 use serde_json::Value;
 
 use super::Agent;
+use super::record::RecordRead;
 use crate::apply::{self, Outcome};
 use crate::commands::{self, Action, Command, Deploy, PayloadError, Target};
 use crate::drift::{self, History, RecordError};
@@ -133,24 +134,18 @@ impl Agent {
     fn proven_record(
         &self,
         target: &Target,
-    ) -> Result<Option<(Value, Value, Option<History>)>, Unrestored> {
-        let ns = &target.namespace;
-        let path = crate::resource::SECRETS.object(Some(ns), &drift::record_name(&target.name));
-        let env = self.me.token.environment_id();
-        let secret = match self.link.kube.get_opt::<Value>(&path) {
-            Ok(Some(s)) => s,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(Unrestored::Failed(format!("cannot read its record: {e}"))),
-        };
-        if !drift::is_record(&secret, env) {
+    ) -> Result<Option<(Value, Option<History>)>, Unrestored> {
+        let read = self.fetch_record(&target.namespace, &target.name);
+        let Some((_, _, record)) = read.map_err(|e| match e {
+            RecordRead::Read(e) => Unrestored::Failed(format!("cannot read its record: {e}")),
+            RecordRead::NoKey => Unrestored::NoKey,
+            RecordRead::NotProven(e) => Unrestored::NotProven(e),
+        })?
+        else {
             return Ok(None);
-        }
-        let key = self.leader.integrity().ok_or(Unrestored::NoKey)?;
-        let payload =
-            drift::proven_payload(&secret, env, ns, key).map_err(Unrestored::NotProven)?;
-        let history =
-            drift::proven_history(&secret, env, ns, key).map_err(Unrestored::NotProven)?;
-        Ok(Some((secret, payload, history)))
+        };
+        let history = record.history.map_err(Unrestored::NotProven)?;
+        Ok(Some((record.payload, history)))
     }
 
     /// Restores the change before the one `due` names, from the record.
@@ -159,7 +154,7 @@ impl Agent {
             namespace: due.namespace.to_string(),
             name: due.name.to_string(),
         };
-        let (_, _, history) = self.proven_record(&target)?.ok_or(Unrestored::NoRecord)?;
+        let (_, history) = self.proven_record(&target)?.ok_or(Unrestored::NoRecord)?;
         let history = history.ok_or(Unrestored::NothingBefore)?;
         if history.command.as_deref() != Some(due.command.as_str()) {
             return Err(Unrestored::Superseded(history.command));
@@ -174,16 +169,7 @@ impl Agent {
         };
         // Only what the failed change created, and the restored one does
         // not list, is deleted.
-        let listed = objects_of(&previous.payload, &target.namespace);
-        let prune = history
-            .created
-            .iter()
-            .filter_map(|c| {
-                let kind = Kind::of(&c.api_version, &c.kind)?;
-                Some(ObjectRef::new(kind, &target.namespace, &c.name))
-            })
-            .filter(|r| !listed.contains(r))
-            .collect();
+        let prune = unlisted(&history.created, &previous.payload, &target.namespace);
         let restore = Restore {
             payload: previous.payload,
             command: previous.command,
@@ -234,19 +220,10 @@ impl Agent {
         let restored = match self.proven_record(&target) {
             Err(why) => Err(why),
             Ok(None) => Err(Unrestored::NothingBefore),
-            Ok(Some((_, payload, history))) => {
+            Ok(Some((payload, history))) => {
                 let command = history.and_then(|h| h.command);
-                let listed = objects_of(&payload, &target.namespace);
-                let prune = outcome
-                    .resources
-                    .iter()
-                    .filter(|r| r.action == ResourceAction::Created)
-                    .filter_map(|r| {
-                        let kind = Kind::of(&r.api_version, &r.kind)?;
-                        Some(ObjectRef::new(kind, &r.namespace, &r.name))
-                    })
-                    .filter(|r| !listed.contains(r))
-                    .collect();
+                let created = super::record::created(outcome);
+                let prune = unlisted(&created, &payload, &target.namespace);
                 let restore = Restore {
                     payload,
                     command: command.clone(),
@@ -361,6 +338,23 @@ impl Agent {
         }
         end
     }
+}
+
+/// The objects of `created` that `payload` (a deploy's, in `namespace`)
+/// does not list: what a restore of it deletes.
+fn unlisted(created: &[drift::Created], payload: &Value, namespace: &str) -> Vec<ObjectRef> {
+    let listed = objects_of(payload, namespace);
+    created
+        .iter()
+        .filter_map(|c| {
+            Some(ObjectRef::new(
+                Kind::of(&c.api_version, &c.kind)?,
+                namespace,
+                &c.name,
+            ))
+        })
+        .filter(|r| !listed.contains(r))
+        .collect()
 }
 
 /// The objects a deploy payload lists, in `namespace`.

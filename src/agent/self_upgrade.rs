@@ -40,15 +40,15 @@ impl Agent {
     /// While leading, after the batch: the last upgrade's verdict, acted
     /// on.
     pub(super) fn follow_self_upgrade(&mut self) {
-        let Some(record) = self.store.self_upgrade().cloned() else {
+        // Nothing to follow once it ended: no copy of it then.
+        let Some(record) = self
+            .store
+            .self_upgrade()
+            .filter(|r| r.phase.is_none_or(|p| p == SelfUpgradePhase::Progressing))
+            .cloned()
+        else {
             return;
         };
-        if record
-            .phase
-            .is_some_and(|p| p != SelfUpgradePhase::Progressing)
-        {
-            return;
-        }
         let Some(deployment) = self.beats.self_rollout.last.as_ref() else {
             return;
         };

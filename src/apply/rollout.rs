@@ -148,10 +148,12 @@ fn planned(
     image: &str,
 ) -> Outcome {
     let mut out = Planned::default();
+    // The changes follow the targets' order: one walk finds each one's
+    // object (a rollout of every NexoProxy plans in linear time).
+    let mut observed = observed.iter();
     for c in changes {
         let r = &c.reference;
         let live = observed
-            .iter()
             .find(|(t, _)| t.namespace == r.namespace && t.name == r.name)
             .and_then(|(_, j)| j.as_ref())
             .map(|j| &j.object);

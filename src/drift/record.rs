@@ -173,16 +173,39 @@ pub(super) fn proven_bytes<'a>(
     Ok((Proven { payload, bytes }, claim_of))
 }
 
-/// The history of a record Secret (this environment's, found in
-/// `namespace`), only with the Manager's proofs of its payload and of the
-/// history beside it: `None` for a record written without one.
-pub fn proven_history(
+/// A record Secret read with the Manager's proofs: its payload (proven),
+/// and its history (docs/protocol.md, `rollback.v1`), proven beside that
+/// payload or not (`Ok(None)`: a record written without one).
+#[derive(Debug)]
+pub struct ProvenRecord {
+    pub payload: Value,
+    pub history: Result<Option<History>, RecordError>,
+}
+
+/// The payload of a record Secret (this environment's, found in
+/// `namespace`) with its proof, as [`proven_payload`], and its history
+/// checked against the same verified bytes: one decode and one check of
+/// the payload for both.
+pub fn proven_record(
     secret: &Value,
     environment_id: &str,
     namespace: &str,
     key: &crate::integrity::Key,
-) -> Result<Option<History>, RecordError> {
+) -> Result<ProvenRecord, RecordError> {
     let (proven, claim_of) = proven_bytes(secret, environment_id, namespace, key)?;
+    let history = proven_history(secret, &claim_of.claim(&proven.bytes), key);
+    Ok(ProvenRecord {
+        payload: proven.payload,
+        history,
+    })
+}
+
+/// The history beside a payload whose `claim` is proven.
+fn proven_history(
+    secret: &Value,
+    claim: &crate::integrity::RecordClaim<'_>,
+    key: &crate::integrity::Key,
+) -> Result<Option<History>, RecordError> {
     let Some(data) = secret["data"]["history"].as_str() else {
         return Ok(None);
     };
@@ -193,8 +216,7 @@ pub fn proven_history(
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(RecordError::TooLarge);
     }
-    let claim = claim_of.claim(&proven.bytes);
-    if !key.verify_history(&claim, &bytes, proof) {
+    if !key.verify_history(claim, &bytes, proof) {
         return Err(RecordError::BadProof);
     }
     serde_json::from_slice(&bytes)

@@ -366,7 +366,11 @@ fn a_record_holds_no_more_objects_than_a_deploy() {
 #[test]
 fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
     let (key, _, s) = orders_record();
-    let history = proven_history(&s, "env-1", "shop", &key).unwrap().unwrap();
+    let history = proven_record(&s, "env-1", "shop", &key)
+        .unwrap()
+        .history
+        .unwrap()
+        .unwrap();
     assert_eq!(history.command.as_deref(), Some("cmd-2"));
     assert!(history.rollback);
     let previous = history.previous.unwrap();
@@ -378,7 +382,9 @@ fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
         "previous": {"command": "cmd-1", "payload": {"manifests": ["a shell"]}}});
     rewritten["data"]["history"] = json!(STANDARD.encode(forged.to_string()));
     assert!(matches!(
-        proven_history(&rewritten, "env-1", "shop", &key),
+        proven_record(&rewritten, "env-1", "shop", &key)
+            .unwrap()
+            .history,
         Err(RecordError::BadProof)
     ));
     // Moved: a history and its proof beside another payload of the Manager's.
@@ -402,13 +408,21 @@ fn a_records_history_is_read_only_with_its_proof_beside_its_payload() {
         s["metadata"]["annotations"][crate::integrity::HISTORY_ANNOTATION].clone();
     assert!(proven_payload(&other, "env-1", "shop", &key).is_ok());
     assert!(matches!(
-        proven_history(&other, "env-1", "shop", &key),
+        proven_record(&other, "env-1", "shop", &key)
+            .unwrap()
+            .history,
         Err(RecordError::BadProof)
     ));
     // A record written before histories: none.
     let mut old = s.clone();
     old["data"].as_object_mut().unwrap().remove("history");
-    assert_eq!(proven_history(&old, "env-1", "shop", &key).unwrap(), None);
+    assert_eq!(
+        proven_record(&old, "env-1", "shop", &key)
+            .unwrap()
+            .history
+            .unwrap(),
+        None
+    );
 }
 
 #[test]
