@@ -89,6 +89,8 @@ pub(super) struct Beats {
     pub(super) self_rollout: self_rollout::Watch,
     /// The release-contract inventory, read every few minutes.
     release: crate::release::Cache,
+    /// The inventory's epoch and deltas (`inventory.delta.v1`).
+    pub(super) epoch: super::inventory_form::Epoch,
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -139,6 +141,7 @@ pub fn body(
         wait_seconds: None,
         drift: Vec::new(),
         self_upgrade: None,
+        inventory: None,
     }
 }
 
@@ -269,6 +272,7 @@ impl Agent {
         // The ends of commands it showed are not shown again.
         self.link.index.borrow_mut().heartbeat_accepted();
         self.drift.report.delivered();
+        self.inventory_answered(resp.inventory);
         let held = resp.held;
         let commands = resp.commands.unwrap_or_default();
         if commands.skipped > 0 {
@@ -425,6 +429,7 @@ impl Agent {
         );
         body.release_contract = Some(release.contract);
         body.self_upgrade = self.store.self_upgrade().map(|s| s.report());
+        self.inventory_form(&mut body);
         // `heartbeat.wait.v1`: the CP may hold it for an interval.
         body.wait_seconds = Some(self.pace.interval.as_secs());
         body.drift = self.drift.entries();

@@ -30,6 +30,7 @@ mod batch;
 mod drift;
 mod enforce;
 pub mod heartbeat;
+mod inventory_form;
 mod lead;
 mod record;
 mod rollback;
@@ -73,6 +74,7 @@ pub const CAPABILITIES: &[&str] = &[
     "drift.v1",
     "command.plan.v1",
     "rollback.v1",
+    "inventory.delta.v1",
 ];
 
 /// The capabilities advertised under `cfg`: [`CAPABILITIES`] but for

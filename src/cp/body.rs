@@ -39,6 +39,19 @@ impl<'a> HeartbeatBody<'a> {
     pub fn new(req: &'a HeartbeatRequest) -> serde_json::Result<HeartbeatBody<'a>> {
         let mut pending = Vec::with_capacity(STEP + 1024);
         serde_json::to_writer(&mut pending, req)?;
+        if req.inventory.as_ref().is_some_and(|i| i.is_delta()) {
+            // A delta (`inventory.delta.v1`): no `deployments`; what
+            // changed is in `inventory`.
+            let len = pending.len() as u64;
+            return Ok(HeartbeatBody {
+                entries: &[],
+                next: 0,
+                pending,
+                pos: 0,
+                closed: true,
+                len,
+            });
+        }
         // `{…}`: the entries go in before the closing brace.
         debug_assert_eq!(pending.last(), Some(&b'}'));
         pending.pop();
@@ -162,6 +175,7 @@ mod tests {
             trust: None,
             wait_seconds: Some(15),
             self_upgrade: None,
+            inventory: None,
             drift: Vec::new(),
         }
     }

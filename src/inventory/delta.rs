@@ -48,6 +48,8 @@ pub enum Form<K> {
 }
 
 impl<K> Form<K> {
+    /// The revision it is of.
+    #[cfg(test)]
     pub fn revision(&self) -> u64 {
         match self {
             Form::Full { revision } | Form::Delta { revision, .. } => *revision,
@@ -147,6 +149,31 @@ impl<K: Ord + Clone> Deltas<K> {
     /// The CP asked for the full form in the next heartbeat.
     pub fn resync(&mut self) {
         self.resync = true;
+    }
+}
+
+pub use crate::cp::wire::EntryKey;
+
+/// A hash of an entry's whole content, as it is reported.
+pub fn entry_hash(entry: &crate::cp::wire::DeploymentEntry) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // Written as it is sent: any field that would change the JSON changes
+    // the hash.
+    let _ = serde_json::to_writer(HashWriter(&mut h), entry);
+    h.finish()
+}
+
+struct HashWriter<'a>(&'a mut std::collections::hash_map::DefaultHasher);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::hash::Hasher as _;
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

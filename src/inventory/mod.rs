@@ -15,9 +15,6 @@ use crate::cp::wire::DeploymentEntry;
 use crate::kube::{self, Client};
 use crate::resource;
 
-// Not wired into the heartbeat yet (issue 42, in progress): its items are
-// used by its tests only.
-#[allow(dead_code)]
 pub mod delta;
 mod index;
 mod interner;

@@ -56,7 +56,7 @@ impl Index {
                     entries.push(stored.entry.clone());
                     continue;
                 }
-                stored.fresh = false;
+                let was_fresh = std::mem::replace(&mut stored.fresh, false);
                 let (verdict, turn) = stored.track.advance(
                     &stored.observed,
                     command.as_deref(),
@@ -111,9 +111,13 @@ impl Index {
                     since: stored.track.since.clone(),
                     command: progress,
                 };
-                if stored.entry.status.as_ref() != Some(&status) {
+                let changed = stored.entry.status.as_ref() != Some(&status);
+                if changed {
                     // In place unless a heartbeat still holds it.
                     Rc::make_mut(&mut stored.entry).status = Some(status);
+                }
+                if changed || was_fresh {
+                    stored.hash = super::delta::entry_hash(&stored.entry);
                 }
                 if let Some(turn) = turn {
                     turned.push(Turn {
@@ -183,6 +187,28 @@ impl Index {
     /// call, each once (docs/protocol.md, `rollback.v1`).
     pub fn take_rollbacks(&mut self) -> Vec<RollbackDue> {
         std::mem::take(&mut self.rollbacks)
+    }
+
+    /// Each owned entry's key and the hash of its content as last
+    /// reported (`inventory.delta.v1`): what the next inventory's form is
+    /// decided from.
+    pub fn hashes(&self) -> std::collections::BTreeMap<super::delta::EntryKey, u64> {
+        self.sets
+            .iter()
+            .flat_map(|s| {
+                s.entries.values().map(|stored| {
+                    let e = &stored.entry;
+                    (
+                        super::delta::EntryKey {
+                            namespace: e.namespace.clone(),
+                            name: e.name.clone(),
+                            kind: e.kind,
+                        },
+                        stored.hash,
+                    )
+                })
+            })
+            .collect()
     }
 
     /// Rollbacks the agent could not make now (the lease lost), kept for

@@ -228,6 +228,9 @@ pub(super) struct Stored {
     pub(super) fresh: bool,
     /// When the clock alone may change its phase (a deadline).
     pub(super) recheck_at: Option<Instant>,
+    /// A hash of the entry as last reported (`inventory.delta.v1`):
+    /// computed again only when it changes.
+    pub(super) hash: u64,
 }
 
 /// What an event does to a set.
@@ -376,6 +379,7 @@ impl Set {
                 uid,
                 fresh: true,
                 recheck_at: None,
+                hash: 0,
             }),
         );
     }

@@ -70,6 +70,47 @@ pub struct HeartbeatResponse<'a> {
     /// `true` is not held.
     #[serde(default, deserialize_with = "lenient_true")]
     pub held: bool,
+    /// `inventory` (`inventory.delta.v1`): a confirmation or a resync,
+    /// kept raw: a malformed one is ignored, never a failed heartbeat.
+    #[serde(default, borrow)]
+    pub inventory: Option<&'a RawValue>,
+}
+
+/// What the CP said of the inventory (docs/protocol.md,
+/// `inventory.delta.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InventoryAnswer {
+    /// It holds `revision` of `epoch`.
+    Confirmed { epoch: String, revision: u64 },
+    /// Send the full form next.
+    Resync,
+}
+
+impl InventoryAnswer {
+    /// The answer's `inventory`, when it is one of the two shapes.
+    pub fn read(raw: &RawValue) -> Option<InventoryAnswer> {
+        #[derive(Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            epoch: Option<String>,
+            #[serde(default)]
+            revision: Option<u64>,
+            #[serde(default)]
+            resync: Option<bool>,
+        }
+        let s: Shape = serde_json::from_str(raw.get()).ok()?;
+        match s {
+            Shape {
+                resync: Some(true), ..
+            } => Some(InventoryAnswer::Resync),
+            Shape {
+                epoch: Some(epoch),
+                revision: Some(revision),
+                ..
+            } => Some(InventoryAnswer::Confirmed { epoch, revision }),
+            _ => None,
+        }
+    }
 }
 
 /// `true` only for the JSON `true`; any other value (absent, `false`,

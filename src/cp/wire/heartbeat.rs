@@ -195,6 +195,42 @@ pub struct HeartbeatRequest {
     /// next one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub self_upgrade: Option<SelfUpgradeReport>,
+    /// The inventory's form (`inventory.delta.v1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<InventoryForm>,
+}
+
+/// `inventory` (docs/protocol.md, `inventory.delta.v1`): the full form
+/// (`deployments` sent) or what changed since `base` (`deployments` not
+/// sent).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryForm {
+    pub epoch: String,
+    pub revision: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Vec<Rc<DeploymentEntry>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Vec<EntryKey>>,
+}
+
+impl InventoryForm {
+    /// Whether it is a delta: `deployments` is not sent.
+    pub fn is_delta(&self) -> bool {
+        self.base.is_some()
+    }
+}
+
+/// An entry's key: what `removed` names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct EntryKey {
+    pub namespace: Rc<str>,
+    pub name: Rc<str>,
+    pub kind: &'static str,
 }
 
 /// `selfUpgrade` (docs/protocol.md, `rollback.v1`).

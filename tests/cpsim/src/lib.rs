@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod http;
+pub mod inventory;
 pub mod plan;
 pub mod protocol;
 mod serve;
@@ -379,6 +380,18 @@ impl Simulator {
     /// (`None`: never, the default), as docs/protocol.md's CP does.
     pub fn set_redeliver_after(&self, after: Option<Duration>) {
         lock(&self.shared.state).redeliver_after = after;
+    }
+
+    /// How inventories are answered (`inventory.delta.v1`): never
+    /// confirmed (version 2, the default) or always.
+    pub fn set_confirming(&self, confirming: inventory::Confirming) {
+        lock(&self.shared.state).inventory.confirming = confirming;
+    }
+
+    /// The inventory rebuilt from the heartbeats' full forms and deltas,
+    /// at the last revision.
+    pub fn rebuilt_inventory(&self) -> Option<Vec<Value>> {
+        lock(&self.shared.state).inventory.last()
     }
 
     /// Starts or stops holding heartbeats ([`SimConfig::hold`]).

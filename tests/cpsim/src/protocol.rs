@@ -70,6 +70,8 @@ pub struct State {
     /// the order first sent and before new ones (docs/protocol.md: the CP sends
     /// unacknowledged commands again); `None`: never.
     pub redeliver_after: Option<Duration>,
+    /// Inventories rebuilt from full forms and deltas.
+    pub inventory: crate::inventory::Rebuilt,
     rng: u64,
 }
 
@@ -142,6 +144,7 @@ impl State {
             issued_to: HashMap::new(),
             ttl,
             redeliver_after: None,
+            inventory: crate::inventory::Rebuilt::default(),
             rng: seed | 1,
         }
     }
@@ -309,7 +312,9 @@ impl State {
             require(body, "manager", "an object", Value::is_object),
             require(body, "proxyImage", "a string", is_str),
             require(body, "managedProxyCount", "an integer", is_uint),
-            require(body, "deployments", "a list", Value::is_array),
+            require(body, "deployments", "a list, or absent with a delta", |v| {
+                crate::inventory::listed(v, body)
+            }),
             require(body, "cluster.uid", "a string", is_str),
             require(body, "pendingAcks", "a list", Value::is_array),
         ];
@@ -349,6 +354,9 @@ impl State {
         }
         self.heartbeats.push(body.clone());
         let mut resp = json!({"commands": commands});
+        if let Some(inventory) = self.inventory.take(body) {
+            resp["inventory"] = inventory;
+        }
         if held {
             resp["held"] = json!(true);
         }
