@@ -39,8 +39,10 @@ impl Agent {
         let Some((_, deltas)) = epoch.current.as_mut() else {
             return;
         };
-        let hashes = self.link.index.borrow().hashes();
-        let form = deltas.next(hashes);
+        let index = self.link.index.borrow();
+        let contract = delta::content_hash(&body.release_contract);
+        let form = deltas.next(index.generation(), || index.hashes(), contract);
+        drop(index);
         let epoch = deltas.epoch().to_owned();
         body.inventory = Some(match form {
             Form::Full { revision } => InventoryForm {
@@ -56,14 +58,21 @@ impl Agent {
                 base,
                 changed,
                 removed,
-            } => InventoryForm {
-                epoch,
-                revision,
-                full: None,
-                base: Some(base),
-                changed: Some(entries_of(&body.deployments, &changed)),
-                removed: Some(removed),
-            },
+                contract,
+            } => {
+                if !contract {
+                    // The CP holds it as it was at the base.
+                    body.release_contract = None;
+                }
+                InventoryForm {
+                    epoch,
+                    revision,
+                    full: None,
+                    base: Some(base),
+                    changed: Some(entries_of(&body.deployments, &changed)),
+                    removed: Some(removed),
+                }
+            }
         });
     }
 

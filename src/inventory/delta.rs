@@ -35,15 +35,18 @@ impl std::fmt::Display for Ignored {
 /// The inventory's form in one heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Form<K> {
-    /// Every entry (`"full": true`).
+    /// Every entry (`"full": true`), and the release contract.
     Full { revision: u64 },
     /// What changed since `base`: the entries `changed` (new or
-    /// different), the keys `removed` (present at `base`, gone now).
+    /// different), the keys `removed` (present at `base`, gone now);
+    /// `contract`: the release contract is carried (it changed since the
+    /// base).
     Delta {
         revision: u64,
         base: u64,
         changed: Vec<K>,
         removed: Vec<K>,
+        contract: bool,
     },
 }
 
@@ -57,6 +60,15 @@ impl<K> Form<K> {
     }
 }
 
+/// What the CP confirmed holding: a revision, each entry's hash then, and
+/// the release contract's hash.
+#[derive(Debug, Clone)]
+struct Base<K> {
+    revision: u64,
+    hashes: BTreeMap<K, u64>,
+    contract: u64,
+}
+
 /// The deltas of one epoch (one leadership of this process).
 #[derive(Debug, Clone)]
 pub struct Deltas<K: Ord + Clone> {
@@ -64,8 +76,16 @@ pub struct Deltas<K: Ord + Clone> {
     /// The last revision sent (0: none yet), and each entry's hash then.
     revision: u64,
     latest: BTreeMap<K, u64>,
-    /// The last revision the CP confirmed, and each entry's hash then.
-    base: Option<(u64, BTreeMap<K, u64>)>,
+    /// The inventory's generation `latest` was taken at: an unchanged
+    /// generation is not read again (a heartbeat at rest reads nothing).
+    generation: Option<u64>,
+    /// The release contract's hash in the last revision sent.
+    contract: u64,
+    /// The last revision the CP confirmed.
+    base: Option<Base<K>>,
+    /// The last delta computed, of (revision, base): at rest the same
+    /// delta again, not computed again.
+    last_delta: Option<((u64, u64), Vec<K>, Vec<K>)>,
     /// The CP asked for the full form.
     resync: bool,
 }
@@ -78,7 +98,10 @@ impl<K: Ord + Clone> Deltas<K> {
             epoch,
             revision: 0,
             latest: BTreeMap::new(),
+            generation: None,
+            contract: 0,
             base: None,
+            last_delta: None,
             resync: false,
         }
     }
@@ -87,14 +110,32 @@ impl<K: Ord + Clone> Deltas<K> {
         &self.epoch
     }
 
-    /// The form of the next heartbeat, for the inventory `now` (each
-    /// entry's key and the hash of its whole content). The revision grows
-    /// when the inventory differs from the last one sent.
-    pub fn next(&mut self, now: BTreeMap<K, u64>) -> Form<K> {
-        if self.revision == 0 || now != self.latest {
+    /// The form of the next heartbeat. `generation` changes whenever the
+    /// inventory may have (the index's count of its changes); only then is
+    /// `hashes` called for each entry's key and the hash of its whole
+    /// content. The revision grows when they differ from the last ones
+    /// sent. `contract`: the hash of the release contract sent with it.
+    pub fn next(
+        &mut self,
+        generation: u64,
+        hashes: impl FnOnce() -> BTreeMap<K, u64>,
+        contract: u64,
+    ) -> Form<K> {
+        let moved = match self.generation {
+            Some(g) if g == generation => None,
+            _ => Some(hashes()).filter(|now| *now != self.latest),
+        };
+        // A revision names one inventory and one release contract: a new
+        // contract is a new revision, so what the CP holds of a revision
+        // never changes under it (docs/protocol.md, as implemented).
+        if self.revision == 0 || moved.is_some() || contract != self.contract {
             self.revision += 1;
+        }
+        if let Some(now) = moved {
             self.latest = now;
         }
+        self.generation = Some(generation);
+        self.contract = contract;
         let revision = self.revision;
         let base = match &self.base {
             Some(base) if !self.resync => base,
@@ -103,27 +144,25 @@ impl<K: Ord + Clone> Deltas<K> {
                 return Form::Full { revision };
             }
         };
-        let (base_revision, at_base) = (base.0, &base.1);
-        let changed: Vec<K> = self
-            .latest
-            .iter()
-            .filter(|(k, h)| at_base.get(*k) != Some(*h))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let removed: Vec<K> = at_base
-            .keys()
-            .filter(|k| !self.latest.contains_key(*k))
-            .cloned()
-            .collect();
+        let at = (revision, base.revision);
+        let (changed, removed) = match &self.last_delta {
+            Some((of, changed, removed)) if *of == at => (changed.clone(), removed.clone()),
+            _ => {
+                let (changed, removed) = difference(&base.hashes, &self.latest);
+                self.last_delta = Some((at, changed.clone(), removed.clone()));
+                (changed, removed)
+            }
+        };
         // A delta no smaller than the full form is sent as the full form.
         if changed.len() + removed.len() >= self.latest.len().max(1) {
             return Form::Full { revision };
         }
         Form::Delta {
             revision,
-            base: base_revision,
+            base: base.revision,
             changed,
             removed,
+            contract: contract != base.contract,
         }
     }
 
@@ -136,13 +175,17 @@ impl<K: Ord + Clone> Deltas<K> {
         if revision == 0 || revision > self.revision {
             return Err(Ignored::NeverSent(revision));
         }
-        if self.base.as_ref().is_some_and(|(b, _)| revision <= *b) {
+        if self.base.as_ref().is_some_and(|b| revision <= b.revision) {
             return Ok(());
         }
         if revision != self.revision {
             return Err(Ignored::NotKept(revision));
         }
-        self.base = Some((revision, self.latest.clone()));
+        self.base = Some(Base {
+            revision,
+            hashes: self.latest.clone(),
+            contract: self.contract,
+        });
         Ok(())
     }
 
@@ -152,15 +195,52 @@ impl<K: Ord + Clone> Deltas<K> {
     }
 }
 
+/// The keys of `now` that are new or differ from `base`, and the keys of
+/// `base` gone from `now`: one walk of both in key order.
+fn difference<K: Ord + Clone>(base: &BTreeMap<K, u64>, now: &BTreeMap<K, u64>) -> (Vec<K>, Vec<K>) {
+    let (mut changed, mut removed) = (Vec::new(), Vec::new());
+    let (mut b, mut n) = (base.iter().peekable(), now.iter().peekable());
+    loop {
+        match (b.peek(), n.peek()) {
+            (None, None) => break,
+            (Some((bk, _)), None) => {
+                removed.push((*bk).clone());
+                b.next();
+            }
+            (None, Some((nk, _))) => {
+                changed.push((*nk).clone());
+                n.next();
+            }
+            (Some((bk, bh)), Some((nk, nh))) => match bk.cmp(nk) {
+                std::cmp::Ordering::Less => {
+                    removed.push((*bk).clone());
+                    b.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    changed.push((*nk).clone());
+                    n.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if bh != nh {
+                        changed.push((*nk).clone());
+                    }
+                    b.next();
+                    n.next();
+                }
+            },
+        }
+    }
+    (changed, removed)
+}
+
 pub use crate::cp::wire::EntryKey;
 
-/// A hash of an entry's whole content, as it is reported.
-pub fn entry_hash(entry: &crate::cp::wire::DeploymentEntry) -> u64 {
+/// A hash of what is sent as `value` (an entry, the release contract):
+/// any field that would change the JSON changes the hash.
+pub fn content_hash<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     use std::hash::Hasher as _;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    // Written as it is sent: any field that would change the JSON changes
-    // the hash.
-    let _ = serde_json::to_writer(HashWriter(&mut h), entry);
+    let _ = serde_json::to_writer(HashWriter(&mut h), value);
     h.finish()
 }
 

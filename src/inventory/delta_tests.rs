@@ -6,37 +6,44 @@
 use super::*;
 use crate::backoff::Jitter;
 
+/// An inventory and the release contract sent with it.
+type Sent = (BTreeMap<u32, u64>, u64);
+
 /// The CP's side: the forms it rebuilt, by epoch and revision.
 #[derive(Default)]
 struct Cp {
-    forms: BTreeMap<(String, u64), BTreeMap<u32, u64>>,
+    forms: BTreeMap<(String, u64), Sent>,
 }
 
 impl Cp {
     /// Applies a heartbeat's inventory; `Err` when it must ask for a
     /// resync (a delta on a base it does not hold).
-    fn take(&mut self, epoch: &str, form: &Form<u32>, sent: &BTreeMap<u32, u64>) -> Result<(), ()> {
+    fn take(&mut self, epoch: &str, form: &Form<u32>, sent: &Sent) -> Result<(), ()> {
         let rebuilt = match form {
             Form::Full { .. } => sent.clone(),
             Form::Delta {
                 base,
                 changed,
                 removed,
+                contract,
                 ..
             } => {
-                let mut at = self
+                let (mut at, mut at_contract) = self
                     .forms
                     .get(&(epoch.to_owned(), *base))
                     .cloned()
                     .ok_or(())?;
                 for k in changed {
                     // A delta carries each changed entry whole.
-                    at.insert(*k, sent[k]);
+                    at.insert(*k, sent.0[k]);
                 }
                 for k in removed {
                     at.remove(k);
                 }
-                at
+                if *contract {
+                    at_contract = sent.1;
+                }
+                (at, at_contract)
             }
         };
         assert_eq!(
@@ -70,17 +77,25 @@ fn the_cp_rebuilds_every_revision_whatever_is_lost_late_bogus_or_resynced() {
         let mut cp = Cp::default();
         let mut sent_revisions = Vec::new();
         let mut deltas_sent = 0;
+        // The index's generation: changed with the inventory, and
+        // sometimes without (a watch event that changed nothing).
+        let mut generation = 0u64;
+        let mut contract = 0u64;
         for step in 0..300u64 {
             // The cluster changes, or not.
-            match pick(&mut j, 10) {
+            match pick(&mut j, 12) {
                 0..=1 => {
                     let k = pick(&mut j, 40) as u32;
                     inventory.insert(k, step);
+                    generation += 1;
                 }
                 2 => {
                     let k = pick(&mut j, 40) as u32;
                     inventory.remove(&k);
+                    generation += 1;
                 }
+                10 => generation += 1,
+                11 => contract = step % 3,
                 3 if pick(&mut j, 20) == 0 => {
                     // A restart or a new leader: a new epoch.
                     deltas = new_epoch(&mut epochs);
@@ -89,7 +104,7 @@ fn the_cp_rebuilds_every_revision_whatever_is_lost_late_bogus_or_resynced() {
                 _ => {}
             }
             let before = deltas.revision;
-            let form = deltas.next(inventory.clone());
+            let form = deltas.next(generation, || inventory.clone(), contract);
             if let Some(&(_, last)) = sent_revisions.last() {
                 assert!(form.revision() >= last);
                 if form.revision() == last {
@@ -101,7 +116,7 @@ fn the_cp_rebuilds_every_revision_whatever_is_lost_late_bogus_or_resynced() {
             }
             let epoch = deltas.epoch().to_owned();
             sent_revisions.push((epoch.clone(), form.revision()));
-            let took = cp.take(&epoch, &form, &inventory);
+            let took = cp.take(&epoch, &form, &(inventory.clone(), contract));
             // The CP answers, or its answer is lost.
             match (took, pick(&mut j, 10)) {
                 (Err(()), _) => deltas.resync(),
@@ -140,55 +155,100 @@ fn the_cp_rebuilds_every_revision_whatever_is_lost_late_bogus_or_resynced() {
 #[test]
 fn at_rest_a_confirmed_inventory_sends_an_empty_delta_and_an_unconfirmed_one_the_full_form() {
     let inventory: BTreeMap<u32, u64> = (0..10_000).map(|k| (k, 1)).collect();
-    let mut d: Deltas<u32> = Deltas::new("e".repeat(16));
-    assert_eq!(d.next(inventory.clone()), Form::Full { revision: 1 });
-    // A CP that never confirms: the full form, the revision repeated.
-    assert_eq!(d.next(inventory.clone()), Form::Full { revision: 1 });
-    d.confirmed(&"e".repeat(16), 1).unwrap();
+    let e = "e".repeat(16);
+    let mut d: Deltas<u32> = Deltas::new(e.clone());
     assert_eq!(
-        d.next(inventory.clone()),
-        Form::Delta {
-            revision: 1,
-            base: 1,
-            changed: vec![],
-            removed: vec![]
-        }
+        d.next(1, || inventory.clone(), 0),
+        Form::Full { revision: 1 }
     );
+    // A CP that never confirms: the full form, the revision repeated.
+    assert_eq!(
+        d.next(2, || inventory.clone(), 0),
+        Form::Full { revision: 1 }
+    );
+    d.confirmed(&e, 1).unwrap();
+    let at_rest = Form::Delta {
+        revision: 1,
+        base: 1,
+        changed: vec![],
+        removed: vec![],
+        contract: false,
+    };
+    assert_eq!(d.next(2, || inventory.clone(), 0), at_rest);
+    // The same generation: the inventory is not read again.
+    assert_eq!(d.next(2, || unreachable!("read at rest"), 0), at_rest);
     // One entry changed, one gone: just those.
     let mut changed = inventory.clone();
     changed.insert(7, 2);
     changed.remove(&9);
     assert_eq!(
-        d.next(changed.clone()),
+        d.next(3, || changed.clone(), 0),
         Form::Delta {
             revision: 2,
             base: 1,
             changed: vec![7],
-            removed: vec![9]
+            removed: vec![9],
+            contract: false,
         }
     );
     // Asked again: the full form once, then deltas again.
     d.resync();
-    assert_eq!(d.next(changed.clone()), Form::Full { revision: 2 });
+    assert_eq!(d.next(3, || unreachable!(), 0), Form::Full { revision: 2 });
     assert!(matches!(
-        d.next(changed.clone()),
+        d.next(3, || unreachable!(), 0),
         Form::Delta { base: 1, .. }
     ));
     // The base never goes down.
-    d.confirmed(&"e".repeat(16), 2).unwrap();
-    d.confirmed(&"e".repeat(16), 1).unwrap();
-    assert!(matches!(d.next(changed), Form::Delta { base: 2, .. }));
+    d.confirmed(&e, 2).unwrap();
+    d.confirmed(&e, 1).unwrap();
+    assert!(matches!(
+        d.next(3, || unreachable!(), 0),
+        Form::Delta { base: 2, .. }
+    ));
+}
+
+#[test]
+fn a_new_release_contract_is_a_new_revision_carried_until_its_base() {
+    let e = "e".repeat(16);
+    let inventory = || BTreeMap::from([(1u32, 1u64), (2, 1), (3, 1)]);
+    let mut d: Deltas<u32> = Deltas::new(e.clone());
+    d.next(1, inventory, 10);
+    d.confirmed(&e, 1).unwrap();
+    let carried = |f: Form<u32>| match f {
+        Form::Delta {
+            revision, contract, ..
+        } => (revision, contract),
+        Form::Full { .. } => panic!("a delta"),
+    };
+    assert_eq!(carried(d.next(1, inventory, 10)), (1, false));
+    // Changed at rest: a new revision that carries it, until confirmed.
+    assert_eq!(carried(d.next(1, inventory, 11)), (2, true));
+    assert_eq!(carried(d.next(1, inventory, 11)), (2, true));
+    d.confirmed(&e, 2).unwrap();
+    assert_eq!(carried(d.next(1, inventory, 11)), (2, false));
+    // Back to the old one: it differs from the base's.
+    assert_eq!(carried(d.next(1, inventory, 10)), (3, true));
 }
 
 #[test]
 fn a_delta_no_smaller_than_the_inventory_is_sent_whole() {
     let mut d: Deltas<u32> = Deltas::new("e".repeat(16));
-    d.next(BTreeMap::from([(1, 1), (2, 1)]));
+    d.next(1, || BTreeMap::from([(1, 1), (2, 1)]), 0);
     d.confirmed(&"e".repeat(16), 1).unwrap();
     assert_eq!(
-        d.next(BTreeMap::from([(1, 2), (2, 2)])),
+        d.next(2, || BTreeMap::from([(1, 2), (2, 2)]), 0),
         Form::Full { revision: 2 }
     );
+}
+
+#[test]
+fn the_difference_walks_both_in_key_order() {
+    let base = BTreeMap::from([(1u32, 1u64), (2, 1), (4, 1), (6, 1)]);
+    let now = BTreeMap::from([(0u32, 1u64), (2, 2), (4, 1), (5, 1)]);
+    assert_eq!(difference(&base, &now), (vec![0, 2, 5], vec![1, 6]));
+    assert_eq!(difference(&now, &now), (vec![], vec![]));
+    assert_eq!(difference(&BTreeMap::new(), &now).0.len(), 4);
+    assert_eq!(difference(&now, &BTreeMap::new()).1.len(), 4);
 }
 
 #[test]

@@ -43,6 +43,10 @@ pub struct Index {
     pub(super) commands: BTreeMap<CommandKey, CommandTrack>,
     /// Failures the reports found, for the agent to roll back.
     pub(super) rollbacks: Vec<super::status::RollbackDue>,
+    /// Counts the reports whose entries may differ from the last one's
+    /// (`inventory.delta.v1`), and that one's number of entries.
+    pub(super) generation: u64,
+    pub(super) reported: usize,
 }
 
 impl Index {
@@ -70,6 +74,8 @@ impl Index {
             started: false,
             commands: BTreeMap::new(),
             rollbacks: Vec::new(),
+            generation: 0,
+            reported: 0,
         }
     }
 

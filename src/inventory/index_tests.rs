@@ -246,6 +246,8 @@ fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
         started: true,
         commands: BTreeMap::new(),
         rollbacks: Vec::new(),
+        generation: 0,
+        reported: 0,
     };
     let mut index = index;
     let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());
@@ -325,4 +327,56 @@ impl Set {
             Watch::Closed { version, .. } | Watch::Open { version, .. } => Some(version),
         }
     }
+}
+
+#[test]
+fn the_generation_moves_with_an_added_changed_or_removed_entry_and_not_at_rest() {
+    let index_of = |s: Set| Index {
+        trust: trust(false),
+        selector: String::new(),
+        sets: vec![s],
+        shared: Interner::default(),
+        started: true,
+        commands: BTreeMap::new(),
+        rollbacks: Vec::new(),
+        generation: 0,
+        reported: 0,
+    };
+    let mut index = index_of(set().0);
+    let now = Instant::now();
+    let deadline = Duration::from_secs(600);
+    let report = |index: &mut Index| {
+        index.report(now, "T", deadline, &mut Vec::new());
+        (index.generation(), index.hashes())
+    };
+    let event = |index: &mut Index, kind: &str, object: String| {
+        let line = format!(r#"{{"type": "{kind}", "object": {object}}}"#);
+        let set = &mut index.sets[0];
+        apply(set, line.as_bytes(), &trust(false), &mut index.shared, now);
+    };
+    let (g0, _) = report(&mut index);
+    event(&mut index, "ADDED", proxy("a", "env-1", "10"));
+    event(&mut index, "ADDED", proxy("b", "env-1", "11"));
+    let (g1, h1) = report(&mut index);
+    assert_ne!(g1, g0, "two entries added");
+    assert_eq!(h1.len(), 2);
+    assert_eq!(report(&mut index).0, g1, "at rest");
+    // Changed: replicas 2 → 3.
+    event(
+        &mut index,
+        "MODIFIED",
+        proxy("a", "env-1", "12").replace(r#""replicas": 2"#, r#""replicas": 3"#),
+    );
+    let (g2, h2) = report(&mut index);
+    assert_ne!(g2, g1, "an entry changed");
+    let a = |h: &BTreeMap<crate::cp::wire::EntryKey, u64>| {
+        h.iter().find(|(k, _)| &*k.name == "a").map(|(_, v)| *v)
+    };
+    assert_ne!(a(&h2), a(&h1), "its hash with it");
+    // Removed, with nothing added: fewer entries.
+    event(&mut index, "DELETED", proxy("b", "env-1", "13"));
+    let (g3, h3) = report(&mut index);
+    assert_ne!(g3, g2, "an entry removed");
+    assert_eq!(h3.len(), 1);
+    assert_eq!(report(&mut index).0, g3, "at rest again");
 }

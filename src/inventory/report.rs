@@ -30,6 +30,9 @@ impl Index {
         // One copy of the time for every entry whose phase changes now.
         let wall: Rc<str> = Rc::from(wall);
         let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
+        // Whether an entry may differ from the last report's: one judged
+        // again and changed, or new (fresh), or one gone (fewer entries).
+        let mut moved = false;
         for set in &mut self.sets {
             let set_kind = set.kind.kind();
             for stored in set.entries.values_mut() {
@@ -117,7 +120,8 @@ impl Index {
                     Rc::make_mut(&mut stored.entry).status = Some(status);
                 }
                 if changed || was_fresh {
-                    stored.hash = super::delta::entry_hash(&stored.entry);
+                    moved = true;
+                    stored.hash = super::delta::content_hash(&*stored.entry);
                 }
                 if let Some(turn) = turn {
                     turned.push(Turn {
@@ -132,6 +136,10 @@ impl Index {
             }
         }
         entries.sort_unstable();
+        if moved || entries.len() != self.reported {
+            self.generation += 1;
+            self.reported = entries.len();
+        }
         let mut errors: Vec<String> = self
             .sets
             .iter()
@@ -187,6 +195,12 @@ impl Index {
     /// call, each once (docs/protocol.md, `rollback.v1`).
     pub fn take_rollbacks(&mut self) -> Vec<RollbackDue> {
         std::mem::take(&mut self.rollbacks)
+    }
+
+    /// Changes whenever a report's entries may differ from the last
+    /// one's: what [`Index::hashes`] returns is the same while it does not.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Each owned entry's key and the hash of its content as last

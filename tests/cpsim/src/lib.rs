@@ -383,15 +383,40 @@ impl Simulator {
     }
 
     /// How inventories are answered (`inventory.delta.v1`): never
-    /// confirmed (version 2, the default) or always.
+    /// confirmed (version 2, the default), always, or one heartbeat late.
     pub fn set_confirming(&self, confirming: inventory::Confirming) {
         lock(&self.shared.state).inventory.confirming = confirming;
     }
 
+    /// Loses the confirmations of the next `n` answers.
+    pub fn lose_confirmations(&self, n: u32) {
+        lock(&self.shared.state).inventory.lose = n;
+    }
+
+    /// Sends `answer` as the next answer's `inventory`, instead of a
+    /// confirmation (a bogus one, for instance).
+    pub fn answer_inventory_with(&self, answer: Value) {
+        lock(&self.shared.state).inventory.instead.push_back(answer);
+    }
+
+    /// Asks for the full form in the next answer.
+    pub fn ask_inventory_resync(&self) {
+        lock(&self.shared.state).inventory.resync = true;
+    }
+
     /// The inventory rebuilt from the heartbeats' full forms and deltas,
-    /// at the last revision.
-    pub fn rebuilt_inventory(&self) -> Option<Vec<Value>> {
-        lock(&self.shared.state).inventory.last()
+    /// at the last revision, and its release contract.
+    pub fn rebuilt_inventory(&self) -> Option<(Vec<Value>, Value)> {
+        let state = lock(&self.shared.state);
+        Some((state.inventory.last()?, state.inventory.last_contract()?))
+    }
+
+    /// Deltas applied, full forms compared with a revision rebuilt from
+    /// deltas, and what differed.
+    pub fn inventory_checks(&self) -> (u64, u64, Vec<String>) {
+        let state = lock(&self.shared.state);
+        let i = &state.inventory;
+        (i.deltas, i.compared, i.mismatches.clone())
     }
 
     /// Starts or stops holding heartbeats ([`SimConfig::hold`]).
