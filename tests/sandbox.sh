@@ -14,7 +14,8 @@
 # deployments, one legacy deployment, the plan of a rollout (command.plan.v1),
 # the rollout, which ends failed (status.v1) and is rolled back (rollback.v1),
 # two kubectl edits (one drift reported, one corrected: drift.v1), the
-# Events, an uninstall. Ctrl-C stops everything it started.
+# Events, an uninstall, and heartbeats that carry only what changed once the
+# CP confirms what it holds (inventory.delta.v1). Ctrl-C stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What a fresh machine lacks (Debian packages, rustup targets).
@@ -205,17 +206,61 @@ for _ in $(seq 1 600); do
 done
 sleep 2
 
-say "the last heartbeat reports:"
-curl -fsS --cacert "$work/cp-ca.pem" "$cp_url/_sim/heartbeats" | python3 -c '
+# Inventory deltas (inventory.delta.v1): a CP that confirms what it holds
+# gets what changed, not the whole inventory.
+sim() { curl -fsS --cacert "$work/cp-ca.pem" "$@"; }
+beats() { sim "$cp_url/_sim/heartbeats" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))'; }
+wait_beats() { # n
+  local until=$(($(beats) + $1))
+  for _ in $(seq 1 600); do [ "$(beats)" -ge "$until" ] && return 0; sleep 0.1; done
+  echo "sandbox: no heartbeat for 60 s" >&2; exit 1
+}
+last_inventory() {
+  sim "$cp_url/_sim/heartbeats" | python3 -c '
 import json, sys
 hb = json.load(sys.stdin)[-1]
+i = hb["inventory"]
+size = len(json.dumps(hb, separators=(",", ":")))
+if i.get("full"):
+    print("the full form, revision %d: %d deployments, %d bytes" % (i["revision"], len(hb["deployments"]), size))
+else:
+    print("a delta, revision %d on base %d: changed %s, removed %s, %d bytes" % (i["revision"], i["base"], [c["name"] for c in i["changed"]], [r["name"] for r in i["removed"]], size))'
+}
+say "control plane: confirming inventories now (inventory.delta.v1); until now each heartbeat carried $(last_inventory)"
+sim -X POST "$cp_url/_sim/inventory?confirm=always"
+# orders is failing again (its rollout was rolled back to an image no
+# operator runs here), so its status may change once more before all rests.
+for _ in $(seq 1 600); do last_inventory | grep -q "changed \[\], removed \[\]" && break; sleep 0.1; done
+say "at rest, the heartbeat carries $(last_inventory)"
+k -n "$app" scale deployment billing --replicas=2 >/dev/null
+say "kubectl scale deployment billing --replicas=2"
+for _ in $(seq 1 300); do last_inventory | grep -q "changed \['billing'\]" && break; sleep 0.1; done
+say "the next heartbeat carries $(last_inventory)"
+say "control plane: loses two confirmations, then asks for the full form"
+sim -X POST "$cp_url/_sim/inventory?lose=2"
+wait_beats 2
+sim -X POST "$cp_url/_sim/inventory?resync=true"
+wait_beats 2
+sim "$cp_url/_sim/inventory" | python3 -c '
+import json, sys
+i = json.load(sys.stdin)
+print("  the simulator applied %d deltas; %d full forms compared with the revision rebuilt from deltas; mismatches: %s" % (i["deltas"], i["compared"], i["mismatches"] or "none"))
+sys.exit(1 if i["mismatches"] or i["compared"] == 0 else 0)' \
+  || { echo "sandbox: the inventory rebuilt from deltas is not the full form" >&2; exit 1; }
+
+say "the last heartbeat reports (its inventory as the simulator rebuilt it):"
+sim "$cp_url/_sim/inventory" >"$work/inventory.json"
+sim "$cp_url/_sim/heartbeats" | python3 -c '
+import json, sys
+hb = json.load(sys.stdin)[-1]
+rebuilt = json.load(open(sys.argv[1]))
 print("  sequence %d, %d managed deployments:" % (hb["sequence"], hb["managedProxyCount"]))
-for d in hb["deployments"]:
+for d in rebuilt["deployments"]:
     st = d.get("status", {})
     print("    %-10s %-10s %-10s replicas=%s image=%s phase=%s (%s)" % (d["namespace"], d["name"], d["kind"], d["replicas"], d.get("image"), st.get("phase"), st.get("message", "")))
 for d in hb.get("drift", []):
     for o in d["objects"]:
-        print("    drift: %s %s %s %s %s" % (d["name"], o["kind"], o["name"], o.get("fields", "gone"), o["action"]))'
+        print("    drift: %s %s %s %s %s" % (d["name"], o["kind"], o["name"], o.get("fields", "gone"), o["action"]))' "$work/inventory.json"
 say "the objects in $app:"
 k -n "$app" get nexoproxies,deployments,configmaps -l app.kubernetes.io/managed-by=nexo-manager -L nexo.io/deployment
 rss=$(grep VmHWM "/proc/$manager/status" | awk '{print $2 " " $3}')

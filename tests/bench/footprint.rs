@@ -29,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{machine, median, read_proc, ticks_per_second};
+use nexo_cpsim::inventory::Confirming;
 use nexo_cpsim::{Brief, Endpoint, Fault, FaultAction};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, PROXY_IMAGE};
@@ -725,11 +726,15 @@ struct SizeFigures {
     size: usize,
     rss_kb: u64,
     hwm_kb: u64,
-    /// Mean and median CPU of a heartbeat cycle.
+    /// Mean and median CPU of a heartbeat cycle (a CP that never
+    /// confirms: the full form, version 2's heartbeat).
     cpu_ms: f64,
     cpu_median_ms: f64,
     tick_ms: f64,
     body: usize,
+    /// The same with a CP that confirms (`inventory.delta.v1`): at rest,
+    /// and the body after one deployment changed.
+    delta: DeltaFigures,
     cp_handshakes: usize,
     sockets: usize,
     diy_rss_kb: u64,
@@ -737,31 +742,45 @@ struct SizeFigures {
     diy_handshakes: f64,
 }
 
-fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
-    // Ours.
-    let env = manager_env(f, 1);
-    let before = f.sim.heartbeat_count();
-    let connections_before = f.sim.connections();
-    let mut m = spawn_static(f, &env);
+struct DeltaFigures {
+    cpu_ms: f64,
+    cpu_median_ms: f64,
+    rss_kb: u64,
+    body_rest: usize,
+    body_changed: usize,
+}
+
+/// What `cycles` heartbeat cycles of the Manager `pid` cost.
+struct Cycles {
+    p0: common::Proc,
+    p1: common::Proc,
+    n: f64,
+    per_cycle: Vec<f64>,
+    rss_max: u64,
+}
+
+fn measure_cycles(
+    f: &Fixture,
+    m: &mut Manager,
+    cycles: usize,
+    seen: &mut BTreeSet<String>,
+) -> Cycles {
     let pid = m.pid();
-    let warm = before + 3;
-    wait_heartbeats(f, &mut m, warm, Duration::from_secs(120));
     let p0 = read_proc(pid);
     let h0 = f.sim.heartbeat_count();
-    let mut seen = sockets(pid);
     let mut rss_max = 0;
     // CPU of each cycle: sampled when its heartbeat has arrived, the point
     // where the cycle's work is done and the Manager is about to wait.
     let mut per_cycle = Vec::new();
     let (mut last_count, mut last_ns) = (h0, p0.cpu_ns);
-    let deadline = Instant::now() + Duration::from_secs(60 + 10 * plan.cycles as u64);
-    while f.sim.heartbeat_count() < h0 + plan.cycles {
+    let deadline = Instant::now() + Duration::from_secs(60 + 10 * cycles as u64);
+    while f.sim.heartbeat_count() < h0 + cycles {
         std::thread::sleep(Duration::from_millis(20));
         let running = m.running();
         m.check(running, "the Manager is running");
         m.check(
             Instant::now() < deadline,
-            &format!("{} heartbeats in time", plan.cycles),
+            &format!("{cycles} heartbeats in time"),
         );
         let count = f.sim.heartbeat_count();
         if count > last_count {
@@ -777,8 +796,33 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
         }
     }
     let p1 = read_proc(pid);
-    let h1 = f.sim.heartbeat_count();
-    let n = (h1 - h0) as f64;
+    let n = (f.sim.heartbeat_count() - h0) as f64;
+    Cycles {
+        p0,
+        p1,
+        n,
+        per_cycle,
+        rss_max,
+    }
+}
+
+/// The compact JSON length of a heartbeat body (what was sent: the
+/// Manager writes compact JSON with serde_json too).
+fn json_len(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(0, |b| b.len())
+}
+
+fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
+    // Ours, with a CP that never confirms (the full form every time).
+    f.sim.set_confirming(Confirming::Never);
+    let env = manager_env(f, 1);
+    let before = f.sim.heartbeat_count();
+    let connections_before = f.sim.connections();
+    let mut m = spawn_static(f, &env);
+    let warm = before + 3;
+    wait_heartbeats(f, &mut m, warm, Duration::from_secs(120));
+    let mut seen = sockets(m.pid());
+    let mut c = measure_cycles(f, &mut m, plan.cycles, &mut seen);
     let briefs = f.sim.briefs();
     let last = heartbeats_of(&briefs).last().map(|b| b.body_len).unwrap();
     let reported = f.sim.last_heartbeat().unwrap()["managedProxyCount"].as_u64();
@@ -787,7 +831,59 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
         &format!("the heartbeat reports all {size} proxies (got {reported:?})"),
     );
     let handshakes = f.sim.connections() - connections_before;
+
+    // The same Manager once the CP confirms: deltas.
+    f.sim.set_confirming(Confirming::Always);
+    let at = f.sim.heartbeat_count();
+    wait_heartbeats(f, &mut m, at + 2, Duration::from_secs(60));
+    let mut d = measure_cycles(f, &mut m, plan.cycles, &mut seen);
+    let rest = f.sim.last_heartbeat().unwrap();
+    m.check(
+        rest["inventory"]["base"].is_u64() && rest["inventory"]["changed"] == json!([]),
+        &format!("at rest, an empty delta: {}", rest["inventory"]),
+    );
+    let body_rest = json_len(&rest);
+    let body_changed = if size == 0 {
+        0
+    } else {
+        // One deployment changes: its entry alone.
+        let path = format!(
+            "/apis/nexo.io/v1alpha1/namespaces/{}/nexoproxies/p00000",
+            f.ns.name
+        );
+        let replicas = 3 + (f.sim.heartbeat_count() % 5) as i64;
+        f.tb.admin()
+            .patch(
+                &path,
+                nexo_manager::kube::client::MERGE_PATCH,
+                &json!({"spec": {"replicas": replicas}}),
+            )
+            .unwrap();
+        let mut changed = None;
+        m.wait_until(Duration::from_secs(30), "a delta naming p00000", || {
+            let hb = f.sim.last_heartbeat().unwrap_or_default();
+            if hb["inventory"]["changed"][0]["replicas"] == replicas {
+                changed = Some(json_len(&hb));
+            }
+            changed.is_some()
+        });
+        changed.unwrap_or(0)
+    };
+    f.sim.set_confirming(Confirming::Never);
     stop(&mut m);
+    c.rss_max = c.rss_max.max(d.rss_max);
+    let delta = DeltaFigures {
+        cpu_ms: (d.p1.cpu_ns - d.p0.cpu_ns) as f64 / 1e6 / d.n,
+        cpu_median_ms: median(&mut d.per_cycle),
+        rss_kb: d.rss_max.max(d.p1.rss_kb),
+        body_rest,
+        body_changed,
+    };
+    let (p0, mut p1, n) = (c.p0, c.p1, c.n);
+    // The peak of the whole run, both phases.
+    p1.hwm_kb = d.p1.hwm_kb;
+    let mut per_cycle = c.per_cycle;
+    let rss_max = c.rss_max;
 
     // The DIY loop, on the same proxies.
     let connections_before = f.sim.connections();
@@ -818,6 +914,7 @@ fn measure_size(plan: &Plan, f: &Fixture, size: usize, hz: u64) -> SizeFigures {
         cpu_median_ms: median(&mut per_cycle),
         tick_ms: (p1.ticks - p0.ticks) as f64 * tick_ms / n,
         body: last,
+        delta,
         cp_handshakes: handshakes,
         sockets: seen.len(),
         diy_rss_kb: end.max_rss_kb,
@@ -1489,6 +1586,14 @@ fn main() {
                 "bench: {size} proxies: ours RSS {} kB, HWM {} kB, CPU/heartbeat median {:.3} ms, mean {:.3} ms, body {} B; DIY {} kB, {:.1} ms/cycle",
                 s.rss_kb, s.hwm_kb, s.cpu_median_ms, s.cpu_ms, s.body, s.diy_rss_kb, s.diy_cpu_ms
             );
+            eprintln!(
+                "bench: {size} proxies, CP confirming: CPU/heartbeat median {:.3} ms, mean {:.3} ms, RSS {} kB; body at rest {} B, after one change {} B",
+                s.delta.cpu_median_ms,
+                s.delta.cpu_ms,
+                s.delta.rss_kb,
+                s.delta.body_rest,
+                s.delta.body_changed
+            );
             sizes.push(s);
         }
         for s in &sizes {
@@ -1524,7 +1629,31 @@ fn main() {
                 "".into(),
                 "".into(),
                 "",
-                "simulator request log",
+                "simulator request log; a CP that never confirms (version 2)",
+            ));
+            let d = &s.delta;
+            rows.push(row(
+                &format!("{} proxies, CP confirming: CPU per heartbeat at rest", s.size),
+                format!("median {:.3} ms, mean {:.3} ms; {} resident", d.cpu_median_ms, d.cpu_ms, kib(d.rss_kb)),
+                "".into(),
+                "".into(),
+                match s.size {
+                    100 => "≤ 0.3 ms",
+                    10_000 => "≤ 1 ms",
+                    _ => "",
+                },
+                "`/proc/PID/schedstat`, the same Manager after the simulator confirms (`inventory.delta.v1`)",
+            ));
+            rows.push(row(
+                &format!(
+                    "{} proxies, CP confirming: heartbeat body at rest / after one change",
+                    s.size
+                ),
+                format!("{} B / {} B", d.body_rest, d.body_changed),
+                "".into(),
+                "".into(),
+                "≤ 2 KiB / ≤ 4 KiB",
+                "compact JSON of the heartbeat the simulator received",
             ));
             rows.push(row(
                 &format!("{} proxies: TLS handshakes with the CP", s.size),

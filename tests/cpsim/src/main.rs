@@ -14,7 +14,9 @@
 //! Prints `url=...`, `token.<ID>=...`, `ca=...`, `keys=...` and `ready`, one per line,
 //! then serves until killed. Admin endpoints: `GET /_sim/log`,
 //! `GET /_sim/acks`, `GET /_sim/heartbeats`, `POST /_sim/commands?env=ID`,
-//! `POST /_sim/expire-sessions`, `POST /_sim/hold?on=true|false`.
+//! `POST /_sim/expire-sessions`, `POST /_sim/hold?on=true|false`,
+//! `POST /_sim/inventory?confirm=never|always|late&lose=N&resync=true`, `GET
+//! /_sim/inventory` (the inventory rebuilt from deltas and its checks).
 
 #![forbid(unsafe_code)]
 

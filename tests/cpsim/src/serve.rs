@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 
 use crate::http::{self, Response};
+use crate::inventory::Confirming;
 use crate::protocol;
 use crate::{Endpoint, FaultAction, LoggedRequest, Shared, lock};
 
@@ -334,6 +335,37 @@ fn admin(shared: &Shared, req: &http::Request) -> Response {
             shared.hold.store(on, Ordering::SeqCst);
             shared.wake.notify_all();
             Response::text(204, "")
+        }
+        ("POST", "/_sim/inventory") => {
+            // `confirm=never|always|late`, `lose=N`, `resync=true`.
+            let mut state = lock(&shared.state);
+            let inventory = &mut state.inventory;
+            for kv in query.split('&') {
+                match kv.split_once('=') {
+                    Some(("confirm", "never")) => inventory.confirming = Confirming::Never,
+                    Some(("confirm", "always")) => inventory.confirming = Confirming::Always,
+                    Some(("confirm", "late")) => inventory.confirming = Confirming::Late,
+                    Some(("lose", n)) => inventory.lose = n.parse().unwrap_or(0),
+                    Some(("resync", "true")) => inventory.resync = true,
+                    _ => {
+                        return protocol::error(
+                            400,
+                            "bad_query",
+                            "confirm=never|always|late, lose=N, resync=true",
+                        );
+                    }
+                }
+            }
+            Response::text(204, "")
+        }
+        ("GET", "/_sim/inventory") => {
+            let state = lock(&shared.state);
+            let i = &state.inventory;
+            Response::json(
+                200,
+                &json!({"deployments": i.last(), "releaseContract": i.last_contract(),
+                        "deltas": i.deltas, "compared": i.compared, "mismatches": i.mismatches}),
+            )
         }
         _ => protocol::error(404, "not_found", "no such admin endpoint"),
     }
