@@ -1,23 +1,20 @@
 //! The Manager's state, in one Secret of its own namespace: the binding and
 //! the ledger of finished commands.
 //!
-//! The Secret holds one key, `state.json`. It is written with optimistic
-//! concurrency: every update carries the `resourceVersion` it was read at,
-//! and a 409 re-reads and re-applies the change a bounded number of times.
-//! A Secret deleted under the Manager is created again.
-//!
-//! A finished command costs one write: the delivery flags of the acks sent
-//! since go with the next write (see `agent::state_store`), and a delivered
-//! entry keeps no resources.
+//! The Secret holds one key, `state.json`, written with optimistic
+//! concurrency: an update carries the `resourceVersion` it was read at, a
+//! 409 re-reads and re-applies it a bounded number of times, and a Secret
+//! deleted under the Manager is created again. A finished command costs one
+//! write: the delivery flags of the acks sent since go with the next write
+//! (see `agent::state_store`); a delivered entry keeps no resources.
 //!
 //! Budget (docs/protocol.md, "State budget"): the document stays under
-//! [`STATE_BUDGET`] bytes whatever the commands were. An entry's message is
-//! cut to [`MESSAGE_MAX`] bytes and its resources to [`RESOURCES_MAX`]
-//! (the rest counted by action); past the budget the oldest delivered
-//! entries leave first, then undelivered ones lose their resource lists.
+//! [`STATE_BUDGET`] bytes whatever the commands were. A message is cut to
+//! [`MESSAGE_MAX`] bytes and resources to [`RESOURCES_MAX`] (the rest counted
+//! by action); past the budget the oldest delivered entries leave first,
+//! then undelivered ones lose their resource lists.
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -408,11 +405,24 @@ impl State {
             e.attempts = attempts;
         }
     }
-
     /// The entry of a command id.
     pub fn find(&self, command_id: &str) -> Option<&LedgerEntry> {
         self.ledger.iter().find(|e| e.command_id == command_id)
     }
+}
+
+/// The state Secret as read: labels, version and data only (k8s-openapi's
+/// `Secret` decodes every `ObjectMeta` field, with a date-time library).
+#[derive(Deserialize)]
+struct StoredSecret {
+    metadata: StoredMeta,
+    data: Option<BTreeMap<String, ByteString>>,
+}
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredMeta {
+    labels: Option<BTreeMap<String, String>>,
+    resource_version: Option<String>,
 }
 
 /// The state Secret of one Manager.
@@ -474,7 +484,7 @@ impl StateSecret {
 
     /// Reads the state; an absent Secret is the empty state.
     pub fn load(&mut self, client: &Client) -> Result<State, StateError> {
-        let secret = match client.get_opt::<Secret>(&self.path) {
+        let secret = match client.get_opt::<StoredSecret>(&self.path) {
             Ok(Some(secret)) => secret,
             Ok(None) => {
                 self.resource_version = None;

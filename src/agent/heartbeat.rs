@@ -91,6 +91,8 @@ pub(super) struct Beats {
     release: crate::release::Cache,
     /// The inventory's epoch and deltas (`inventory.delta.v1`).
     pub(super) epoch: super::inventory_form::Epoch,
+    /// The index's generation the phase metric was counted at.
+    phases_counted: Option<u64>,
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -291,11 +293,7 @@ impl Agent {
     /// Deployment's message completed with what the kubelet says of its
     /// pods (in `entries` and from now on), logged, and an Event about
     /// each (`ProgressFailed`, `Degraded`).
-    fn phases_turned(
-        &mut self,
-        turned: Vec<crate::inventory::Turn>,
-        entries: &mut [std::rc::Rc<wire::DeploymentEntry>],
-    ) {
+    fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>, entries: &mut wire::Entries) {
         for mut t in turned {
             if t.kind == Kind::Deployment {
                 match inventory::pod_reason(&self.link.kube, &t.namespace, &t.name) {
@@ -309,7 +307,9 @@ impl Agent {
                         t.turned.message =
                             crate::text::clip_bytes(&format!("{}; {why}", t.turned.message), 256)
                                 .to_owned();
-                        let entry = entries.iter_mut().find(|e| {
+                        // A copy of the list (shared with the index) when
+                        // one is explained: rare, and only then.
+                        let entry = std::rc::Rc::make_mut(entries).iter_mut().find(|e| {
                             e.kind == t.kind.name()
                                 && e.namespace == t.namespace
                                 && e.name == t.name
@@ -398,7 +398,12 @@ impl Agent {
             (inv.deployments, inv.errors) =
                 index.report(now, &wall, cfg.progress_deadline, &mut turned);
         }
-        crate::metrics::deployments_by_phase(&by_phase(&inv.deployments));
+        // Counted again only when an entry may have changed.
+        let generation = self.link.index.borrow().generation();
+        if self.beats.phases_counted != Some(generation) {
+            crate::metrics::deployments_by_phase(&by_phase(&inv.deployments));
+            self.beats.phases_counted = Some(generation);
+        }
         if !configured && self.beats.topology.due(now) {
             inv.topology_read = true;
             match inventory::topology(kube) {

@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::version::Info;
 
 use super::heartbeat::Beats;
@@ -298,7 +297,7 @@ fn cluster_identity(
     backoff: &mut Backoff,
 ) -> Result<ClusterRef, Fatal> {
     let cluster = retry_kube(waiter, backoff, "read the cluster identity", || {
-        let ns: Namespace = kube.get(&resource::NAMESPACES.object(None, "kube-system"))?;
+        let ns: NamespaceUid = kube.get(&resource::NAMESPACES.object(None, "kube-system"))?;
         let version: Info = kube.get("/version")?;
         Ok(ClusterRef {
             uid: ns.metadata.uid.unwrap_or_default(),
@@ -309,6 +308,20 @@ fn cluster_identity(
         return Err(Fatal::NoClusterUid);
     }
     Ok(cluster)
+}
+
+/// A Namespace's `metadata.uid`, all that is read of it: decoding the whole
+/// object (k8s-openapi's `Namespace`) linked a decoder of every
+/// `ObjectMeta` field and a date-time library (BENCHMARKS.md, "The
+/// binary's size").
+#[derive(serde::Deserialize)]
+struct NamespaceUid {
+    metadata: UidOnly,
+}
+
+#[derive(serde::Deserialize)]
+struct UidOnly {
+    uid: Option<String>,
 }
 
 /// A state bound on another cluster was copied here (exit 3), or the

@@ -167,7 +167,8 @@ mod tests {
                         status: None,
                     })
                 })
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
             cluster: ClusterInfo::default(),
             pending_acks: Vec::new(),
             inventory_errors: vec!["a \"quoted\" problem".into()],

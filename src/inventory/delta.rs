@@ -69,6 +69,9 @@ struct Base<K> {
     contract: u64,
 }
 
+/// A delta computed: of (revision, base), its changed and removed keys.
+type LastDelta<K> = ((u64, u64), Vec<K>, Vec<K>);
+
 /// The deltas of one epoch (one leadership of this process).
 #[derive(Debug, Clone)]
 pub struct Deltas<K: Ord + Clone> {
@@ -85,7 +88,7 @@ pub struct Deltas<K: Ord + Clone> {
     base: Option<Base<K>>,
     /// The last delta computed, of (revision, base): at rest the same
     /// delta again, not computed again.
-    last_delta: Option<((u64, u64), Vec<K>, Vec<K>)>,
+    last_delta: Option<LastDelta<K>>,
     /// The CP asked for the full form.
     resync: bool,
 }

@@ -44,9 +44,10 @@ pub struct Index {
     /// Failures the reports found, for the agent to roll back.
     pub(super) rollbacks: Vec<super::status::RollbackDue>,
     /// Counts the reports whose entries may differ from the last one's
-    /// (`inventory.delta.v1`), and that one's number of entries.
+    /// (`inventory.delta.v1`).
     pub(super) generation: u64,
-    pub(super) reported: usize,
+    /// The last report's entries, sorted, shared with the heartbeats.
+    pub(super) sorted: crate::cp::wire::Entries,
 }
 
 impl Index {
@@ -75,7 +76,7 @@ impl Index {
             commands: BTreeMap::new(),
             rollbacks: Vec::new(),
             generation: 0,
-            reported: 0,
+            sorted: std::rc::Rc::default(),
         }
     }
 

@@ -16,6 +16,21 @@ fn apply(s: &mut Set, line: &[u8], trust: &Trust, shared: &mut Interner, now: In
     applied
 }
 
+/// An index of the one set `s`, started, env-1's.
+fn index_of(s: Set) -> Index {
+    Index {
+        trust: trust(false),
+        selector: String::new(),
+        sets: vec![s],
+        shared: Interner::default(),
+        started: true,
+        commands: BTreeMap::new(),
+        rollbacks: Vec::new(),
+        generation: 0,
+        sorted: std::rc::Rc::default(),
+    }
+}
+
 fn set() -> (Set, Interner) {
     (Set::new(Watched::Proxies, "shop"), Interner::default())
 }
@@ -238,18 +253,7 @@ fn a_failed_watch_is_due_after_its_backoff_and_reported_stale() {
     assert_eq!(s.due(now), Some(now), "never opened: due now");
     s.failed(WatchError::Broke(std::io::Error::other("reset")), None, now);
     assert!(s.due(now).is_some_and(|at| at > now));
-    let index = Index {
-        trust: trust(false),
-        selector: String::new(),
-        sets: vec![s],
-        shared: Interner::default(),
-        started: true,
-        commands: BTreeMap::new(),
-        rollbacks: Vec::new(),
-        generation: 0,
-        reported: 0,
-    };
-    let mut index = index;
+    let mut index = index_of(s);
     let (_, errors) = index.report(now, "T", Duration::from_secs(600), &mut Vec::new());
     assert_eq!(errors.len(), 1);
     assert!(errors[0].contains("nexoproxies in shop") && errors[0].contains("stale"));
@@ -331,17 +335,6 @@ impl Set {
 
 #[test]
 fn the_generation_moves_with_an_added_changed_or_removed_entry_and_not_at_rest() {
-    let index_of = |s: Set| Index {
-        trust: trust(false),
-        selector: String::new(),
-        sets: vec![s],
-        shared: Interner::default(),
-        started: true,
-        commands: BTreeMap::new(),
-        rollbacks: Vec::new(),
-        generation: 0,
-        reported: 0,
-    };
     let mut index = index_of(set().0);
     let now = Instant::now();
     let deadline = Duration::from_secs(600);

@@ -9,9 +9,6 @@
 //! the fields it never reads, and the index holds one small entry per
 //! object.
 
-use std::rc::Rc;
-
-use crate::cp::wire::DeploymentEntry;
 use crate::kube::{self, Client};
 use crate::resource;
 
@@ -36,7 +33,7 @@ pub const PAGE: u32 = 500;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inventory {
     /// Owned deployments, sorted by namespace, then name.
-    pub deployments: Vec<Rc<DeploymentEntry>>,
+    pub deployments: crate::cp::wire::Entries,
     /// Region shared by every node, if the nodes could be listed.
     pub region: Option<String>,
     /// Zone shared by every node, if the nodes could be listed.

@@ -7,35 +7,36 @@ use std::time::{Duration, Instant};
 
 use super::index::Index;
 use super::status::{self, CommandKey, CommandTrack, RollbackDue, RollbackEnd, Turned};
-use crate::cp::wire::{CommandPhase, CommandProgress, DeploymentEntry, EntryStatus};
+use crate::cp::wire::{CommandPhase, CommandProgress, EntryStatus};
 use crate::resource::Kind;
 
 impl Index {
     /// The heartbeat's entries, sorted by namespace then name, each with
     /// its status judged at `now` (`wall`: the same instant, RFC 3339), and
     /// what may be stale; the phases that turned `failed` or `degraded`
-    /// go to `turned`. The entries are shared, not copied, and sorted in
-    /// place: at 10,000 proxies this costs 80 KB, where copies cost 1.9 MB
-    /// (BENCHMARKS.md).
+    /// go to `turned`. The entries are shared, not copied, and sorted
+    /// once, when something moved: at 10,000 proxies this costs 80 KB,
+    /// where copies cost 1.9 MB (BENCHMARKS.md).
     pub fn report(
         &mut self,
         now: Instant,
         wall: &str,
         deadline: Duration,
         turned: &mut Vec<Turn>,
-    ) -> (Vec<Rc<DeploymentEntry>>, Vec<String>) {
+    ) -> (crate::cp::wire::Entries, Vec<String>) {
         let commands = &mut self.commands;
         let shared = &mut self.shared;
         let rollbacks = &mut self.rollbacks;
         // One copy of the time for every entry whose phase changes now.
         let wall: Rc<str> = Rc::from(wall);
-        let mut entries = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
         // Whether an entry may differ from the last report's: one judged
         // again and changed, or new (fresh), or one gone (fewer entries).
         let mut moved = false;
+        let mut count = 0;
         for set in &mut self.sets {
             let set_kind = set.kind.kind();
             for stored in set.entries.values_mut() {
+                count += 1;
                 let command = if commands.is_empty() {
                     None
                 } else {
@@ -46,17 +47,11 @@ impl Index {
                 // Judged again only when something it depends on moved:
                 // the object (a watch event), a command, the clock past a
                 // deadline, a command's end still shown.
-                let showing_command = stored
-                    .entry
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.command.is_some());
                 let due = stored.fresh
                     || command.is_some()
-                    || showing_command
+                    || stored.shows_command
                     || stored.recheck_at.is_some_and(|t| now >= t);
                 if !due {
-                    entries.push(stored.entry.clone());
                     continue;
                 }
                 let was_fresh = std::mem::replace(&mut stored.fresh, false);
@@ -114,6 +109,7 @@ impl Index {
                     since: stored.track.since.clone(),
                     command: progress,
                 };
+                stored.shows_command = status.command.is_some();
                 let changed = stored.entry.status.as_ref() != Some(&status);
                 if changed {
                     // In place unless a heartbeat still holds it.
@@ -132,14 +128,23 @@ impl Index {
                         turned: turn,
                     });
                 }
-                entries.push(stored.entry.clone());
             }
         }
-        entries.sort_unstable();
-        if moved || entries.len() != self.reported {
+        if moved || count != self.sorted.len() {
+            // Sorted again only when something moved: at rest, at 10,000
+            // proxies, the sort was most of a heartbeat's CPU (BENCHMARKS.md,
+            // "Inventory deltas"). Each set is a sorted run, which the
+            // stable sort merges.
             self.generation += 1;
-            self.reported = entries.len();
+            let mut sorted: Vec<_> = self
+                .sets
+                .iter()
+                .flat_map(|s| s.entries.values().map(|stored| stored.entry.clone()))
+                .collect();
+            sorted.sort();
+            self.sorted = Rc::new(sorted);
         }
+        let entries = Rc::clone(&self.sorted);
         let mut errors: Vec<String> = self
             .sets
             .iter()

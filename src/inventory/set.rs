@@ -231,6 +231,9 @@ pub(super) struct Stored {
     /// A hash of the entry as last reported (`inventory.delta.v1`):
     /// computed again only when it changes.
     pub(super) hash: u64,
+    /// Its status shows a command's progress (judged again each report
+    /// while it does): kept here so that a report at rest reads no entry.
+    pub(super) shows_command: bool,
 }
 
 /// What an event does to a set.
@@ -380,6 +383,7 @@ impl Set {
                 fresh: true,
                 recheck_at: None,
                 hash: 0,
+                shows_command: false,
             }),
         );
     }

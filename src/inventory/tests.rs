@@ -5,6 +5,7 @@ use std::rc::Rc;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::cp::wire::DeploymentEntry;
 use crate::ownership::Ownership;
 
 #[test]

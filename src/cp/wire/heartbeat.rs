@@ -170,7 +170,7 @@ pub struct HeartbeatRequest {
     /// Written by [`crate::cp::body::HeartbeatBody`] after the other fields,
     /// as the body is sent: serializing this struct alone leaves them out.
     #[serde(skip)]
-    pub deployments: Vec<Rc<DeploymentEntry>>,
+    pub deployments: Entries,
     /// The cluster.
     pub cluster: ClusterInfo,
     /// Acks whose delivery exhausted their retries.
@@ -224,6 +224,10 @@ impl InventoryForm {
         self.base.is_some()
     }
 }
+
+/// The heartbeat's entries, sorted: one list shared by the index and each
+/// heartbeat that reports it (a heartbeat at rest copies nothing).
+pub type Entries = Rc<Vec<Rc<DeploymentEntry>>>;
 
 /// An entry's key: what `removed` names.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]

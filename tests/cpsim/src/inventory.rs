@@ -161,3 +161,102 @@ impl Rebuilt {
         Some(self.forms.get(self.last.as_ref()?)?.contract.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(revision: u64, names: &[&str]) -> Value {
+        let deployments: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"namespace": "shop", "name": n, "kind": "NexoProxy", "replicas": 1}))
+            .collect();
+        json!({"inventory": {"epoch": "e", "revision": revision, "full": true},
+               "managedProxyCount": names.len(), "deployments": deployments,
+               "releaseContract": {"bundleVersion": "1"}})
+    }
+
+    fn delta(revision: u64, base: u64, changed: &[&str], removed: &[&str], count: usize) -> Value {
+        let entry =
+            |n: &&str| json!({"namespace": "shop", "name": n, "kind": "NexoProxy", "replicas": 2});
+        let key = |n: &&str| json!({"namespace": "shop", "name": n, "kind": "NexoProxy"});
+        json!({"inventory": {"epoch": "e", "revision": revision, "base": base,
+                             "changed": changed.iter().map(entry).collect::<Vec<_>>(),
+                             "removed": removed.iter().map(key).collect::<Vec<_>>()},
+               "managedProxyCount": count})
+    }
+
+    #[test]
+    fn deltas_are_applied_to_their_base_and_a_full_form_is_compared() {
+        let mut r = Rebuilt {
+            confirming: Confirming::Always,
+            ..Rebuilt::default()
+        };
+        assert_eq!(
+            r.take(&full(1, &["a", "b"])),
+            Some(json!({"epoch": "e", "revision": 1}))
+        );
+        r.take(&delta(2, 1, &["c"], &["a"], 2));
+        let names: Vec<_> = r
+            .last()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].clone())
+            .collect();
+        assert_eq!(names, [json!("b"), json!("c")]);
+        assert_eq!(
+            r.last_contract(),
+            Some(json!({"bundleVersion": "1"})),
+            "kept from the base"
+        );
+        // The full form of revision 2, as rebuilt: compared, equal.
+        let mut same = full(2, &["b", "c"]);
+        same["deployments"][1]["replicas"] = json!(2);
+        r.take(&same);
+        assert_eq!((r.compared, r.mismatches.len()), (1, 0));
+        // A full form unlike the revision rebuilt: a mismatch.
+        r.take(&delta(3, 2, &[], &["b"], 1));
+        r.take(&full(3, &["c"]));
+        assert_eq!(
+            (r.compared, r.mismatches.len()),
+            (2, 1),
+            "{:?}",
+            r.mismatches
+        );
+        // A wrong count is one too.
+        r.take(&delta(4, 3, &[], &[], 5));
+        assert_eq!(r.mismatches.len(), 2);
+    }
+
+    #[test]
+    fn answers_late_lost_instead_or_a_resync() {
+        let mut r = Rebuilt {
+            confirming: Confirming::Late,
+            ..Rebuilt::default()
+        };
+        assert_eq!(r.take(&full(1, &["a"])), None, "nothing before to confirm");
+        assert_eq!(
+            r.take(&full(2, &["a", "b"])),
+            Some(json!({"epoch": "e", "revision": 1}))
+        );
+        r.confirming = Confirming::Always;
+        r.lose = 1;
+        assert_eq!(r.take(&full(2, &["a", "b"])), None, "lost");
+        r.instead.push_back(json!({"epoch": "x", "revision": 9}));
+        assert_eq!(
+            r.take(&full(2, &["a", "b"])),
+            Some(json!({"epoch": "x", "revision": 9}))
+        );
+        r.resync = true;
+        assert_eq!(r.take(&full(2, &["a", "b"])), Some(json!({"resync": true})));
+        // A delta on a base not held: the full form asked for.
+        assert_eq!(
+            r.take(&delta(5, 4, &[], &[], 2)),
+            Some(json!({"resync": true}))
+        );
+        assert_eq!(
+            r.take(&full(2, &["a", "b"])),
+            Some(json!({"epoch": "e", "revision": 2}))
+        );
+    }
+}
