@@ -5,14 +5,17 @@
 //! check a release against the cluster before it sends a command.
 //!
 //! The shaping is pure ([`served_kinds`], [`reference_kinds`],
-//! [`fingerprint`]); [`read`] makes the requests. It is read at start and
-//! then at most every [`REFRESH`]: CRDs change with installs, not heartbeats.
+//! [`fingerprint`]); [`read`] makes the requests. It is read at start, then
+//! when a watch of the CRDs says they changed, or, while they cannot be
+//! watched, at most every [`REFRESH`]: CRDs change with installs, not
+//! heartbeats.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::cp::wire::ReleaseContract;
+use crate::kube::changes::Refresh;
 use crate::kube::{self, Client};
 use crate::resource;
 
@@ -177,14 +180,21 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// The reading, made again when none was made yet or the last is
+    /// The reading, made again when none was made yet, when the CRDs'
+    /// watch says they changed, or, not watched, when the last is
     /// [`REFRESH`] old.
-    pub fn get(&mut self, now: Instant, read: impl FnOnce() -> Reading) -> Reading {
-        let fresh = self
-            .last
-            .as_ref()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) < REFRESH);
-        if !fresh {
+    pub fn get(
+        &mut self,
+        now: Instant,
+        refresh: Refresh,
+        read: impl FnOnce() -> Reading,
+    ) -> Reading {
+        let again = match (&self.last, refresh) {
+            (None, _) => true,
+            (Some(_), Refresh::Watched { changed }) => changed,
+            (Some((at, _)), Refresh::Periodic) => now.saturating_duration_since(*at) >= REFRESH,
+        };
+        if again {
             self.last = Some((now, read()));
         }
         self.last

@@ -1,4 +1,5 @@
 use super::*;
+use crate::kube::changes::Refresh;
 use serde_json::json;
 
 fn crd(kind: &str, plural: &str, versions: Value) -> Value {
@@ -102,7 +103,7 @@ fn the_fingerprint_of_a_known_document() {
 }
 
 #[test]
-fn a_reading_is_reused_for_five_minutes() {
+fn not_watched_a_reading_is_reused_for_five_minutes() {
     let mut cache = Cache::default();
     let now = Instant::now();
     let mut reads = 0;
@@ -110,9 +111,34 @@ fn a_reading_is_reused_for_five_minutes() {
         *n += 1;
         Reading::default()
     };
-    cache.get(now, || read(&mut reads));
-    cache.get(now + REFRESH - Duration::from_secs(1), || read(&mut reads));
+    let p = Refresh::Periodic;
+    cache.get(now, p, || read(&mut reads));
+    cache.get(now + REFRESH - Duration::from_secs(1), p, || {
+        read(&mut reads)
+    });
     assert_eq!(reads, 1);
-    cache.get(now + REFRESH, || read(&mut reads));
+    cache.get(now + REFRESH, p, || read(&mut reads));
+    assert_eq!(reads, 2);
+}
+
+#[test]
+fn watched_a_reading_is_made_again_only_when_the_watch_says_the_crds_changed() {
+    let mut cache = Cache::default();
+    let now = Instant::now();
+    let mut reads = 0;
+    let read = |n: &mut i32| {
+        *n += 1;
+        Reading::default()
+    };
+    let quiet = Refresh::Watched { changed: false };
+    cache.get(now, quiet, || read(&mut reads));
+    assert_eq!(reads, 1, "read once at the start");
+    cache.get(now + 100 * REFRESH, quiet, || read(&mut reads));
+    assert_eq!(reads, 1, "never again at rest");
+    cache.get(
+        now + 100 * REFRESH,
+        Refresh::Watched { changed: true },
+        || read(&mut reads),
+    );
     assert_eq!(reads, 2);
 }

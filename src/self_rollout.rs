@@ -6,7 +6,8 @@
 //! The decision ([`Watch::observe`]) is a pure function of a projection of
 //! the Deployment and the clock. The Deployment is read at the first
 //! heartbeat, at every heartbeat after an applied upgrade and while a
-//! rollout is in progress, and otherwise every [`QUIET_REFRESH`].
+//! rollout is in progress, and otherwise when its watch says it changed
+//! (or, while it cannot be watched, every [`QUIET_REFRESH`]).
 
 use std::time::{Duration, Instant};
 
@@ -217,12 +218,15 @@ pub struct Watch {
 
 impl Watch {
     /// Whether the Deployment should be read for this heartbeat.
-    pub fn due(&self, now: Instant) -> bool {
+    pub fn due(&self, now: Instant, refresh: crate::kube::changes::Refresh) -> bool {
+        use crate::kube::changes::Refresh;
         self.upgraded
             || self.in_progress.is_some()
-            || self
-                .read_at
-                .is_none_or(|at| now.saturating_duration_since(at) >= QUIET_REFRESH)
+            || match (self.read_at, refresh) {
+                (None, _) => true,
+                (Some(_), Refresh::Watched { changed }) => changed,
+                (Some(at), Refresh::Periodic) => now.saturating_duration_since(at) >= QUIET_REFRESH,
+            }
     }
 
     /// An upgrade command was applied: read at the next heartbeats.
@@ -298,22 +302,31 @@ mod tests {
     }
 
     const SEC: Duration = Duration::from_secs(1);
+    /// Not watched: read every few minutes.
+    const P: crate::kube::changes::Refresh = crate::kube::changes::Refresh::Periodic;
 
     #[test]
     fn a_rollout_that_does_not_complete_in_three_intervals_is_reported() {
         let t0 = Instant::now();
         let mut w = Watch::default();
-        assert!(w.due(t0), "read at the first heartbeat");
+        assert!(w.due(t0, P), "read at the first heartbeat");
         let done = deployment(
             "m@a",
             1,
             json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
         );
         assert_eq!(w.observe(&done, "ns/nexo-manager", t0, 5 * SEC), None);
-        assert!(!w.due(t0 + 10 * SEC), "quiet: not read at every heartbeat");
-        assert!(w.due(t0 + QUIET_REFRESH));
+        assert!(
+            !w.due(t0 + 10 * SEC, P),
+            "quiet: not read at every heartbeat"
+        );
+        assert!(w.due(t0 + QUIET_REFRESH, P));
+        // Watched: at rest never, when the watch saw a change at once.
+        use crate::kube::changes::Refresh::Watched;
+        assert!(!w.due(t0 + 100 * QUIET_REFRESH, Watched { changed: false }));
+        assert!(w.due(t0 + 10 * SEC, Watched { changed: true }));
         w.upgrade_applied("u-1", t0);
-        assert!(w.due(t0 + 10 * SEC), "read right after an upgrade");
+        assert!(w.due(t0 + 10 * SEC, P), "read right after an upgrade");
         // The new pod crashes: two pods, one updated, one available.
         let stuck = deployment(
             "m@crash",
@@ -325,7 +338,7 @@ mod tests {
             None
         );
         assert!(
-            w.due(t0 + 11 * SEC),
+            w.due(t0 + 11 * SEC, P),
             "read at every heartbeat while in progress"
         );
         assert_eq!(
@@ -358,7 +371,7 @@ mod tests {
             w.observe(&done, "ns/nexo-manager", t0 + 27 * SEC, 5 * SEC),
             None
         );
-        assert!(!w.due(t0 + 28 * SEC));
+        assert!(!w.due(t0 + 28 * SEC, P));
     }
 
     #[test]

@@ -369,6 +369,18 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
             && hb["releaseContract"]["schemaFingerprint"].is_string(),
         &format!("and the whole release contract: {}", hb["releaseContract"]),
     );
+    // Its own Deployment, the release contract's CRDs and the nodes are
+    // watched, not read every few minutes: the shipped RBAC allows each
+    // watch (a forbidden one says "not watched").
+    let log = m.stderr();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(": not watched ("))
+        .collect();
+    m.check(
+        refused.is_empty(),
+        &format!("every watch allowed under the shipped RBAC: {refused:#?}"),
+    );
     m.stop_expecting_exit_0();
 }
 

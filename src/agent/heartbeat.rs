@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::Agent;
 use super::session::Renewal;
 use super::shared::round_ms;
+use super::watched::NodeTopology;
 use crate::acks;
 use crate::config::Config;
 use crate::cp::client::HeartbeatAnswer;
@@ -21,6 +22,7 @@ use crate::cp::{CpError, Retry};
 use crate::events::{Event, Reason, Regarding};
 use crate::fatal::Fatal;
 use crate::inventory::{self, Inventory};
+use crate::kube::changes::Refresh;
 use crate::resource::{self, Kind};
 use crate::self_rollout::{self, SelfDeployment};
 use crate::state::LedgerEntry;
@@ -93,6 +95,9 @@ pub(super) struct Beats {
     pub(super) epoch: super::inventory_form::Epoch,
     /// The index's generation the phase metric was counted at.
     phases_counted: Option<u64>,
+    /// The watches of what would otherwise be read at rest (made at the
+    /// first heartbeat).
+    watched: Option<super::watched::Watched>,
 }
 
 /// The acks of the entries not delivered yet, for `pendingAcks`.
@@ -382,13 +387,22 @@ impl Agent {
         let now = Instant::now();
         let kube = &self.link.kube;
         let bundle = self.me.cfg.bundle_version.as_deref();
+        // What would be read at rest is watched: its watches first.
+        let (ns, own) = (&self.me.instance.namespace, &cfg.self_deployment);
+        let watched = self
+            .beats
+            .watched
+            .get_or_insert_with(|| super::watched::Watched::new(ns, own, configured));
+        watched.sync(kube, now);
+        let refresh = watched.release_contract();
         let release = self
             .beats
             .release
-            .get(now, || crate::release::read(kube, bundle));
+            .get(now, refresh, || crate::release::read(kube, bundle));
         // The deployments from the index the watches keep (read now,
-        // without waiting, and watches opened again where due); the nodes
-        // every few minutes.
+        // without waiting, and watches opened again where due); the nodes'
+        // region and zone from their watch (listed every few minutes
+        // while they cannot be watched).
         let mut inv = Inventory::default();
         let mut turned = Vec::new();
         {
@@ -404,7 +418,14 @@ impl Agent {
             crate::metrics::deployments_by_phase(&by_phase(&inv.deployments));
             self.beats.phases_counted = Some(generation);
         }
-        if !configured && self.beats.topology.due(now) {
+        let from_watch = self.beats.watched.as_mut().map(|w| w.topology());
+        if let Some(NodeTopology::Changed { region, zone }) = from_watch {
+            inv.topology_read = true;
+            (inv.region, inv.zone) = (region, zone);
+        } else if !configured
+            && from_watch.is_none_or(|t| t == NodeTopology::Periodic)
+            && self.beats.topology.due(now)
+        {
             inv.topology_read = true;
             match inventory::topology(kube) {
                 Ok((region, zone)) => (inv.region, inv.zone) = (region, zone),
@@ -456,8 +477,12 @@ impl Agent {
     /// report, or why the Deployment could not be read.
     fn check_self_rollout(&mut self) -> Option<String> {
         let now = Instant::now();
+        let refresh = match self.beats.watched.as_mut() {
+            Some(w) => w.own_deployment(),
+            None => Refresh::Periodic,
+        };
         let watch = &mut self.beats.self_rollout;
-        if !watch.due(now) {
+        if !watch.due(now, refresh) {
             return None;
         }
         let (ns, name) = (&self.me.instance.namespace, &self.me.cfg.self_deployment);

@@ -41,6 +41,7 @@ mod shared;
 mod startup;
 mod state_store;
 mod trusted;
+mod watched;
 
 use std::time::Duration;
 

@@ -278,7 +278,7 @@ pub struct NodeMetaItem {
 }
 
 /// The topology labels of a Node.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct TopologyLabels {
     /// `topology.kubernetes.io/region`.

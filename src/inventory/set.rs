@@ -14,7 +14,6 @@ use super::status::{Observed, Track};
 use super::{DeploymentItem, Interner, MetaItem, ProxyItem, Trust, deployment_entry, proxy_entry};
 use crate::backoff::{Backoff, Jitter};
 use crate::cp::wire::DeploymentEntry;
-use crate::kube::watch::WatchStream;
 use crate::ownership::Ownership;
 use crate::resource::{self, Kind};
 
@@ -37,26 +36,7 @@ pub enum Watched {
     Deployments,
 }
 
-/// Where a set's watch stands: each state holds what only it has (a
-/// version to watch from, an open stream, when to try again).
-#[derive(Debug)]
-pub enum Watch {
-    /// No version to watch from (never listed, a 410 Gone, a new key):
-    /// listed first, then watched; not before `retry_at`.
-    List { retry_at: Option<Instant> },
-    /// Listed or watched up to `version`, the watch not open: opened again
-    /// from it, not before `retry_at`.
-    Closed {
-        version: String,
-        retry_at: Option<Instant>,
-    },
-    /// Open since `opened_at`; its events are read as they arrive.
-    Open {
-        version: String,
-        stream: WatchStream,
-        opened_at: Instant,
-    },
-}
+pub use crate::kube::watch::Watch;
 
 /// Why a set is not current: the list or the watch failed, or the watch
 /// sent something it cannot take. Its `Display` is the `inventoryErrors`

@@ -5,7 +5,7 @@
 //! and retries once. The CP's egress proxy settings are not used here: the API
 //! server is reached directly.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +33,15 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The media type of JSON, asked for and sent by every call.
 pub const JSON: &str = "application/json";
+/// A list of the objects' metadata alone ([`Client::metadata_only`]), else
+/// JSON.
+pub const METADATA_LIST: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// A watch's events with the object's metadata alone. (Asked as a list, a
+/// watch ends at its first event, with nothing sent: the API server cannot
+/// make a list of one event's object.)
+pub const METADATA_WATCH: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 
 /// Content type of a server-side apply patch. JSON is valid YAML.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
@@ -131,6 +140,9 @@ pub struct Client {
     /// [`SCRATCH_KEEP`]) so that reading a page does not grow a new buffer
     /// from nothing, through the allocator and `mmap`, every time.
     scratch: RefCell<Vec<u8>>,
+    /// The `Accept` of the next requests: JSON, or the objects' metadata
+    /// alone ([`Client::metadata_only`]).
+    accept: Cell<&'static str>,
     /// Where the pause between two attempts of a call is spent: the
     /// process's waiter, so probes are answered and a stop is seen; a
     /// plain sleep when none is set (tests, tools).
@@ -216,9 +228,21 @@ impl Client {
             auth: Rc::new(config.auth),
             executor: None,
             scratch: RefCell::new(Vec::new()),
+            accept: Cell::new(JSON),
             pause: None,
             fence: None,
         })
+    }
+
+    /// Runs `f` with its requests answered as `accept` says
+    /// ([`METADATA_LIST`] for a list, [`METADATA_WATCH`] for a watch): a
+    /// node's or a CRD's name, labels and version, not its status or
+    /// schema.
+    pub fn metadata_only<R>(&self, accept: &'static str, f: impl FnOnce(&Client) -> R) -> R {
+        let before = self.accept.replace(accept);
+        let out = f(self);
+        self.accept.set(before);
+        out
     }
 
     /// Spends the pauses between retries in `pause` (the process's waiter).
@@ -248,6 +272,7 @@ impl Client {
             auth: Rc::clone(&self.auth),
             executor: Some(Rc::from(service_account)),
             scratch: RefCell::new(Vec::new()),
+            accept: Cell::new(JSON),
             pause: self.pause.clone(),
             fence: self.fence.clone(),
         }
@@ -457,7 +482,7 @@ impl Client {
         let mut req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{}", self.server, path))
-            .header("Accept", JSON);
+            .header("Accept", self.accept.get());
         if let Auth::Bearer(source) = &*self.auth {
             req = req.header(
                 "Authorization",

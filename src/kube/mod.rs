@@ -1,5 +1,6 @@
 //! Kubernetes REST: configuration, client, errors, paging.
 
+pub mod changes;
 pub mod client;
 pub mod config;
 pub mod error;

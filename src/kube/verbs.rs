@@ -335,13 +335,29 @@ impl Client {
         collection: &str,
         label_selector: Option<&str>,
         limit: u32,
+        visit: impl FnMut(T),
+    ) -> Result<String, Error> {
+        let selector = label_selector.map(|s| ("labelSelector", s));
+        self.list_versioned_where(collection, selector, limit, visit)
+    }
+
+    /// [`Client::list_versioned`] with any selector: (`labelSelector` or
+    /// `fieldSelector`, its value).
+    pub fn list_versioned_where<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        selector: Option<(&str, &str)>,
+        limit: u32,
         mut visit: impl FnMut(T),
     ) -> Result<String, Error> {
         let mut token: Option<String> = None;
         let mut limit = limit;
         loop {
             let page: ListPage<T> = page_within(&mut limit, |limit| {
-                let query = list_query(label_selector, limit, token.as_deref());
+                let mut query = list_query(None, limit, token.as_deref());
+                if let Some((key, value)) = selector {
+                    query = query.param(key, value);
+                }
                 self.get(&format!("{collection}{}", query.finish()))
             })?;
             page.items.into_iter().for_each(&mut visit);
@@ -463,7 +479,9 @@ pub fn page_through<T>(
 #[derive(serde::Deserialize)]
 #[serde(bound(deserialize = "T: DeserializeOwned"))]
 struct ListPage<T> {
-    #[serde(default = "Vec::new")]
+    /// Absent or `null` (an empty `PartialObjectMetadataList` says
+    /// `"items": null`): none.
+    #[serde(default = "Vec::new", deserialize_with = "items_or_null")]
     items: Vec<T>,
     #[serde(default)]
     metadata: ListMeta,
@@ -477,9 +495,36 @@ struct ListMeta {
     resource_version: Option<String>,
 }
 
+fn items_or_null<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    use serde::Deserialize as _;
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
 impl ListMeta {
     /// The next page's token: none when absent or empty (the last page).
     fn next(self) -> Option<String> {
         self.continue_token.filter(|t| !t.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_whose_items_are_null_or_absent_has_none() {
+        // An empty `PartialObjectMetadataList`, as the API server sends it.
+        let empty = r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"42"},"items":null}"#;
+        let page: ListPage<serde_json::Value> = serde_json::from_str(empty).unwrap();
+        assert!(page.items.is_empty());
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("42"));
+        let page: ListPage<serde_json::Value> = serde_json::from_str(r#"{"metadata":{}}"#).unwrap();
+        assert!(page.items.is_empty());
+        let page: ListPage<u8> = serde_json::from_str(r#"{"items":[1,2]}"#).unwrap();
+        assert_eq!(page.items, [1, 2]);
     }
 }

@@ -12,6 +12,7 @@
 
 use std::io::{self, Read};
 use std::os::fd::RawFd;
+use std::time::Instant;
 
 use ureq::unversioned::transport::{Connector, RustlsConnector};
 
@@ -29,6 +30,27 @@ pub(super) fn agent(config: ureq::config::Config) -> (ureq::Agent, WatchSlot) {
         crate::resolve::agent_with(config, chain.chain(RustlsConnector::default())),
         slot,
     )
+}
+
+/// Where a watch stands: each state holds what only it has (a
+/// version to watch from, an open stream, when to try again).
+#[derive(Debug)]
+pub enum Watch {
+    /// No version to watch from (never listed, a 410 Gone, a new key):
+    /// listed first, then watched; not before `retry_at`.
+    List { retry_at: Option<Instant> },
+    /// Listed or watched up to `version`, the watch not open: opened again
+    /// from it, not before `retry_at`.
+    Closed {
+        version: String,
+        retry_at: Option<Instant>,
+    },
+    /// Open since `opened_at`; its events are read as they arrive.
+    Open {
+        version: String,
+        stream: WatchStream,
+        opened_at: Instant,
+    },
 }
 
 /// An open watch: its body, read a little at a time.
