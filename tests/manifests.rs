@@ -63,7 +63,7 @@ fn add_managed_namespace(ns: &str) {
         let out = tb.kubectl_cmd().args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            out.status.success() || err.contains("AlreadyExists"),
+            out.status.success() || err.contains("AlreadyExists") || err.contains("already exists"),
             "kubectl {args:?}: {err}"
         );
     };

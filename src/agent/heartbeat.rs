@@ -30,52 +30,40 @@ use crate::words::Phase;
 
 pub use super::shared::{INTERVAL_MAX, INTERVAL_MIN, clamp_interval};
 
-/// How long region and zone read from the nodes are reused before the
-/// nodes are listed again: node labels hardly ever change, and listing
-/// every node of a large cluster at every heartbeat would cost the API
-/// server and the Manager more than the whole rest of the heartbeat.
-pub const TOPOLOGY_REFRESH: Duration = Duration::from_secs(300);
-
-/// Region and zone from the last node listing, and when it was made; or
-/// why the last one failed (the nodes not readable: a namespace-scoped
-/// install), and when.
+/// Region and zone as the nodes' watch last said them (`agent/watched.rs`),
+/// or why it cannot say now (the nodes not readable: a namespace-scoped
+/// install).
 #[derive(Debug, Default)]
 pub struct TopologyCache {
-    listed: Option<(Instant, Option<String>, Option<String>)>,
-    failed: Option<(Instant, String)>,
+    known: Option<(Option<String>, Option<String>)>,
+    failed: Option<String>,
 }
 
 impl TopologyCache {
-    /// Whether the nodes should be listed: never yet, or longer than
-    /// [`TOPOLOGY_REFRESH`] ago (a failed listing as well: a 403 is not
-    /// asked again at every heartbeat).
-    pub fn due(&self, now: Instant) -> bool {
-        let listed = self.listed.as_ref().map(|(at, _, _)| *at);
-        let failed = self.failed.as_ref().map(|(at, _)| *at);
-        listed
-            .max(failed)
-            .is_none_or(|at| now.saturating_duration_since(at) >= TOPOLOGY_REFRESH)
+    /// The nodes' watch cannot say: `why` goes to every heartbeat's
+    /// `inventoryErrors` until it can.
+    pub fn failed(&mut self, why: String) {
+        self.failed = Some(why);
     }
 
-    /// A listing that failed: `why` goes to every heartbeat's
-    /// `inventoryErrors` until one succeeds.
-    pub fn failed(&mut self, now: Instant, why: String) {
-        self.failed = Some((now, why));
+    /// The nodes' watch is current again.
+    pub fn readable(&mut self) {
+        self.failed = None;
     }
 
-    /// Remembers a fresh listing, or fills `inv` from the last one (and
-    /// with why the last one failed, while it did).
-    pub fn update(&mut self, inv: &mut Inventory, now: Instant) {
+    /// Remembers what the watch said (`inv.topology_read`), or fills `inv`
+    /// from the last it said (and with why it cannot say now, while so).
+    pub fn update(&mut self, inv: &mut Inventory) {
         if inv.topology_read {
-            self.listed = Some((now, inv.region.clone(), inv.zone.clone()));
+            self.known = Some((inv.region.clone(), inv.zone.clone()));
             self.failed = None;
             return;
         }
-        if let Some((_, region, zone)) = &self.listed {
+        if let Some((region, zone)) = &self.known {
             inv.region.clone_from(region);
             inv.zone.clone_from(zone);
         }
-        if let Some((_, why)) = &self.failed {
+        if let Some(why) = &self.failed {
             inv.errors.push(why.clone());
         }
     }
@@ -418,24 +406,16 @@ impl Agent {
             crate::metrics::deployments_by_phase(&by_phase(&inv.deployments));
             self.beats.phases_counted = Some(generation);
         }
-        let from_watch = self.beats.watched.as_mut().map(|w| w.topology());
-        if let Some(NodeTopology::Changed { region, zone }) = from_watch {
-            inv.topology_read = true;
-            (inv.region, inv.zone) = (region, zone);
-        } else if !configured
-            && from_watch.is_none_or(|t| t == NodeTopology::Periodic)
-            && self.beats.topology.due(now)
-        {
-            inv.topology_read = true;
-            match inventory::topology(kube) {
-                Ok((region, zone)) => (inv.region, inv.zone) = (region, zone),
-                Err(e) => {
-                    inv.topology_read = false;
-                    self.beats.topology.failed(now, e.to_string());
-                }
+        match self.beats.watched.as_mut().map(|w| w.topology()) {
+            Some(NodeTopology::Changed { region, zone }) => {
+                inv.topology_read = true;
+                (inv.region, inv.zone) = (region, zone);
             }
+            Some(NodeTopology::Unreadable(why)) => self.beats.topology.failed(why),
+            Some(NodeTopology::Unchanged) => self.beats.topology.readable(),
+            Some(NodeTopology::Configured) | None => {}
         }
-        self.beats.topology.update(&mut inv, now);
+        self.beats.topology.update(&mut inv);
         self.phases_turned(turned, &mut inv.deployments);
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);

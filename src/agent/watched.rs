@@ -1,15 +1,15 @@
 //! What the heartbeat knows at rest from watches, not reads (agent.md,
 //! "Probes, readiness and the rolling update", last point): the Manager's
 //! own Deployment and the release contract's CRDs are read again only when
-//! their watch says they changed; the nodes' region and zone come from the
-//! nodes' labels as their watch delivers them, with no list at all. A
-//! watch that is forbidden or failing leaves the periodic read it
-//! replaces in charge (`Refresh::Periodic`).
+//! their watch says they changed (a watch that is forbidden or failing
+//! leaves the periodic read it replaces in charge: `Refresh::Periodic`);
+//! the nodes' region and zone come from the nodes' labels as their watch
+//! delivers them, with no list of them at all, and a nodes' watch that
+//! fails says why in `inventoryErrors`.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::inventory::{Shared, TopologyLabels};
 use crate::kube::Client;
 use crate::kube::changes::{Meta, MetaWatch, Refresh, Seen};
 use crate::resource;
@@ -43,8 +43,9 @@ impl Concern {
 pub enum NodeTopology {
     /// Configured (`NEXO_CLUSTER_REGION`, `NEXO_CLUSTER_ZONE`): not watched.
     Configured,
-    /// Not watched (forbidden, failing): listed every few minutes.
-    Periodic,
+    /// The nodes cannot be watched now: why, for `inventoryErrors` (the
+    /// watch tries again after its backoff; never, when forbidden).
+    Unreadable(String),
     /// As last reported.
     Unchanged,
     /// A node's region or zone changed: what every node shares now.
@@ -127,12 +128,55 @@ impl Watched {
     pub fn topology(&mut self) -> NodeTopology {
         match &self.nodes {
             None => NodeTopology::Configured,
-            Some(nodes) if !nodes.watching() => NodeTopology::Periodic,
+            Some(nodes) if !nodes.watching() => match nodes.problem() {
+                Some(e) => NodeTopology::Unreadable(crate::inventory::nodes_unreadable(e)),
+                // Between an end and the next open: as it was.
+                None => NodeTopology::Unchanged,
+            },
             Some(_) if !std::mem::take(&mut self.zones_changed) => NodeTopology::Unchanged,
             Some(_) => {
                 let (region, zone) = shared_topology(&self.zones);
                 NodeTopology::Changed { region, zone }
             }
+        }
+    }
+}
+
+/// A node's region and zone labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct TopologyLabels {
+    region: Option<String>,
+    zone: Option<String>,
+}
+
+/// A label value that every node shares; unknown when nodes disagree or one
+/// lacks it (never guessed).
+#[derive(Debug, Default)]
+enum Shared {
+    /// No node seen yet.
+    #[default]
+    Unseen,
+    /// Every node so far has this value.
+    Value(String),
+    /// Nodes disagree, or one has no value.
+    Mixed,
+}
+
+impl Shared {
+    /// Adds one node's value.
+    fn add(&mut self, value: Option<&str>) {
+        *self = match (std::mem::take(self), value) {
+            (Shared::Unseen, Some(v)) => Shared::Value(v.to_owned()),
+            (Shared::Value(a), Some(v)) if a == v => Shared::Value(a),
+            _ => Shared::Mixed,
+        };
+    }
+
+    /// The shared value, if there is one.
+    fn get(self) -> Option<String> {
+        match self {
+            Shared::Value(v) => Some(v),
+            _ => None,
         }
     }
 }
@@ -214,6 +258,11 @@ mod tests {
             &mut zones,
             Seen::Gone(&node("z", "eu", "eu-2"))
         ));
+        // A node without a zone label: no zone is shared.
+        let mut bare = node("d", "eu", "");
+        bare.labels.remove("topology.kubernetes.io/zone");
+        assert!(zones_seen(&mut zones, Seen::Put(&bare)));
+        assert_eq!(shared_topology(&zones), (Some("eu".into()), None));
         // No nodes: nothing shared.
         assert!(zones_seen(&mut zones, Seen::Reset));
         assert_eq!(shared_topology(&zones), (None, None));

@@ -84,50 +84,18 @@ pub fn pod_reason(
     Ok(pods::pod_reason(&pods::own_pods(uid, &sets, pods)))
 }
 
-/// Region and zone, when every node shares them; `Err` is the
-/// `inventoryErrors` entry. Nodes that may not be listed (a
-/// namespace-scoped install) leave both unknown, and say so: never
-/// guessed.
-pub fn topology(client: &Client) -> Result<(Option<String>, Option<String>), TopologyError> {
-    let mut topo = Topology::default();
-    let visit = |node: NodeItem| topo.add_node(&node);
-    match client.list_each_as(&resource::NODES.collection(None), None, PAGE, visit) {
-        Ok(()) => Ok((topo.region.get(), topo.zone.get())),
-        Err(e) if e.is_forbidden() => Err(TopologyError::NotReadable(e)),
-        Err(e) => {
-            log::warn!("inventory: cannot list nodes: {e}");
-            Err(TopologyError::List(e))
-        }
-    }
-}
-
-/// Why region and zone could not be read from the nodes.
-#[derive(Debug)]
-pub enum TopologyError {
-    /// The nodes may not be listed (a namespace-scoped install).
-    NotReadable(kube::Error),
-    /// The list failed.
-    List(kube::Error),
-}
-
-impl std::fmt::Display for TopologyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TopologyError::NotReadable(e) => write!(
-                f,
-                "nodes are not readable ({}): region and zone unavailable; set NEXO_CLUSTER_REGION and NEXO_CLUSTER_ZONE",
-                crate::text::clip(&e.to_string(), 200)
-            ),
-            TopologyError::List(e) => write!(f, "list nodes: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for TopologyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TopologyError::NotReadable(e) | TopologyError::List(e) => Some(e),
-        }
+/// The `inventoryErrors` entry of nodes whose labels cannot be read (their
+/// watch, `agent/watched.rs`, failed with `e`): region and zone are then
+/// left out, never guessed. Nodes that may not be read (403: a
+/// namespace-scoped install) say how to give them.
+pub fn nodes_unreadable(e: &kube::Error) -> String {
+    if e.is_forbidden() {
+        format!(
+            "nodes are not readable ({}): region and zone unavailable; set NEXO_CLUSTER_REGION and NEXO_CLUSTER_ZONE",
+            crate::text::clip(&e.to_string(), 200)
+        )
+    } else {
+        format!("watch nodes: {e}")
     }
 }
 

@@ -261,34 +261,6 @@ pub struct ContainerItem {
     pub image: Option<String>,
 }
 
-/// A Node as the inventory reads it: its topology labels.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct NodeItem {
-    /// Its metadata.
-    pub metadata: NodeMetaItem,
-}
-
-/// `metadata` of a Node.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct NodeMetaItem {
-    /// `metadata.labels`: region and zone.
-    pub labels: TopologyLabels,
-}
-
-/// The topology labels of a Node.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct TopologyLabels {
-    /// `topology.kubernetes.io/region`.
-    #[serde(rename = "topology.kubernetes.io/region")]
-    pub region: Option<String>,
-    /// `topology.kubernetes.io/zone`.
-    #[serde(rename = "topology.kubernetes.io/zone")]
-    pub zone: Option<String>,
-}
-
 /// The heartbeat entry of an owned NexoProxy, and what its phase is judged
 /// from.
 pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
@@ -332,52 +304,4 @@ pub fn deployment_entry(
         status: None,
     };
     Some((entry, observed))
-}
-
-/// A label value that every node shares; unknown when nodes disagree or one
-/// lacks it (never guessed).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum Shared {
-    /// No node seen yet.
-    #[default]
-    Unseen,
-    /// Every node so far has this value.
-    Value(String),
-    /// Nodes disagree, or one has no value.
-    Mixed,
-}
-
-impl Shared {
-    /// Adds one node's value.
-    pub fn add(&mut self, value: Option<&str>) {
-        *self = match (std::mem::take(self), value) {
-            (Shared::Unseen, Some(v)) => Shared::Value(v.to_owned()),
-            (Shared::Value(a), Some(v)) if a == v => Shared::Value(a),
-            _ => Shared::Mixed,
-        };
-    }
-
-    /// The shared value, if there is one.
-    pub fn get(self) -> Option<String> {
-        match self {
-            Shared::Value(v) => Some(v),
-            _ => None,
-        }
-    }
-}
-
-/// Region and zone across nodes.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Topology {
-    pub region: Shared,
-    pub zone: Shared,
-}
-
-impl Topology {
-    /// Adds one node.
-    pub fn add_node(&mut self, node: &NodeItem) {
-        let labels = &node.metadata.labels;
-        self.region.add(labels.region.as_deref());
-        self.zone.add(labels.zone.as_deref());
-    }
 }

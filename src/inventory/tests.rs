@@ -148,32 +148,6 @@ fn equal_namespaces_and_images_are_shared() {
 }
 
 #[test]
-fn topology_is_never_guessed() {
-    let node = |r: Option<&str>, z: Option<&str>| {
-        let mut labels = serde_json::Map::new();
-        if let Some(r) = r {
-            labels.insert("topology.kubernetes.io/region".into(), r.into());
-        }
-        if let Some(z) = z {
-            labels.insert("topology.kubernetes.io/zone".into(), z.into());
-        }
-        serde_json::from_value::<NodeItem>(json!({"metadata": {"labels": labels}})).unwrap()
-    };
-    let mut t = Topology::default();
-    t.add_node(&node(Some("eu-west-1"), Some("eu-west-1a")));
-    t.add_node(&node(Some("eu-west-1"), Some("eu-west-1b")));
-    assert_eq!(
-        (t.region.get(), t.zone.get()),
-        (Some("eu-west-1".into()), None)
-    );
-    let mut t = Topology::default();
-    t.add_node(&node(Some("eu"), None));
-    t.add_node(&node(None, None));
-    assert_eq!((t.region.get(), t.zone.get()), (None, None));
-    assert_eq!(Topology::default().region.get(), None);
-}
-
-#[test]
 fn entries_sort_by_namespace_then_name() {
     let e = |ns: &str, n: &str| DeploymentEntry {
         namespace: ns.into(),
