@@ -128,16 +128,19 @@ impl Watched {
     pub fn topology(&mut self) -> NodeTopology {
         match &self.nodes {
             None => NodeTopology::Configured,
-            Some(nodes) if !nodes.watching() => match nodes.problem() {
-                Some(e) => NodeTopology::Unreadable(crate::inventory::nodes_unreadable(e)),
-                // Between an end and the next open: as it was.
-                None => NodeTopology::Unchanged,
-            },
-            Some(_) if !std::mem::take(&mut self.zones_changed) => NodeTopology::Unchanged,
-            Some(_) => {
+            // Listed or watched: what every node shares now.
+            Some(_) if std::mem::take(&mut self.zones_changed) => {
                 let (region, zone) = shared_topology(&self.zones);
                 NodeTopology::Changed { region, zone }
             }
+            Some(nodes) => match nodes.problem() {
+                Some(e) if !nodes.watching() => {
+                    NodeTopology::Unreadable(crate::inventory::nodes_unreadable(e))
+                }
+                // Current, or between an end and the next open, or
+                // listed every few minutes: as it was.
+                _ => NodeTopology::Unchanged,
+            },
         }
     }
 }

@@ -1,10 +1,11 @@
 //! What the heartbeat reports: owned NexoProxies and owned legacy
-//! Deployments across the managed namespaces ([`Index`], kept by watches),
-//! and cluster topology ([`topology`], the nodes listed every few minutes).
+//! Deployments across the managed namespaces ([`Index`], kept by watches);
+//! the nodes' topology is `agent/watched.rs`'s ([`nodes_unreadable`] says
+//! why it is unknown).
 //!
-//! Shaping is pure ([`proxy_entry`], [`deployment_entry`], [`Topology`]).
-//! Items are decoded into projections ([`ProxyItem`], [`DeploymentItem`],
-//! [`NodeItem`]) holding only the fields read here: serde skips the rest
+//! Shaping is pure ([`proxy_entry`], [`deployment_entry`]).
+//! Items are decoded into projections ([`ProxyItem`], [`DeploymentItem`])
+//! holding only the fields read here: serde skips the rest
 //! as it parses a page or an event, so the binary carries no decoder for
 //! the fields it never reads, and the index holds one small entry per
 //! object.

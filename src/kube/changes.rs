@@ -91,7 +91,14 @@ pub struct MetaWatch {
     backoff: Backoff,
     /// Why it is not watched now, until it is again.
     problem: Option<Error>,
+    /// It may be listed but not watched (an RBAC of 0.4, which a
+    /// self-upgrade keeps: `list` on nodes, no `watch`): listed again
+    /// every [`LIST_ONLY_EVERY`], never watched.
+    list_only: bool,
 }
+
+/// How often a collection that may be listed but not watched is listed.
+pub const LIST_ONLY_EVERY: Duration = Duration::from_secs(300);
 
 /// An open watch that lasted this long ended normally: opened again at
 /// once, its backoff started again.
@@ -112,6 +119,7 @@ impl MetaWatch {
                 Jitter::from_entropy(),
             ),
             problem: None,
+            list_only: false,
         }
     }
 
@@ -244,6 +252,12 @@ impl MetaWatch {
                 }
             }
         };
+        if self.list_only {
+            self.state = Watch::List {
+                retry_at: Some(now + LIST_ONLY_EVERY),
+            };
+            return;
+        }
         let mut query = Query::new()
             .param("watch", "1")
             .param("allowWatchBookmarks", "true")
@@ -267,6 +281,18 @@ impl MetaWatch {
                 self.pump(now, seen);
             }
             Err(e) if e.is_gone() => self.failed(e, None, now),
+            Err(e) if e.is_forbidden() => {
+                // Listed, not watched: listed every few minutes instead.
+                log::info!(
+                    "{}: may be listed but not watched ({e}); listed every {} s instead",
+                    self.what,
+                    LIST_ONLY_EVERY.as_secs()
+                );
+                self.list_only = true;
+                self.state = Watch::List {
+                    retry_at: Some(now + LIST_ONLY_EVERY),
+                };
+            }
             Err(e) => self.failed(e, Some(version), now),
         }
     }

@@ -1821,13 +1821,17 @@ fn main() {
     }
     if plan.runs("rest") {
         let mut runs = Vec::new();
+        // NEXO_BEFORE_LABEL names the binary NEXO_BEFORE_BINARY is (a
+        // commit, a release).
+        let label =
+            std::env::var("NEXO_BEFORE_LABEL").unwrap_or_else(|_| "the other binary".into());
         if let Some(before) = std::env::var_os("NEXO_BEFORE_BINARY") {
             runs.push((
-                "before (0.3.0)",
+                format!("before ({label})"),
                 measure_rest(&plan, &PathBuf::from(before)),
             ));
         }
-        runs.push(("now", measure_rest(&plan, &bin)));
+        runs.push(("now".to_owned(), measure_rest(&plan, &bin)));
         for (what, (per_minute, detail)) in runs {
             eprintln!("bench: at rest, {what}: {per_minute:.2} requests a minute ({detail})");
             rows.push(row(
