@@ -236,8 +236,6 @@ fn difference<K: Ord + Clone>(base: &BTreeMap<K, u64>, now: &BTreeMap<K, u64>) -
     (changed, removed)
 }
 
-pub use crate::cp::wire::EntryKey;
-
 /// A hash of what is sent as `value` (an entry, the release contract):
 /// any field that would change the JSON changes the hash.
 pub fn content_hash<T: serde::Serialize + ?Sized>(value: &T) -> u64 {

@@ -17,7 +17,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge};
-use super::status::{CommandKey, CommandTrack};
+use super::status::CommandTrack;
 use super::{DeploymentItem, Interner, PAGE, ProxyItem, Trust};
 use crate::kube::Client;
 use crate::kube::client::Query;
@@ -40,7 +40,7 @@ pub struct Index {
     pub(super) started: bool,
     /// The last deploy or rollout of each deployment, while its progress
     /// is reported.
-    pub(super) commands: BTreeMap<CommandKey, CommandTrack>,
+    pub(super) commands: BTreeMap<crate::cp::wire::EntryKey, CommandTrack>,
     /// Failures the reports found, for the agent to roll back.
     pub(super) rollbacks: Vec<super::status::RollbackDue>,
     /// Counts the reports whose entries may differ from the last one's

@@ -6,8 +6,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::index::Index;
-use super::status::{self, CommandKey, CommandTrack, RollbackDue, RollbackEnd, Turned};
-use crate::cp::wire::{CommandPhase, CommandProgress, EntryStatus};
+use super::status::{self, CommandTrack, RollbackDue, RollbackEnd, Turned};
+use crate::cp::wire::{CommandPhase, CommandProgress, EntryKey, EntryStatus};
 use crate::resource::Kind;
 
 impl Index {
@@ -41,7 +41,7 @@ impl Index {
                     None
                 } else {
                     commands
-                        .get_mut(&CommandKey::of(&stored.entry))
+                        .get_mut(&EntryKey::of(&stored.entry))
                         .filter(|c| !c.ended)
                 };
                 // Judged again only when something it depends on moved:
@@ -211,21 +211,13 @@ impl Index {
     /// Each owned entry's key and the hash of its content as last
     /// reported (`inventory.delta.v1`): what the next inventory's form is
     /// decided from.
-    pub fn hashes(&self) -> std::collections::BTreeMap<super::delta::EntryKey, u64> {
+    pub fn hashes(&self) -> std::collections::BTreeMap<EntryKey, u64> {
         self.sets
             .iter()
             .flat_map(|s| {
-                s.entries.values().map(|stored| {
-                    let e = &stored.entry;
-                    (
-                        super::delta::EntryKey {
-                            namespace: e.namespace.clone(),
-                            name: e.name.clone(),
-                            kind: e.kind,
-                        },
-                        stored.hash,
-                    )
-                })
+                s.entries
+                    .values()
+                    .map(|stored| (EntryKey::of(&stored.entry), stored.hash))
             })
             .collect()
     }
@@ -239,7 +231,7 @@ impl Index {
     /// How the rollback of `due` ended: shown in the next heartbeat as the
     /// command's end.
     pub fn rolled_back(&mut self, due: &RollbackDue, end: RollbackEnd) {
-        let key = CommandKey {
+        let key = EntryKey {
             namespace: due.namespace.clone(),
             name: due.name.clone(),
             kind: due.kind.name(),
@@ -263,7 +255,7 @@ impl Index {
         rollback: bool,
         now: Instant,
     ) {
-        let key = CommandKey {
+        let key = EntryKey {
             namespace: Rc::from(workload.namespace.as_str()),
             name: Rc::from(workload.name.as_str()),
             kind: workload.kind.name(),

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::interner::Interner;
 use crate::cp::wire::CommandPhase;
-use crate::cp::wire::DeploymentEntry;
 use crate::resource::Kind;
 use crate::words::Phase;
 
@@ -314,25 +313,6 @@ pub fn command_phase(c: &CommandTrack, o: &Observed, phase: Phase) -> Phase {
         Phase::Progressing
     } else {
         phase
-    }
-}
-
-/// A command's deployment.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct CommandKey {
-    pub(super) namespace: Rc<str>,
-    pub(super) name: Rc<str>,
-    pub(super) kind: &'static str,
-}
-
-impl CommandKey {
-    /// No allocation: the entry's names are shared.
-    pub(super) fn of(e: &DeploymentEntry) -> CommandKey {
-        CommandKey {
-            namespace: e.namespace.clone(),
-            name: e.name.clone(),
-            kind: e.kind,
-        }
     }
 }
 

@@ -229,12 +229,24 @@ impl InventoryForm {
 /// heartbeat that reports it (a heartbeat at rest copies nothing).
 pub type Entries = Rc<Vec<Rc<DeploymentEntry>>>;
 
-/// An entry's key: what `removed` names.
+/// An entry's key: what `removed` names, and what the index keeps a
+/// command's progress by.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct EntryKey {
     pub namespace: Rc<str>,
     pub name: Rc<str>,
     pub kind: &'static str,
+}
+
+impl EntryKey {
+    /// The key of `e`; no allocation: its names are shared.
+    pub fn of(e: &DeploymentEntry) -> EntryKey {
+        EntryKey {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            kind: e.kind,
+        }
+    }
 }
 
 /// `selfUpgrade` (docs/protocol.md, `rollback.v1`).
