@@ -189,12 +189,7 @@ impl Cache {
         refresh: Refresh,
         read: impl FnOnce() -> Reading,
     ) -> Reading {
-        let again = match (&self.last, refresh) {
-            (None, _) => true,
-            (Some(_), Refresh::Watched { changed }) => changed,
-            (Some((at, _)), Refresh::Periodic) => now.saturating_duration_since(*at) >= REFRESH,
-        };
-        if again {
+        if refresh.due(self.last.as_ref().map(|(at, _)| *at), now, REFRESH) {
             self.last = Some((now, read()));
         }
         self.last

@@ -219,14 +219,7 @@ pub struct Watch {
 impl Watch {
     /// Whether the Deployment should be read for this heartbeat.
     pub fn due(&self, now: Instant, refresh: crate::kube::changes::Refresh) -> bool {
-        use crate::kube::changes::Refresh;
-        self.upgraded
-            || self.in_progress.is_some()
-            || match (self.read_at, refresh) {
-                (None, _) => true,
-                (Some(_), Refresh::Watched { changed }) => changed,
-                (Some(at), Refresh::Periodic) => now.saturating_duration_since(at) >= QUIET_REFRESH,
-            }
+        self.upgraded || self.in_progress.is_some() || refresh.due(self.read_at, now, QUIET_REFRESH)
     }
 
     /// An upgrade command was applied: read at the next heartbeats.

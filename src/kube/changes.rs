@@ -67,6 +67,18 @@ pub enum Refresh {
     Periodic,
 }
 
+impl Refresh {
+    /// Whether what was last read at `read_at` (never: `None`) is to be
+    /// read again at `now`; `every`: the period when not watched.
+    pub fn due(self, read_at: Option<Instant>, now: Instant, every: Duration) -> bool {
+        match (read_at, self) {
+            (None, _) => true,
+            (Some(_), Refresh::Watched { changed }) => changed,
+            (Some(at), Refresh::Periodic) => now.saturating_duration_since(at) >= every,
+        }
+    }
+}
+
 /// What a watch saw.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Seen<'a> {
