@@ -1,6 +1,7 @@
 //! The index's sets and events, as plain values.
 use super::*;
-use crate::inventory::set::{HEALTHY, Watch};
+use crate::inventory::set::Watch;
+use crate::kube::watch::HEALTHY;
 
 /// Applies one event to `s` as its open watch would, keeping the version
 /// it moves to in the set.

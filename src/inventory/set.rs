@@ -18,14 +18,11 @@ use crate::ownership::Ownership;
 use crate::resource::{self, Kind};
 
 /// Backoff of a watch that cannot be opened, or that ended (or expired)
-/// before it was open for [`HEALTHY`]: from 1 s, doubling to 30 s,
-/// jittered (docs/protocol.md, "Hostile and buggy values").
+/// before it was open for [`HEALTHY`](crate::kube::watch::HEALTHY): from
+/// 1 s, doubling to 30 s, jittered (docs/protocol.md, "Hostile and buggy
+/// values").
 const RETRY_BASE: Duration = Duration::from_secs(1);
 const RETRY_CAP: Duration = Duration::from_secs(30);
-
-/// A watch open this long was healthy: its backoff starts again from the
-/// beginning, and when it ends it is opened again at once.
-pub const HEALTHY: Duration = Duration::from_secs(60);
 
 /// What a set holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -436,17 +433,10 @@ impl Set {
     }
 
     /// The watch opened at `opened_at` ended (the server's timeout; a 410
-    /// Gone, when `version` is `None`): opened again at once if it was
-    /// open for [`HEALTHY`] (its backoff then starts again), else after
-    /// the backoff: a watch that ends as soon as it is opened is not
-    /// opened again as fast as it ends.
+    /// Gone, when `version` is `None`): opened again as
+    /// [`again_after_end`](crate::kube::watch::again_after_end) says.
     pub(super) fn ended(&mut self, version: Option<String>, opened_at: Instant, now: Instant) {
-        let retry_at = if now.saturating_duration_since(opened_at) >= HEALTHY {
-            self.backoff.reset();
-            None
-        } else {
-            Some(now + self.backoff.next_delay_at_least_half())
-        };
+        let retry_at = crate::kube::watch::again_after_end(opened_at, now, &mut self.backoff);
         self.wait(version, retry_at);
     }
 

@@ -112,10 +112,6 @@ pub struct MetaWatch {
 /// How often a collection that may be listed but not watched is listed.
 pub const LIST_ONLY_EVERY: Duration = Duration::from_secs(300);
 
-/// An open watch that lasted this long ended normally: opened again at
-/// once, its backoff started again.
-const HEALTHY: Duration = Duration::from_secs(60);
-
 impl MetaWatch {
     /// A watch of `collection`'s metadata (`what` names it in logs),
     /// nothing read yet.
@@ -218,12 +214,7 @@ impl MetaWatch {
             }
             (Ok(Flow::Ended), None) => {
                 log::debug!("{}: the watch ended; watching again", self.what);
-                let retry_at = if now.saturating_duration_since(opened_at) >= HEALTHY {
-                    self.backoff.reset();
-                    None
-                } else {
-                    Some(now + self.backoff.next_delay())
-                };
+                let retry_at = super::watch::again_after_end(opened_at, now, &mut self.backoff);
                 Watch::Closed { version, retry_at }
             }
             (flow, error) => {
@@ -235,7 +226,7 @@ impl MetaWatch {
                 );
                 Watch::Closed {
                     version,
-                    retry_at: Some(now + self.backoff.next_delay()),
+                    retry_at: Some(now + self.backoff.next_delay_at_least_half()),
                 }
             }
         };
@@ -320,7 +311,7 @@ impl MetaWatch {
         } else if self.problem.is_none() {
             log::warn!("{}: cannot watch: {e}", self.what);
         }
-        let retry_at = Some(now + self.backoff.next_delay());
+        let retry_at = Some(now + self.backoff.next_delay_at_least_half());
         self.state = match version {
             Some(version) => Watch::Closed { version, retry_at },
             None => Watch::List { retry_at },

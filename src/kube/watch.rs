@@ -12,7 +12,9 @@
 
 use std::io::{self, Read};
 use std::os::fd::RawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::backoff::Backoff;
 
 use ureq::unversioned::transport::{Connector, RustlsConnector};
 
@@ -51,6 +53,23 @@ pub enum Watch {
         stream: WatchStream,
         opened_at: Instant,
     },
+}
+
+/// A watch open this long was healthy: its backoff starts again from the
+/// beginning, and when it ends it is opened again at once.
+pub const HEALTHY: Duration = Duration::from_secs(60);
+
+/// When a watch opened at `opened_at` and ended by the server at `now` is
+/// opened again: at once if it was open for [`HEALTHY`] (its backoff then
+/// starts again), else after the backoff: a watch that ends as soon as it
+/// is opened is not opened again as fast as it ends.
+pub fn again_after_end(opened_at: Instant, now: Instant, backoff: &mut Backoff) -> Option<Instant> {
+    if now.saturating_duration_since(opened_at) >= HEALTHY {
+        backoff.reset();
+        None
+    } else {
+        Some(now + backoff.next_delay_at_least_half())
+    }
 }
 
 /// An open watch: its body, read a little at a time.
