@@ -102,15 +102,17 @@ fn the_fingerprint_of_a_known_document() {
     );
 }
 
+/// A reading, counted in `n`.
+fn read(n: &mut i32) -> Reading {
+    *n += 1;
+    Reading::default()
+}
+
 #[test]
 fn not_watched_a_reading_is_reused_for_five_minutes() {
     let mut cache = Cache::default();
     let now = Instant::now();
     let mut reads = 0;
-    let read = |n: &mut i32| {
-        *n += 1;
-        Reading::default()
-    };
     let p = Refresh::Periodic;
     cache.get(now, p, || read(&mut reads));
     cache.get(now + REFRESH - Duration::from_secs(1), p, || {
@@ -126,10 +128,6 @@ fn watched_a_reading_is_made_again_only_when_the_watch_says_the_crds_changed() {
     let mut cache = Cache::default();
     let now = Instant::now();
     let mut reads = 0;
-    let read = |n: &mut i32| {
-        *n += 1;
-        Reading::default()
-    };
     let quiet = Refresh::Watched { changed: false };
     cache.get(now, quiet, || read(&mut reads));
     assert_eq!(reads, 1, "read once at the start");

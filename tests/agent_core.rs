@@ -749,36 +749,24 @@ fn unreadable_namespaces_are_reported_in_inventory_errors() {
     let admin = f.tb.admin();
     let ns = &f.ns.name;
     // A ServiceAccount that may read the inventory of its own namespace only.
-    admin
-        .create(
-            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mgr"}}),
-        )
-        .unwrap();
-    admin
-        .create(
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
-            &json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "mgr"},
-        "rules": [
+    support::grant_service_account(
+        f.tb,
+        ns,
+        "mgr",
+        &json!([
             {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list", "watch"]},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]}),
-        )
-        .unwrap();
-    admin.create(&format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"), &json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "mgr"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "mgr"},
-        "subjects": [{"kind": "ServiceAccount", "name": "mgr", "namespace": ns}]})).unwrap();
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]),
+    );
     let cr = format!("nexo-test-{ns}");
-    admin.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", &json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cr},
-        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}]})).unwrap();
-    admin.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": cr},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr},
-        "subjects": [{"kind": "ServiceAccount", "name": "mgr", "namespace": ns}]})).unwrap();
+    support::grant_cluster(
+        f.tb,
+        &cr,
+        ns,
+        "mgr",
+        &json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}]),
+    );
     let token = f.tb.token(ns, "mgr");
     let mut env = f.env();
     env.insert(

@@ -108,6 +108,27 @@ fn compare_with_full_form(f: &Fixture, m: &mut Manager, what: &str) {
     );
 }
 
+/// Scales the NexoProxy at `path` to `replicas` and waits for a heartbeat
+/// after the `at`th whose delta names a changed entry.
+fn scale_and_see_a_delta(
+    f: &Fixture,
+    m: &mut Manager,
+    path: &str,
+    replicas: i64,
+    at: usize,
+    what: &str,
+) {
+    f.tb.admin()
+        .patch(path, MERGE_PATCH, &json!({"spec": {"replicas": replicas}}))
+        .unwrap();
+    wait_heartbeat(f, m, at, what, |hb| {
+        hb["inventory"]["changed"]
+            .as_array()
+            .filter(|c| !c.is_empty())
+            .map(drop)
+    });
+}
+
 /// A seeded sequence of choices (xorshift): the same run again from the
 /// printed seed.
 struct Choices(u64);
@@ -192,12 +213,7 @@ fn random_changes_and_every_kind_of_answer_restarts_and_a_new_leader_never_lose_
     let mut choose = Choices(seed | 1);
     let f = Fixture::new("deltas-random");
     f.tb.install_crds();
-    let env = |uid: &str| {
-        let mut e = f.env();
-        e.insert("POD_UID".into(), uid.into());
-        e.insert("POD_NAME".into(), uid.into());
-        e
-    };
+    let env = |uid: &str| f.pod_env(uid);
     let mut m = f.spawn(&env("pod-a"));
     for name in ["p0", "p1", "p2", "p3"] {
         deploy(&f, &mut m, name);
@@ -323,15 +339,7 @@ fn random_changes_and_every_kind_of_answer_restarts_and_a_new_leader_never_lose_
         &format!("a new epoch starts with the full form of revision 1: {first}"),
     );
     let p1 = ns_path(&f, "NexoProxy", &in_cluster(&f)[0].0);
-    f.tb.admin()
-        .patch(&p1, MERGE_PATCH, &json!({"spec": {"replicas": 7}}))
-        .unwrap();
-    wait_heartbeat(&f, &mut m, at, "a delta after the restart", |hb| {
-        hb["inventory"]["changed"]
-            .as_array()
-            .filter(|c| !c.is_empty())
-            .map(drop)
-    });
+    scale_and_see_a_delta(&f, &mut m, &p1, 7, at, "a delta after the restart");
     compare_with_full_form(&f, &mut m, "after a restart");
 
     // A new leader: pod-b takes over when pod-a stops, with its own epoch.
@@ -344,15 +352,7 @@ fn random_changes_and_every_kind_of_answer_restarts_and_a_new_leader_never_lose_
         (hb["inventory"]["epoch"].is_string() && hb["inventory"]["epoch"] != a_epoch.as_str())
             .then_some(())
     });
-    f.tb.admin()
-        .patch(&p1, MERGE_PATCH, &json!({"spec": {"replicas": 3}}))
-        .unwrap();
-    wait_heartbeat(&f, &mut b, at, "a delta from the new leader", |hb| {
-        hb["inventory"]["changed"]
-            .as_array()
-            .filter(|c| !c.is_empty())
-            .map(drop)
-    });
+    scale_and_see_a_delta(&f, &mut b, &p1, 3, at, "a delta from the new leader");
     compare_with_full_form(&f, &mut b, "after a leader change");
     b.stop_expecting_exit_0();
 }

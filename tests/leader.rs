@@ -50,12 +50,7 @@ fn read_lease(f: &Fixture) -> Value {
 #[test]
 fn exactly_one_of_two_managers_acts_and_a_stopped_leader_is_replaced() {
     let f = Fixture::new("leader");
-    let env = |uid: &str| {
-        let mut e = f.env();
-        e.insert("POD_UID".into(), uid.into());
-        e.insert("POD_NAME".into(), uid.into());
-        e
-    };
+    let env = |uid: &str| f.pod_env(uid);
     let mut env_a = env("pod-a");
     env_a.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());
     let mut env_b = env("pod-b");
@@ -358,9 +353,7 @@ fn a_leader_frozen_mid_command_writes_and_acks_nothing_once_another_took_over() 
     let f = Fixture::new("leader-fence");
     f.tb.install_crds();
     let env = |uid: &str| {
-        let mut e = f.env();
-        e.insert("POD_UID".into(), uid.into());
-        e.insert("POD_NAME".into(), uid.into());
+        let mut e = f.pod_env(uid);
         // A 9 s lease: its renew deadline (6 s) is well past a command's time.
         e.insert("NEXO_HEARTBEAT_INTERVAL".into(), "3s".into());
         e.insert("NEXO_LISTEN_ADDR".into(), PROBES_ON_ANY_PORT.into());

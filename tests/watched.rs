@@ -171,55 +171,29 @@ fn nodes_that_may_be_listed_but_not_watched_are_listed() {
     let bed = support::OwnBed::start("watched-list-tb", &[]);
     let f = Fixture::on(bed.tb, "watched-list", nexo_cpsim::SimConfig::default());
     f.tb.install_crds();
-    let admin = f.tb.admin();
     let ns = &f.ns.name;
-    let create = |path: &str, body: Value| {
-        admin
-            .create(path, &body)
-            .unwrap_or_else(|e| panic!("create {path}: {e}"));
-    };
-    let rbac = "/apis/rbac.authorization.k8s.io/v1";
-    create(
-        &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mgr"}}),
-    );
-    create(
-        &format!("{rbac}/namespaces/{ns}/roles"),
-        json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "mgr"},
-        "rules": [
+    support::grant_service_account(
+        f.tb,
+        ns,
+        "mgr",
+        &json!([
             {"apiGroups": ["nexo.io"], "resources": ["nexoproxies"], "verbs": ["list", "watch"]},
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "update"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]}),
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]),
     );
-    create(
-        &format!("{rbac}/namespaces/{ns}/rolebindings"),
-        json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "mgr"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "mgr"},
-        "subjects": [{"kind": "ServiceAccount", "name": "mgr", "namespace": ns}]}),
-    );
-    create(
-        &format!("{rbac}/clusterroles"),
-        json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "mgr-0-4"},
-        "rules": [
+    support::grant_cluster(
+        f.tb,
+        "mgr-0-4",
+        ns,
+        "mgr",
+        &json!([
             {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}),
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]),
     );
-    create(
-        &format!("{rbac}/clusterrolebindings"),
-        json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "mgr-0-4"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "mgr-0-4"},
-        "subjects": [{"kind": "ServiceAccount", "name": "mgr", "namespace": ns}]}),
-    );
-    create(
-        "/api/v1/nodes",
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "listed-node-1",
-        "labels": {"topology.kubernetes.io/region": "list-region", "topology.kubernetes.io/zone": "list-zone"}}}),
-    );
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "listed-node-1",
+        "labels": {"topology.kubernetes.io/region": "list-region", "topology.kubernetes.io/zone": "list-zone"}}});
+    f.tb.admin().create("/api/v1/nodes", &node).unwrap();
     let token = f.tb.token(ns, "mgr");
     let mut env = f.env();
     let kubeconfig = f.tb.kubeconfig_for_token(&token, "mgr");

@@ -109,6 +109,15 @@ impl Fixture {
         env
     }
 
+    /// [`Fixture::env`] of the pod `uid` (its name too): one of several
+    /// Managers of the environment (leader election).
+    pub fn pod_env(&self, uid: &str) -> BTreeMap<String, String> {
+        let mut env = self.env();
+        env.insert("POD_UID".into(), uid.into());
+        env.insert("POD_NAME".into(), uid.into());
+        env
+    }
+
     /// Installs the CRDs and starts the Manager with probes on a port of
     /// its own (a test may read its /metrics), plus `extra` variables.
     pub fn spawn_with_probes(&self, extra: &[(&str, &str)]) -> Manager {

@@ -640,27 +640,64 @@ pub fn executor_rules() -> Value {
 /// Role with `rules` (replaced if there is one) and their RoleBinding, as
 /// an administrator does for a managed namespace.
 pub fn grant_executor(tb: &Testbed, ns: &str, rules: &Value) {
-    let admin = tb.admin();
+    grant_service_account(tb, ns, "nexo-executor", rules);
+}
+
+/// The ServiceAccount `sa` of namespace `ns`, a Role of its name with
+/// `rules` (replaced if there is one) and their RoleBinding.
+pub fn grant_service_account(tb: &Testbed, ns: &str, sa: &str, rules: &Value) {
     let labels = json!({"app.kubernetes.io/name": "nexo-manager"});
-    let objects = [
-        (
-            format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": "nexo-executor", "labels": labels}}),
-        ),
-        (
-            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "nexo-executor", "labels": labels}, "rules": rules}),
-        ),
-        (
-            format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "nexo-executor", "labels": labels},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nexo-executor"},
-                "subjects": [{"kind": "ServiceAccount", "name": "nexo-executor", "namespace": ns}]}),
-        ),
-    ];
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    put_all(
+        tb,
+        [
+            (
+                format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": sa, "labels": labels}}),
+            ),
+            (
+                format!("{rbac}/namespaces/{ns}/roles"),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": sa, "labels": labels}, "rules": rules}),
+            ),
+            (
+                format!("{rbac}/namespaces/{ns}/rolebindings"),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": sa, "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}),
+            ),
+        ],
+    );
+}
+
+/// A ClusterRole `name` with `rules` (replaced if there is one) and its
+/// ClusterRoleBinding to the ServiceAccount `ns`/`sa`.
+pub fn grant_cluster(tb: &Testbed, name: &str, ns: &str, sa: &str, rules: &Value) {
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    put_all(
+        tb,
+        [
+            (
+                format!("{rbac}/clusterroles"),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": rules}),
+            ),
+            (
+                format!("{rbac}/clusterrolebindings"),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}),
+            ),
+        ],
+    );
+}
+
+/// Creates each (collection, object), or replaces it where it is.
+fn put_all<const N: usize>(tb: &Testbed, objects: [(String, Value); N]) {
+    let admin = tb.admin();
     for (collection, object) in objects {
         let name = object["metadata"]["name"].as_str().unwrap();
         let path = format!("{collection}/{name}");
