@@ -37,6 +37,24 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
 };
 
+/// The input and output buffers of each layer of a connection (TCP, then
+/// TLS), and the largest response head read: ureq's default is 128 KiB
+/// each, zero-filled when first used, and every open watch is a
+/// connection of its own (BENCHMARKS.md, "The compact status"). A
+/// response's body streams through them whatever its size; request and
+/// response heads of either peer are a few hundred bytes.
+pub const BUFFER_BYTES: usize = 16 * 1024;
+
+/// `config` with the buffers of [`BUFFER_BYTES`].
+pub fn buffers(
+    config: ureq::config::ConfigBuilder<ureq::typestate::AgentScope>,
+) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
+    config
+        .input_buffer_size(BUFFER_BYTES)
+        .output_buffer_size(BUFFER_BYTES)
+        .max_response_header_size(BUFFER_BYTES)
+}
+
 /// What a wait on a socket waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Interest {
@@ -243,7 +261,10 @@ pub fn connect_tcp(
 /// Connects to `addr` without blocking: a non-blocking `connect(2)`, then
 /// a wait in the loop (up to `timeout`) for its outcome, so that a peer
 /// that never answers (a dropped SYN) costs no probe and no stop. The
-/// stream is returned blocking; its transport decides how it waits.
+/// stream stays non-blocking for its life: every read and write returns
+/// at once, and the transport waits in the loop (no `ioctl(2)` or
+/// `setsockopt(2)` per read or write, BENCHMARKS.md, "The compact
+/// status").
 fn connect_one(addr: &SocketAddr, timeout: Duration, duties: bool) -> io::Result<TcpStream> {
     let domain = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
@@ -275,7 +296,6 @@ fn connect_one(addr: &SocketAddr, timeout: Duration, duties: bool) -> io::Result
             return Err(e);
         }
     }
-    stream.set_nonblocking(false)?;
     Ok(stream)
 }
 
@@ -403,8 +423,8 @@ pub struct PollTcpTransport {
 }
 
 impl PollTcpTransport {
-    /// Whether reads no longer wait (a watch past its head): the socket is
-    /// then made non-blocking, once, and stays so.
+    /// Whether reads no longer wait (a watch past its head): once so, it
+    /// stays so.
     fn switched_now(&mut self) -> io::Result<bool> {
         if !self.switched
             && self
@@ -412,7 +432,6 @@ impl PollTcpTransport {
                 .as_ref()
                 .is_some_and(|w| w.load(Ordering::Relaxed))
         {
-            self.stream.set_nonblocking(true)?;
             self.switched = true;
         }
         Ok(self.switched)
@@ -462,9 +481,8 @@ impl Transport for PollTcpTransport {
         let timeout = timeout.for_write();
         let deadline = deadline_after(wait_limit(&timeout));
         let fd = self.stream.as_raw_fd();
-        self.stream.set_nonblocking(true)?;
         let mut written = 0;
-        let result = loop {
+        loop {
             if written >= amount {
                 break Ok(());
             }
@@ -487,9 +505,7 @@ impl Transport for PollTcpTransport {
                 }
                 Err(e) => break Err(e.into()),
             }
-        };
-        self.stream.set_nonblocking(false)?;
-        result
+        }
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
@@ -511,30 +527,27 @@ impl Transport for PollTcpTransport {
         if timeout.after.is_zero() {
             return Err(ureq::Error::Timeout(timeout.reason));
         }
-        let limit = wait_limit(&timeout);
-        match await_ready(self.stream.as_raw_fd(), Interest::Read, limit, self.duties)? {
-            Ready::Now => {}
-            Ready::TimedOut => return Err(ureq::Error::Timeout(timeout.reason)),
-            Ready::Stop => return Err(self.stopped()),
-        }
-        // Readable: this read returns at once. The read timeout only
-        // guards against a readiness that was not (it does not happen on
-        // Linux TCP, but a read must never block the loop for long).
-        self.stream
-            .set_read_timeout(Some(Duration::from_secs(1).min(limit)))?;
-        let input = self.buffers.input_append_buf();
+        let deadline = deadline_after(wait_limit(&timeout));
+        let fd = self.stream.as_raw_fd();
         let amount = loop {
-            match self.stream.read(input) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ureq::Error::Timeout(timeout.reason));
+            }
+            match await_ready(fd, Interest::Read, left, self.duties)? {
+                Ready::Now => {}
+                Ready::TimedOut => return Err(ureq::Error::Timeout(timeout.reason)),
+                Ready::Stop => return Err(self.stopped()),
+            }
+            // Readable: the read returns at once (a readiness that was
+            // not, `WouldBlock`, waits again).
+            match self.stream.read(self.buffers.input_append_buf()) {
                 Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
                     if matches!(
                         e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(ureq::Error::Timeout(timeout.reason));
-                }
+                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                    ) => {}
                 Err(e) => return Err(e.into()),
             }
         };
@@ -546,17 +559,14 @@ impl Transport for PollTcpTransport {
         if self.watch.is_some() {
             return false; // a watch's connection is never pooled
         }
-        // Open when a non-blocking peek finds neither the end nor an error.
-        if self.stream.set_nonblocking(true).is_err() {
-            return false;
-        }
+        // Open when a peek (non-blocking, as the socket is) finds neither
+        // the end nor an error.
         let mut byte = [0u8; 1];
-        let open = match self.stream.peek(&mut byte) {
+        match self.stream.peek(&mut byte) {
             Ok(0) => false,
             Ok(_) => true, // unexpected bytes: ureq will see them
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-        };
-        self.stream.set_nonblocking(false).is_ok() && open
+        }
     }
 }
 

@@ -79,10 +79,14 @@ fn watches_replace_the_reads_at_rest_and_a_change_is_read_at_once() {
         .unwrap();
     let mut env = f.env();
     env.insert("NEXO_SELF_DEPLOYMENT".into(), "nexo-self".into());
+    // A drift check every second: with no record in the namespace, the
+    // first one lists the records, and the next ones list nothing.
+    env.insert("NEXO_DRIFT_INTERVAL".into(), "1s".into());
     let mut m = f.spawn(&env);
     m.wait_until(Duration::from_secs(30), "three heartbeats", || {
         f.sim.heartbeats().len() >= 3
     });
+    wait_request(&mut m, &bed.dir, 0, "list secrets");
     only_the_lease(&mut m, &bed.dir, Duration::from_secs(8), "after the start");
 
     // A release-contract CRD changes: read again at once.
@@ -160,6 +164,14 @@ fn watches_replace_the_reads_at_rest_and_a_change_is_read_at_once() {
         Duration::from_secs(8),
         "after the changes",
     );
+
+    // A deploy with drift writes a record: the next check lists the
+    // records again, and each check after it.
+    let from = mark(&bed.dir);
+    support::drift::deploy(&f, &mut m, "watched-drift", json!({"mode": "report"}));
+    wait_request(&mut m, &bed.dir, from, "list secrets");
+    let from = mark(&bed.dir);
+    wait_request(&mut m, &bed.dir, from, "list secrets");
     m.stop_expecting_exit_0();
 }
 

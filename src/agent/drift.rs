@@ -39,6 +39,12 @@ pub(super) struct Drift {
     /// (namespace, resource): what it could not check, said in
     /// `inventoryErrors` until the namespace's next check makes them.
     failed: BTreeMap<(String, &'static str), String>,
+    /// The namespaces whose last check listed no record at all, with none
+    /// written since in this lease term: not listed again (nothing to
+    /// check), so that a Manager with no drift record makes no request at
+    /// rest but its lease's (BENCHMARKS.md, "Nothing read at rest"). A
+    /// list: the managed namespaces are few.
+    quiet: Vec<String>,
 }
 
 impl Drift {
@@ -52,7 +58,25 @@ impl Drift {
             unproven: BTreeSet::new(),
             unwatched: BTreeSet::new(),
             failed: BTreeMap::new(),
+            quiet: Vec::new(),
         }
+    }
+
+    /// A record is about to be written in `namespace`: it is listed at
+    /// the next check.
+    pub(super) fn recording(&mut self, namespace: &str) {
+        self.quiet.retain(|n| n != namespace);
+    }
+
+    /// A new lease term: another leader may have written records since,
+    /// so every namespace is listed at the next check.
+    pub(super) fn new_term(&mut self) {
+        self.quiet.clear();
+    }
+
+    /// Whether `namespace` is skipped by the checks, having no record.
+    fn is_quiet(&self, namespace: &str) -> bool {
+        self.quiet.iter().any(|n| n == namespace)
     }
 
     /// The `inventoryErrors` entries of the lists the last checks could
@@ -130,6 +154,9 @@ impl Agent {
     fn check_namespace(&mut self, ns: &str) {
         self.forget_unwatched_gone(ns);
         self.drift.failed.retain(|(n, _), _| n != ns);
+        if self.drift.is_quiet(ns) {
+            return;
+        }
         let env = self.me.token.environment_id().to_owned();
         let owned = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
@@ -138,11 +165,13 @@ impl Agent {
         let mut unproven: Vec<(String, String, String)> = Vec::new();
         let key = self.leader.integrity().cloned();
         let role = crate::ownership::ROLE;
+        let mut items = 0usize;
         let listed = kube.list_each(
             &SECRETS.collection(Some(ns)),
             Some(&format!("{owned},{role}={}", drift::RECORD_ROLE)),
             crate::inventory::PAGE,
             |s| {
+                items += 1;
                 // A record being deleted is never enforced, nor read.
                 if !drift::is_record(&s, &env) || !s["metadata"]["deletionTimestamp"].is_null() {
                     return;
@@ -186,6 +215,9 @@ impl Agent {
                 .failed
                 .insert((ns.to_owned(), "drift records"), e.to_string());
             return;
+        }
+        if items == 0 && !self.drift.is_quiet(ns) {
+            self.drift.quiet.push(ns.to_owned());
         }
         self.report_unproven(ns, unproven);
         // A list restarted after 410 Gone shows items again.

@@ -303,7 +303,7 @@ impl Agent {
                         // A copy of the list (shared with the index) when
                         // one is explained: rare, and only then.
                         let entry = std::rc::Rc::make_mut(entries).iter_mut().find(|e| {
-                            e.kind == t.kind.name()
+                            e.kind.as_str() == t.kind.name()
                                 && e.namespace == t.namespace
                                 && e.name == t.name
                         });

@@ -17,7 +17,7 @@ use crate::inventory::delta::{self, Deltas, Form};
 #[derive(Debug, Default)]
 pub(super) struct Epoch {
     /// The lease term it belongs to, and its deltas.
-    current: Option<(u64, Deltas<EntryKey>)>,
+    current: Option<(u64, Deltas<Rc<DeploymentEntry>>)>,
     /// A confirmation was ignored (logged once an epoch).
     warned: bool,
 }
@@ -69,8 +69,8 @@ impl Agent {
                     revision,
                     full: None,
                     base: Some(base),
-                    changed: Some(entries_of(&body.deployments, &changed)),
-                    removed: Some(removed),
+                    changed: Some(changed),
+                    removed: Some(removed.iter().map(|e| EntryKey::of(e)).collect()),
                 }
             }
         });
@@ -103,20 +103,6 @@ impl Agent {
             );
         }
     }
-}
-
-/// The entries of `keys` (both sorted the same way), shared.
-fn entries_of(entries: &[Rc<DeploymentEntry>], keys: &[EntryKey]) -> Vec<Rc<DeploymentEntry>> {
-    keys.iter()
-        .filter_map(|k| {
-            entries
-                .binary_search_by(|e| {
-                    (&e.namespace, &e.name, e.kind).cmp(&(&k.namespace, &k.name, k.kind))
-                })
-                .ok()
-                .map(|i| entries[i].clone())
-        })
-        .collect()
 }
 
 /// A new epoch id from 16 random bytes (the clock and the process id when

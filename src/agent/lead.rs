@@ -182,6 +182,7 @@ impl Agent {
             self.leader.state_term
         );
         self.ratchet_signatures();
+        self.drift.new_term();
         match self.store.integrity_key(&self.link.kube) {
             Ok(key) => {
                 self.link.index.borrow_mut().trust(&key);

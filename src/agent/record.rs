@@ -318,6 +318,7 @@ impl Agent {
         }
         let secret = drift::record_secret(payload, &history, namespace, name, env, owner, key)
             .map_err(Unrecorded::OverBound)?;
+        self.drift.recording(namespace);
         self.link
             .writer
             .apply(&path, &secret, ApplyParams::WRITE.forced(true))

@@ -161,7 +161,7 @@ mod tests {
                     Rc::new(DeploymentEntry {
                         namespace: shop.clone(),
                         name: Rc::from(format!("proxy-{i:05}")),
-                        kind: "NexoProxy",
+                        kind: crate::cp::wire::EntryKind::NexoProxy,
                         replicas: 2,
                         image: (i % 3 != 0).then(|| image.clone()),
                         status: None,

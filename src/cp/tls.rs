@@ -71,7 +71,7 @@ impl Tls {
     ) -> Tls {
         let mut roots = crate::tls::public_roots();
         roots.extend(extra);
-        let config = ureq::Agent::config_builder()
+        let config = crate::net::buffers(ureq::Agent::config_builder())
             .http_status_as_error(false)
             .timeout_connect(Some(timeouts.0))
             .timeout_global(Some(timeouts.1))

@@ -1,11 +1,15 @@
 //! Inventory deltas (docs/protocol.md, `inventory.delta.v1`), decided from
 //! plain values: which form the next heartbeat's inventory takes (full, or
 //! what changed since the revision the Control Plane confirmed), from a
-//! hash of each entry. What is kept is two hashes an entry at most (the
-//! confirmed base's and the revision in flight's), never a copy of the
-//! entries.
+//! hash of each entry. What is kept is each entry's key and hash, sorted,
+//! in at most two lists (the confirmed base's and the last revision's, one
+//! list shared while they agree), never a copy of the entries.
 
-use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Each entry's key and the hash of its content, sorted by key (each key
+/// once); shared, never copied.
+pub type Hashes<K> = Rc<[(K, u64)]>;
 
 /// A confirmation this Manager does not act on, and why (logged once).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +69,7 @@ impl<K> Form<K> {
 #[derive(Debug, Clone)]
 struct Base<K> {
     revision: u64,
-    hashes: BTreeMap<K, u64>,
+    hashes: Hashes<K>,
     contract: u64,
 }
 
@@ -78,7 +82,7 @@ pub struct Deltas<K: Ord + Clone> {
     epoch: String,
     /// The last revision sent (0: none yet), and each entry's hash then.
     revision: u64,
-    latest: BTreeMap<K, u64>,
+    latest: Hashes<K>,
     /// The inventory's generation `latest` was taken at: an unchanged
     /// generation is not read again (a heartbeat at rest reads nothing).
     generation: Option<u64>,
@@ -100,7 +104,7 @@ impl<K: Ord + Clone> Deltas<K> {
         Deltas {
             epoch,
             revision: 0,
-            latest: BTreeMap::new(),
+            latest: Rc::new([]),
             generation: None,
             contract: 0,
             base: None,
@@ -121,7 +125,7 @@ impl<K: Ord + Clone> Deltas<K> {
     pub fn next(
         &mut self,
         generation: u64,
-        hashes: impl FnOnce() -> BTreeMap<K, u64>,
+        hashes: impl FnOnce() -> Hashes<K>,
         contract: u64,
     ) -> Form<K> {
         let moved = match self.generation {
@@ -186,7 +190,7 @@ impl<K: Ord + Clone> Deltas<K> {
         }
         self.base = Some(Base {
             revision,
-            hashes: self.latest.clone(),
+            hashes: Rc::clone(&self.latest),
             contract: self.contract,
         });
         Ok(())
@@ -200,7 +204,7 @@ impl<K: Ord + Clone> Deltas<K> {
 
 /// The keys of `now` that are new or differ from `base`, and the keys of
 /// `base` gone from `now`: one walk of both in key order.
-fn difference<K: Ord + Clone>(base: &BTreeMap<K, u64>, now: &BTreeMap<K, u64>) -> (Vec<K>, Vec<K>) {
+fn difference<K: Ord + Clone>(base: &[(K, u64)], now: &[(K, u64)]) -> (Vec<K>, Vec<K>) {
     let (mut changed, mut removed) = (Vec::new(), Vec::new());
     let (mut b, mut n) = (base.iter().peekable(), now.iter().peekable());
     loop {

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::backoff::Jitter;
+use std::collections::BTreeMap;
 
 /// An inventory and the release contract sent with it.
 type Sent = (BTreeMap<u32, u64>, u64);
@@ -58,6 +59,11 @@ impl Cp {
     }
 }
 
+/// The hashes of `inventory`, as the index gives them.
+fn sorted(inventory: &BTreeMap<u32, u64>) -> Hashes<u32> {
+    inventory.iter().map(|(k, h)| (*k, *h)).collect()
+}
+
 fn pick(j: &mut Jitter, n: u64) -> u64 {
     (j.fraction() * n as f64) as u64
 }
@@ -104,7 +110,7 @@ fn the_cp_rebuilds_every_revision_whatever_is_lost_late_bogus_or_resynced() {
                 _ => {}
             }
             let before = deltas.revision;
-            let form = deltas.next(generation, || inventory.clone(), contract);
+            let form = deltas.next(generation, || sorted(&inventory), contract);
             if let Some(&(_, last)) = sent_revisions.last() {
                 assert!(form.revision() >= last);
                 if form.revision() == last {
@@ -158,12 +164,12 @@ fn at_rest_a_confirmed_inventory_sends_an_empty_delta_and_an_unconfirmed_one_the
     let e = "e".repeat(16);
     let mut d: Deltas<u32> = Deltas::new(e.clone());
     assert_eq!(
-        d.next(1, || inventory.clone(), 0),
+        d.next(1, || sorted(&inventory), 0),
         Form::Full { revision: 1 }
     );
     // A CP that never confirms: the full form, the revision repeated.
     assert_eq!(
-        d.next(2, || inventory.clone(), 0),
+        d.next(2, || sorted(&inventory), 0),
         Form::Full { revision: 1 }
     );
     d.confirmed(&e, 1).unwrap();
@@ -174,7 +180,7 @@ fn at_rest_a_confirmed_inventory_sends_an_empty_delta_and_an_unconfirmed_one_the
         removed: vec![],
         contract: false,
     };
-    assert_eq!(d.next(2, || inventory.clone(), 0), at_rest);
+    assert_eq!(d.next(2, || sorted(&inventory), 0), at_rest);
     // The same generation: the inventory is not read again.
     assert_eq!(d.next(2, || unreachable!("read at rest"), 0), at_rest);
     // One entry changed, one gone: just those.
@@ -182,7 +188,7 @@ fn at_rest_a_confirmed_inventory_sends_an_empty_delta_and_an_unconfirmed_one_the
     changed.insert(7, 2);
     changed.remove(&9);
     assert_eq!(
-        d.next(3, || changed.clone(), 0),
+        d.next(3, || sorted(&changed), 0),
         Form::Delta {
             revision: 2,
             base: 1,
@@ -210,7 +216,7 @@ fn at_rest_a_confirmed_inventory_sends_an_empty_delta_and_an_unconfirmed_one_the
 #[test]
 fn a_new_release_contract_is_a_new_revision_carried_until_its_base() {
     let e = "e".repeat(16);
-    let inventory = || BTreeMap::from([(1u32, 1u64), (2, 1), (3, 1)]);
+    let inventory = || sorted(&BTreeMap::from([(1u32, 1u64), (2, 1), (3, 1)]));
     let mut d: Deltas<u32> = Deltas::new(e.clone());
     d.next(1, inventory, 10);
     d.confirmed(&e, 1).unwrap();
@@ -233,10 +239,10 @@ fn a_new_release_contract_is_a_new_revision_carried_until_its_base() {
 #[test]
 fn a_delta_no_smaller_than_the_inventory_is_sent_whole() {
     let mut d: Deltas<u32> = Deltas::new("e".repeat(16));
-    d.next(1, || BTreeMap::from([(1, 1), (2, 1)]), 0);
+    d.next(1, || sorted(&BTreeMap::from([(1, 1), (2, 1)])), 0);
     d.confirmed(&"e".repeat(16), 1).unwrap();
     assert_eq!(
-        d.next(2, || BTreeMap::from([(1, 2), (2, 2)]), 0),
+        d.next(2, || sorted(&BTreeMap::from([(1, 2), (2, 2)])), 0),
         Form::Full { revision: 2 }
     );
 }
@@ -245,10 +251,13 @@ fn a_delta_no_smaller_than_the_inventory_is_sent_whole() {
 fn the_difference_walks_both_in_key_order() {
     let base = BTreeMap::from([(1u32, 1u64), (2, 1), (4, 1), (6, 1)]);
     let now = BTreeMap::from([(0u32, 1u64), (2, 2), (4, 1), (5, 1)]);
-    assert_eq!(difference(&base, &now), (vec![0, 2, 5], vec![1, 6]));
-    assert_eq!(difference(&now, &now), (vec![], vec![]));
-    assert_eq!(difference(&BTreeMap::new(), &now).0.len(), 4);
-    assert_eq!(difference(&now, &BTreeMap::new()).1.len(), 4);
+    assert_eq!(
+        difference(&sorted(&base), &sorted(&now)),
+        (vec![0, 2, 5], vec![1, 6])
+    );
+    assert_eq!(difference(&sorted(&now), &sorted(&now)), (vec![], vec![]));
+    assert_eq!(difference(&[], &sorted(&now)).0.len(), 4);
+    assert_eq!(difference(&sorted(&now), &[]).1.len(), 4);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge};
+use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge, keep};
 use super::status::CommandTrack;
 use super::{DeploymentItem, Interner, PAGE, ProxyItem, Trust};
 use crate::kube::Client;
@@ -232,18 +232,25 @@ fn list(
     shared: &mut Interner,
     now: Instant,
 ) -> Result<String, crate::kube::Error> {
-    let mut kept = Vec::new();
     let mut unproven = BTreeSet::new();
     let kind = set.kind.kind().name();
+    // Each item kept as it comes, never a list of them all: at 10,000
+    // proxies that list was the process's peak (BENCHMARKS.md, "The
+    // compact status"). What was remembered of an object still there
+    // comes along from `old`.
+    let mut old = std::mem::take(&mut set.entries);
+    let mut fresh = BTreeMap::new();
     let mut take = |judged: Result<Judged, _>| {
         if let Ok(Judged {
-            kept: Some(entry), ..
+            kept: Some((entry, observed, uid)),
+            ..
         }) = judged
         {
-            kept.push(entry);
+            let before = old.remove(&*entry.name);
+            keep(&mut fresh, before, entry, observed, uid, now);
         }
     };
-    let version = match set.kind {
+    let listed = match set.kind {
         Watched::Proxies => {
             client.list_versioned(&set.collection, Some(selector), PAGE, |p: ProxyItem| {
                 take(judge(p, kind, trust, shared, &mut unproven))
@@ -255,15 +262,18 @@ fn list(
             PAGE,
             |d: DeploymentItem| take(judge(d, kind, trust, shared, &mut unproven)),
         ),
-    }?;
-    set.unproven = unproven;
-    let mut old = std::mem::take(&mut set.entries);
-    for (entry, observed, uid) in kept {
-        if let Some(o) = old.remove(&*entry.name) {
-            set.entries.insert(o.entry.name.clone(), o);
+    };
+    let version = match listed {
+        Ok(version) => version,
+        Err(e) => {
+            // Cut short: what was read is newer, the rest stays.
+            old.extend(fresh);
+            set.entries = old;
+            return Err(e);
         }
-        set.keep(entry, observed, uid, now);
-    }
+    };
+    set.unproven = unproven;
+    set.entries = fresh;
     Ok(version)
 }
 

@@ -363,7 +363,7 @@ fn the_generation_moves_with_an_added_changed_or_removed_entry_and_not_at_rest()
     );
     let (g2, h2) = report(&mut index);
     assert_ne!(g2, g1, "an entry changed");
-    let a = |h: &BTreeMap<crate::cp::wire::EntryKey, u64>| {
+    let a = |h: &[(std::rc::Rc<crate::cp::wire::DeploymentEntry>, u64)]| {
         h.iter().find(|(k, _)| &*k.name == "a").map(|(_, v)| *v)
     };
     assert_ne!(a(&h2), a(&h1), "its hash with it");

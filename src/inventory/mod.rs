@@ -21,6 +21,7 @@ mod projection;
 mod report;
 mod set;
 pub mod status;
+mod uid;
 
 pub use index::Index;
 pub use projection::*;

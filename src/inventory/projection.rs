@@ -269,7 +269,7 @@ pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<(DeploymentEnt
     let entry = DeploymentEntry {
         namespace: shared.get(&p.metadata.namespace?),
         name: Rc::from(p.metadata.name?),
-        kind: "NexoProxy",
+        kind: crate::cp::wire::EntryKind::NexoProxy,
         replicas,
         image: p.spec.image.map(|i| shared.get(&i)),
         status: None,
@@ -298,7 +298,7 @@ pub fn deployment_entry(
     let entry = DeploymentEntry {
         namespace: shared.get(&d.metadata.namespace?),
         name: Rc::from(d.metadata.name?),
-        kind: "Deployment",
+        kind: crate::cp::wire::EntryKind::Deployment,
         replicas,
         image: image.map(|i| shared.get(&i)),
         status: None,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::index::Index;
 use super::status::{self, CommandTrack, RollbackDue, RollbackEnd, Turned};
-use crate::cp::wire::{CommandPhase, CommandProgress, EntryKey, EntryStatus};
+use crate::cp::wire::{CommandPhase, CommandProgress, DeploymentEntry, EntryKey, EntryStatus};
 use crate::resource::Kind;
 
 impl Index {
@@ -124,7 +124,7 @@ impl Index {
                         kind: set_kind,
                         namespace: stored.entry.namespace.clone(),
                         name: stored.entry.name.clone(),
-                        uid: stored.uid.clone(),
+                        uid: stored.uid.as_ref().map(|u| u.to_string().into()),
                         turned: turn,
                     });
                 }
@@ -176,7 +176,7 @@ impl Index {
                     kind: s.kind.kind(),
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
-                    uid: stored.uid.as_deref()?.to_owned(),
+                    uid: stored.uid.as_ref()?.to_string(),
                 })
             })
             .collect()
@@ -211,15 +211,18 @@ impl Index {
     /// Each owned entry's key and the hash of its content as last
     /// reported (`inventory.delta.v1`): what the next inventory's form is
     /// decided from.
-    pub fn hashes(&self) -> std::collections::BTreeMap<EntryKey, u64> {
-        self.sets
-            .iter()
-            .flat_map(|s| {
-                s.entries
-                    .values()
-                    .map(|stored| (EntryKey::of(&stored.entry), stored.hash))
-            })
-            .collect()
+    /// Each entry is its own key (ordered by namespace, name and kind):
+    /// 16 bytes an entry, shared with the report.
+    pub fn hashes(&self) -> super::delta::Hashes<Rc<DeploymentEntry>> {
+        let mut hashes = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
+        hashes.extend(self.sets.iter().flat_map(|s| {
+            s.entries
+                .values()
+                .map(|stored| (Rc::clone(&stored.entry), stored.hash))
+        }));
+        // Each set is a sorted run, which the stable sort merges.
+        hashes.sort_by(|a, b| a.0.cmp(&b.0));
+        hashes.into()
     }
 
     /// Rollbacks the agent could not make now (the lease lost), kept for
@@ -234,7 +237,7 @@ impl Index {
         let key = EntryKey {
             namespace: due.namespace.clone(),
             name: due.name.clone(),
-            kind: due.kind.name(),
+            kind: entry_kind(due.kind),
         };
         if let Some(c) = self.commands.get_mut(&key).filter(|c| c.id == due.command) {
             // Its entry is judged again for the next heartbeat: it has a
@@ -258,7 +261,7 @@ impl Index {
         let key = EntryKey {
             namespace: Rc::from(workload.namespace.as_str()),
             name: Rc::from(workload.name.as_str()),
-            kind: workload.kind.name(),
+            kind: entry_kind(workload.kind),
         };
         self.commands.insert(
             key,
@@ -297,6 +300,14 @@ impl Index {
             }
             !c.ended
         });
+    }
+}
+
+/// The heartbeat kind of a workload's kind (a NexoProxy or a Deployment).
+pub(super) fn entry_kind(kind: Kind) -> crate::cp::wire::EntryKind {
+    match kind {
+        Kind::Deployment => crate::cp::wire::EntryKind::Deployment,
+        _ => crate::cp::wire::EntryKind::NexoProxy,
     }
 }
 

@@ -200,7 +200,7 @@ pub(super) struct Stored {
     pub(super) entry: Rc<DeploymentEntry>,
     pub(super) observed: Observed,
     pub(super) track: Track,
-    pub(super) uid: Option<Box<str>>,
+    pub(super) uid: Option<super::uid::Uid>,
     /// Observed anew (or explained) since it was last judged.
     pub(super) fresh: bool,
     /// When the clock alone may change its phase (a deadline).
@@ -345,24 +345,8 @@ impl Set {
         uid: Option<String>,
         now: Instant,
     ) {
-        let uid = uid.map(String::into_boxed_str);
-        let track = match self.entries.remove(&*entry.name) {
-            Some(old) if old.uid == uid => old.track,
-            _ => Track::new(observed.generation, now),
-        };
-        self.entries.insert(
-            entry.name.clone(),
-            Box::new(Stored {
-                entry: Rc::new(entry),
-                observed,
-                track,
-                uid,
-                fresh: true,
-                recheck_at: None,
-                hash: 0,
-                shows_command: false,
-            }),
-        );
+        let before = self.entries.remove(&*entry.name);
+        keep(&mut self.entries, before, entry, observed, uid, now);
     }
 
     /// Applies one watch event (a line of the stream) to the entries;
@@ -453,6 +437,36 @@ impl Set {
         self.problem = Some(problem);
         self.wait(version, Some(now + delay));
     }
+}
+
+/// Keeps an owned object's entry in `entries`; what was remembered of its
+/// phase in `before` stays when it is the same object (by uid).
+pub(super) fn keep(
+    entries: &mut BTreeMap<Rc<str>, Box<Stored>>,
+    before: Option<Box<Stored>>,
+    entry: DeploymentEntry,
+    observed: Observed,
+    uid: Option<String>,
+    now: Instant,
+) {
+    let uid = uid.as_deref().map(super::uid::Uid::new);
+    let track = match before {
+        Some(old) if old.uid == uid => old.track,
+        _ => Track::new(observed.generation, now),
+    };
+    entries.insert(
+        entry.name.clone(),
+        Box::new(Stored {
+            entry: Rc::new(entry),
+            observed,
+            track,
+            uid,
+            fresh: true,
+            recheck_at: None,
+            hash: 0,
+            shows_command: false,
+        }),
+    );
 }
 
 /// Whether an object so judged is listed; an unproven one is remembered

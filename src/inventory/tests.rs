@@ -18,7 +18,7 @@ fn entries_from_objects() {
         DeploymentEntry {
             namespace: "shop".into(),
             name: "orders".into(),
-            kind: "NexoProxy",
+            kind: crate::cp::wire::EntryKind::NexoProxy,
             replicas: 3,
             image: Some("p:1".into()),
             status: None,
@@ -32,7 +32,7 @@ fn entries_from_objects() {
     .unwrap();
     let (e, _) = deployment_entry(d, &mut Interner::default()).unwrap();
     assert_eq!(
-        (e.kind, e.replicas, e.image.as_deref()),
+        (e.kind.as_str(), e.replicas, e.image.as_deref()),
         ("Deployment", 1, Some("p:0.9"))
     );
     let d: DeploymentItem = serde_json::from_value(json!({"metadata": {"name": "one", "namespace": "shop"},
@@ -152,7 +152,7 @@ fn entries_sort_by_namespace_then_name() {
     let e = |ns: &str, n: &str| DeploymentEntry {
         namespace: ns.into(),
         name: n.into(),
-        kind: "NexoProxy",
+        kind: crate::cp::wire::EntryKind::NexoProxy,
         replicas: 1,
         image: None,
         status: None,

@@ -194,7 +194,7 @@ impl Client {
         }
         let tls = tls.build();
         let config_with = |call: Option<Duration>| {
-            ureq::Agent::config_builder()
+            crate::net::buffers(ureq::Agent::config_builder())
                 .http_status_as_error(false)
                 .timeout_connect(Some(CONNECT_TIMEOUT.min(call.unwrap_or(CALL_TIMEOUT))))
                 .timeout_global(call)
