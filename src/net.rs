@@ -43,7 +43,7 @@ use ureq::unversioned::transport::{
 /// connection of its own (BENCHMARKS.md, "The compact status"). A
 /// response's body streams through them whatever its size; request and
 /// response heads of either peer are a few hundred bytes.
-pub const BUFFER_BYTES: usize = 16 * 1024;
+pub const BUFFER_BYTES: usize = 8 * 1024;
 
 /// `config` with the buffers of [`BUFFER_BYTES`].
 pub fn buffers(

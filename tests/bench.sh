@@ -3,7 +3,7 @@
 # work agent; both cached) and the static binary the image ships, starts a
 # control plane on loopback, and runs `cargo bench --bench footprint`, then
 # `cargo bench --bench peer` (on an audited test bed of its own); each
-# prints its table and writes it into BENCHMARKS.md. About 45 minutes for
+# prints its table and writes it into BENCHMARKS.md. About 55 minutes for
 # the first and 75 for the second on 2 cores once things are built. Extra
 # arguments go to both (`--short` runs the small sizes; `--only PARTS` the
 # parts to run, by name: the footprint's image, start, idle, deploy, sizes,

@@ -16,6 +16,7 @@ use super::enforce::Held;
 use crate::cp::wire::{DriftEntry, DriftObject};
 use crate::drift::{self, Found, Mode};
 use crate::events::{Event, Reason};
+use crate::inventory::Uid;
 use crate::resource::{Kind, SECRETS};
 
 /// When the next check is due, and what the heartbeat reports.
@@ -118,8 +119,8 @@ impl Drift {
 struct Recorded {
     kept: drift::Kept,
     /// The uid of the NexoProxy or Deployment that owns the record: the
-    /// deployment it was written for.
-    owner: Option<String>,
+    /// deployment it was written for (16 bytes, no allocation).
+    owner: Option<Uid>,
     /// The record's `resourceVersion`.
     version: String,
     /// The manifests whose object was listed, a bit each (at most 64).
@@ -193,7 +194,7 @@ impl Agent {
                         kept,
                         owner: s["metadata"]["ownerReferences"][0]["uid"]
                             .as_str()
-                            .map(str::to_owned),
+                            .map(Uid::new),
                         version: s["metadata"]["resourceVersion"]
                             .as_str()
                             .unwrap_or_default()
@@ -241,7 +242,7 @@ impl Agent {
                 .borrow()
                 .owned(ns, &r.kept.name)
                 .iter()
-                .any(|o| r.owner.as_deref() == Some(o.uid.as_str()));
+                .any(|o| r.owner.as_ref() == Some(&Uid::new(&o.uid)));
             let checked = alive && r.kept.settings.mode != Mode::Off;
             if !checked {
                 self.drift.report.forget(ns, &r.kept.name);

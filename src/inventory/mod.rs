@@ -27,6 +27,7 @@ pub use index::Index;
 pub use projection::*;
 pub use report::{Turn, Workload};
 pub use status::RollbackDue;
+pub use uid::Uid;
 
 /// Items per page of every list.
 pub const PAGE: u32 = 500;

@@ -246,12 +246,18 @@ pub struct Turned {
     pub message: String,
 }
 
+thread_local! {
+    /// The `since` of a phase not judged yet (never reported): one copy,
+    /// not one an entry.
+    static NOT_YET: Rc<str> = Rc::from("");
+}
+
 impl Track {
     /// A deployment first seen at `now`.
     pub fn new(generation: i64, now: Instant) -> Track {
         Track {
             phase: None,
-            since: Rc::from(""),
+            since: NOT_YET.with(Rc::clone),
             available_at: None,
             generation,
             waiting_since: now,

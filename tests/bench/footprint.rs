@@ -329,9 +329,32 @@ fn measure_rest(plan: &Plan, bin: &Path) -> (f64, String) {
     grow(&f, 0, 100);
     let mut env = manager_env(&f, 15);
     env.insert("NEXO_LISTEN_ADDR".into(), "off".into());
+    // No operator runs here: the proxies would fail their progress
+    // deadline (10 minutes) inside the window, each with an Event. At
+    // rest, nothing turns.
+    env.insert("NEXO_PROGRESS_DEADLINE".into(), "1h".into());
     let mut m = Manager::spawn_binary(bin, &env).with_sim(&f.sim);
     wait_heartbeats(&f, &mut m, 2, Duration::from_secs(60));
     let audit = bed.dir.join("logs/audit.log");
+    // The window opens after the first drift check (one
+    // `NEXO_DRIFT_INTERVAL`, 5 minutes, after the start), which lists the
+    // drift records once, as every new leader must.
+    let first_check = Instant::now() + Duration::from_secs(420);
+    while !String::from_utf8_lossy(&std::fs::read(&audit).unwrap_or_default())
+        .lines()
+        .any(|l| {
+            l.contains("\"userAgent\":\"nexo-manager/")
+                && l.contains("\"verb\":\"list\"")
+                && l.contains("\"resource\":\"secrets\"")
+        })
+    {
+        m.check(
+            Instant::now() < first_check,
+            "the first drift check's list of the records within 7 minutes",
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    std::thread::sleep(Duration::from_secs(2));
     let from = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
     std::thread::sleep(plan.rest);
@@ -1841,7 +1864,7 @@ fn main() {
                 "".into(),
                 "≤ 4",
                 &format!(
-                    "audit log of a test bed of its own over {:.0} min, 100 owned NexoProxies, interval 15 s, requests whose User-Agent is the Manager's",
+                    "audit log of a test bed of its own over {:.0} min after the first drift check, 100 owned NexoProxies, interval 15 s, requests whose User-Agent is the Manager's",
                     plan.rest.as_secs_f64() / 60.0
                 ),
             ));
