@@ -25,9 +25,10 @@ use crate::kube::watch::Flow;
 use crate::ownership;
 
 /// How long the API server keeps a watch open before ending it (it is
-/// then opened again from the last version): one request per watch
-/// every 10 minutes at rest.
-pub const WATCH_TIMEOUT: Duration = Duration::from_secs(600);
+/// then opened again from the last version): one request per watch every
+/// 30 minutes at rest, as the metadata watches (`kube::changes`); the
+/// bookmarks keep the version current meanwhile.
+pub const WATCH_TIMEOUT: Duration = crate::kube::changes::TIMEOUT;
 
 /// Every watched collection of the inventory.
 #[derive(Debug)]
