@@ -111,6 +111,18 @@ impl Waiter {
         *self.duty.borrow_mut() = Some(duty);
     }
 
+    /// Whether the duty is due now (and not running): no system call.
+    fn duty_due(&self) -> bool {
+        if self.in_duty.get() {
+            return false;
+        }
+        let now = Instant::now();
+        self.duty
+            .borrow()
+            .as_ref()
+            .is_some_and(|d| d.due(now).is_some_and(|at| at <= now))
+    }
+
     /// Runs the duty if it is due or its descriptors are readable
     /// (`ready`), unless one is running already (its own requests wait
     /// here too); when it is next due.
@@ -275,7 +287,11 @@ impl Pause for Waiter {
     }
 
     fn checkpoint(&self) {
-        if self.polled_at.get().elapsed() >= CHECKPOINT_EVERY
+        // The duty when it is due: a long command's requests each wait in
+        // a `poll(2)` of their own (which keeps `polled_at` fresh, and
+        // runs no duty), and the lease must still be renewed on its
+        // schedule, not lost mid-command to the fence.
+        if (self.polled_at.get().elapsed() >= CHECKPOINT_EVERY || self.duty_due())
             && let Err(e) = self.idle(Duration::ZERO)
         {
             log::warn!("wait failed: {e}");
@@ -366,6 +382,28 @@ mod tests {
             "woke for the duty, not in a spin ({} looks)",
             duty.polls.get()
         );
+    }
+
+    #[test]
+    fn a_checkpoint_runs_a_due_duty_even_right_after_a_wait() {
+        let waiter = Waiter::new(None, Rc::new(RefCell::new(Health::default()))).unwrap();
+        let duty = Rc::new(Once {
+            at: Instant::now(),
+            runs: Cell::new(0),
+            polls: Cell::new(0),
+        });
+        waiter.set_duty(duty.clone());
+        // A request's own wait (a pause runs no duty) has just polled.
+        waiter.wait(Duration::ZERO).unwrap();
+        assert_eq!(duty.runs.get(), 0);
+        waiter.checkpoint();
+        assert_eq!(duty.runs.get(), 1, "the due duty ran at the checkpoint");
+        // Not due any more: a checkpoint right after a wait costs nothing.
+        waiter.wait(Duration::ZERO).unwrap();
+        let looks = duty.polls.get();
+        waiter.checkpoint();
+        assert_eq!(duty.runs.get(), 1);
+        assert_eq!(duty.polls.get(), looks + 1, "one look at the duty, no wait");
     }
 
     #[test]
