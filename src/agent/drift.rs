@@ -217,7 +217,8 @@ impl Agent {
                 .insert((ns.to_owned(), "drift records"), e.to_string());
             return;
         }
-        if items == 0 && !self.drift.is_quiet(ns) {
+        if items == 0 {
+            // Not quiet before: a quiet namespace is never listed.
             self.drift.quiet.push(ns.to_owned());
         }
         self.report_unproven(ns, unproven);
