@@ -609,6 +609,34 @@ fn ready(pod: &Value) -> bool {
     })
 }
 
+/// Each pod's name and conditions (type, status, reason, time), one line.
+fn conditions(pods: &[Value]) -> String {
+    pods.iter()
+        .map(|p| {
+            let conditions: Vec<String> = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "{}={} {} {}",
+                        c["type"].as_str().unwrap_or("?"),
+                        c["status"].as_str().unwrap_or("?"),
+                        c["reason"].as_str().unwrap_or(""),
+                        c["lastTransitionTime"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            format!(
+                "{}: {}",
+                p["metadata"]["name"].as_str().unwrap_or("?"),
+                conditions.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn uid(pod: &Value) -> String {
     pod["metadata"]["uid"].as_str().unwrap().to_owned()
 }
@@ -703,7 +731,9 @@ fn report(bed: &Bed) {
             bed.kubectl(&args).unwrap_or_else(|e| e)
         );
     }
-    for pod in bed.pods() {
+    let pods = bed.pods();
+    out += &format!("--- pod conditions\n{}\n", conditions(&pods));
+    for pod in pods {
         let name = pod["metadata"]["name"].as_str().unwrap_or("");
         out += &format!(
             "--- logs of {name}\n{}\n",
@@ -822,10 +852,22 @@ fn tempfile_in(bed: &Bed, name: &str, data: &[u8]) -> PathBuf {
 
 fn installed(bed: &Bed) {
     image_config_matches_the_dockerfile(bed);
-    let pods = bed.pods();
-    assert_eq!(pods.len(), 1, "one Manager pod");
+    // `rollout status` saw the pod available, but once (one CI run in
+    // many) a list a moment later showed it not Ready, younger than one
+    // probe period: the readiness is waited for, and its conditions
+    // printed if it was not there at first, so a flap shows its times.
+    let first = bed.pods();
+    if !first.iter().all(ready) {
+        println!(
+            "node: the pod was not Ready right after the rollout: {}",
+            conditions(&first)
+        );
+    }
+    let pods = wait_for(Duration::from_secs(60), "the pod to be Ready", || {
+        let pods = bed.pods();
+        (pods.len() == 1 && ready(&pods[0])).then_some(pods)
+    });
     let pod = &pods[0];
-    assert!(ready(pod), "the pod is Ready");
     assert_eq!(image_of(pod), bed.images.manager);
     let pod_uid = uid(pod);
     wait_for(Duration::from_secs(30), "a heartbeat", || {
