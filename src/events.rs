@@ -62,6 +62,17 @@ pub enum Reason {
     /// A failed change rolled back, or its rollback failed
     /// (docs/protocol.md, `rollback.v1`).
     RolledBack,
+    /// The Manager's own life (on its Deployment): connected and bound to
+    /// the Control Plane.
+    Bound,
+    /// The Manager's own life: this pod leads (a new lease term).
+    LeaderElected,
+    /// The Manager's own life: an upgrade of itself applied.
+    SelfUpgradeStarted,
+    /// The Manager's own life: the upgraded pods are Ready.
+    SelfUpgradeAvailable,
+    /// The Manager's own life: a command refused for its signature.
+    SignatureRefused,
 }
 
 impl Reason {
@@ -76,13 +87,23 @@ impl Reason {
             Reason::ProgressFailed => "ProgressFailed",
             Reason::Degraded => "Degraded",
             Reason::RolledBack => "RolledBack",
+            Reason::Bound => "Bound",
+            Reason::LeaderElected => "LeaderElected",
+            Reason::SelfUpgradeStarted => "SelfUpgradeStarted",
+            Reason::SelfUpgradeAvailable => "SelfUpgradeAvailable",
+            Reason::SignatureRefused => "SignatureRefused",
         }
     }
 
     /// The `type` field: what needs a person's attention is a `Warning`.
     pub fn kind(self) -> &'static str {
         match self {
-            Reason::Applied | Reason::DriftCorrected => "Normal",
+            Reason::Applied
+            | Reason::DriftCorrected
+            | Reason::Bound
+            | Reason::LeaderElected
+            | Reason::SelfUpgradeStarted
+            | Reason::SelfUpgradeAvailable => "Normal",
             _ => "Warning",
         }
     }
@@ -400,9 +421,9 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
         let left = budget.saturating_sub(started.elapsed());
         if left < LEAST_WRITE {
             if recorder.queued() > 0 {
-                log::debug!(
-                    "{} Events wait for the next wake-up (budget spent)",
-                    recorder.queued()
+                crate::debug!(
+                    queued = recorder.queued();
+                    "Events wait for the next wake-up (budget spent)"
                 );
             }
             return;
@@ -431,7 +452,7 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
         let bytes = match to_json("event", body) {
             Ok(b) => b,
             Err(e) => {
-                log::warn!("event not written: {e}");
+                crate::warn!(err:% = e; "event not written");
                 recorder.failed();
                 crate::metrics::event_dropped(Dropped::Error.as_str());
                 continue;
@@ -457,9 +478,9 @@ pub fn flush(recorder: &mut Recorder, kube: &Client, budget: Duration) {
                 };
                 crate::metrics::event_dropped(dropped.as_str());
                 if matches!(e, kube::Error::Fenced) {
-                    log::info!("event not written: not leading");
+                    crate::info!("event not written: not leading");
                 } else {
-                    log::warn!("event not written ({path}): {e}");
+                    crate::warn!(path:% = path, err:% = e; "event not written");
                 }
             }
         }

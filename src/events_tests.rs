@@ -130,3 +130,12 @@ fn the_note_is_clipped_to_the_api_servers_limit_at_a_character() {
     let note = body["note"].as_str().unwrap();
     assert!(note.len() <= 1024 && note.len() >= 1022, "{}", note.len());
 }
+
+#[test]
+fn every_drop_cause_is_a_known_label_of_the_dropped_counter() {
+    let causes: Vec<&str> = [Dropped::QueueFull, Dropped::Denied, Dropped::Error]
+        .iter()
+        .map(|d| d.as_str())
+        .collect();
+    assert_eq!(causes, crate::metrics::EVENT_DROP_CAUSES);
+}

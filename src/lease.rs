@@ -175,6 +175,9 @@ pub struct Elector {
     /// it changes.
     term: u64,
     following: Option<String>,
+    /// The holder this Manager took the lease over from, in its current
+    /// term (none: the lease was free, absent or its own).
+    taken_from: Option<String>,
     /// The lease as the server returned it after this Manager's last write.
     written: Option<Value>,
     /// The lease record last read, and the local time it was first seen so.
@@ -199,6 +202,7 @@ impl Elector {
             identity: identity.to_owned(),
             term: 0,
             following: None,
+            taken_from: None,
             written: None,
             observed: None,
         }
@@ -220,7 +224,10 @@ impl Elector {
         match decide(record.as_ref(), &self.identity, observed_at, seen) {
             Decision::Follow { holder } => {
                 if self.following.as_deref() != Some(holder.as_str()) {
-                    log::info!("following: the lease {} is held by {holder}", self.name);
+                    crate::info!(
+                        lease = self.name.as_str(), holder:% = holder;
+                        "following: the lease is held by another"
+                    );
                     self.following = Some(holder);
                 }
                 self.fence.renewed_at.set(None);
@@ -248,9 +255,9 @@ impl Elector {
                 Ok(true)
             }
             Err(e) if e.is_conflict() => {
-                log::debug!(
-                    "the lease {} changed since it was renewed; reading it",
-                    self.name
+                crate::debug!(
+                    lease = self.name.as_str();
+                    "the lease changed since it was renewed; reading it"
                 );
                 Ok(false)
             }
@@ -296,11 +303,14 @@ impl Elector {
             Ok(written) => {
                 if !continuing {
                     self.term += 1;
-                    log::info!(
-                        "leading: holding the lease {} as {} (term {})",
-                        self.name,
-                        self.identity,
-                        self.term
+                    self.taken_from = record
+                        .and_then(|r| r.holder)
+                        .filter(|h| !h.is_empty() && *h != self.identity);
+                    crate::info!(
+                        lease = self.name.as_str(),
+                        identity = self.identity.as_str(),
+                        term = self.term;
+                        "leading: holding the lease"
                     );
                 }
                 self.following = None;
@@ -330,6 +340,12 @@ impl Elector {
     /// The current term: it changes whenever leadership begins anew.
     pub fn term(&self) -> u64 {
         self.term
+    }
+
+    /// The holder this Manager took the lease over from in its current
+    /// term; none when the lease was free, absent or already its own.
+    pub fn taken_from(&self) -> Option<&str> {
+        self.taken_from.as_deref()
     }
 
     /// Whether a leader should renew now: half the lease has passed since
@@ -401,8 +417,10 @@ impl Elector {
             bytes: &bytes,
         };
         match client.request_quick(Method::PUT, &self.path, Some(body)) {
-            Ok(_) => log::info!("released the lease {}", self.name),
-            Err(e) => log::warn!("cannot release the lease {}: {e}", self.name),
+            Ok(_) => crate::info!(lease = self.name.as_str(); "released the lease"),
+            Err(e) => {
+                crate::warn!(lease = self.name.as_str(), err:% = e; "cannot release the lease")
+            }
         }
     }
 }

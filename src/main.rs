@@ -107,7 +107,10 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(fatal) => {
-            log::error!("{fatal}");
+            nexo_manager::error!(
+                err:% = fatal, exitCode = fatal.exit_code();
+                "fatal error; exiting"
+            );
             ExitCode::from(fatal.exit_code())
         }
     }

@@ -67,6 +67,61 @@ struct Registry {
 /// nothing recorded to restore.
 pub const ROLLBACK_RESULTS: [&str; 3] = ["rolled_back", "failed", "nothing_to_restore"];
 
+// The label values each labelled counter knows: their series are present
+// at zero from the start (agent.md, "Operating it"), so that an alert on a
+// rate has a series before the first increment. `Refusal::reason`,
+// `Dropped` and drift's `Mode` and `Action` check their lists in their
+// tests; the command classes are those `commands::validate` accepts.
+
+/// `nexo_manager_commands_refused_total`'s reasons (`Refusal::reason`).
+pub const REFUSAL_REASONS: [&str; 9] = [
+    "no_id",
+    "unsupported_class",
+    "unsupported_capability",
+    "too_large",
+    "invalid_payload",
+    "signature",
+    "policy",
+    "ownership",
+    "downgrade",
+];
+/// `nexo_manager_events_dropped_total`'s causes (`events::Dropped`).
+pub const EVENT_DROP_CAUSES: [&str; 3] = ["queue_full", "denied", "error"];
+/// `nexo_manager_drifted_objects_total`'s modes (drift's `Mode`).
+pub const DRIFT_MODES: [&str; 2] = ["report", "enforce"];
+/// `nexo_manager_drifted_objects_total`'s actions (drift's `Action`).
+pub const DRIFT_ACTIONS: [&str; 4] = ["reported", "corrected", "recreated", "failed"];
+/// `nexo_manager_commands_total`'s classes (`Command::class`, and
+/// `invalid` for a command refused before it had one).
+pub const COMMAND_CLASSES: [&str; 6] = [
+    "deploy",
+    "rollout",
+    "upgrade",
+    "uninstall",
+    "plan",
+    "invalid",
+];
+/// `nexo_manager_commands_total`'s results.
+pub const COMMAND_RESULTS: [&str; 2] = ["applied", "failed"];
+
+/// `have`'s counts for every `known` key first (zero when not counted
+/// yet), then what else `have` holds.
+pub fn with_known<K: PartialEq + Copy>(
+    known: impl IntoIterator<Item = K>,
+    have: &[(K, u64)],
+) -> Vec<(K, u64)> {
+    let mut out: Vec<(K, u64)> = known
+        .into_iter()
+        .map(|k| (k, have.iter().find(|(h, _)| *h == k).map_or(0, |(_, n)| *n)))
+        .collect();
+    for (k, n) in have {
+        if !out.iter().any(|(o, _)| o == k) {
+            out.push((*k, *n));
+        }
+    }
+    out
+}
+
 thread_local! {
     static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
     static STARTED: SystemTime = SystemTime::now();
@@ -409,7 +464,7 @@ pub fn render(out: &mut Exposition) {
             Type::Counter,
             "Commands refused before they ran, by reason.",
         );
-        for (reason, n) in &r.refused {
+        for (reason, n) in with_known(REFUSAL_REASONS, &r.refused) {
             out.sample(refused, &[("reason", reason)], n);
         }
         out.single(
@@ -442,7 +497,7 @@ pub fn render(out: &mut Exposition) {
             Type::Counter,
             "Kubernetes Events not written, by cause (queue_full, denied, error).",
         );
-        for (cause, n) in &r.events_dropped {
+        for (cause, n) in with_known(EVENT_DROP_CAUSES, &r.events_dropped) {
             out.sample(dropped, &[("cause", cause)], n);
         }
         let deployments = "nexo_manager_deployments";
@@ -472,7 +527,10 @@ pub fn render(out: &mut Exposition) {
             Type::Counter,
             "Drifted objects found by drift checks, by mode and action (reported, corrected, recreated, failed).",
         );
-        for ((mode, action), n) in &r.drifted {
+        let known = DRIFT_MODES
+            .iter()
+            .flat_map(|m| DRIFT_ACTIONS.iter().map(move |a| (*m, *a)));
+        for ((mode, action), n) in with_known(known, &r.drifted) {
             out.sample(drifted, &[("mode", mode), ("action", action)], n);
         }
         let rollbacks = "nexo_manager_rollbacks_total";
@@ -488,64 +546,5 @@ pub fn render(out: &mut Exposition) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// The seconds `nexo_manager_retry_after_wait_seconds_total` says (this
-    /// thread's registry), for the tests of those who count it.
-    pub(crate) fn retry_after_seconds() -> f64 {
-        let mut text = Exposition::default();
-        render(&mut text);
-        text.into_string()
-            .lines()
-            .find_map(|l| l.strip_prefix("nexo_manager_retry_after_wait_seconds_total "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(-1.0)
-    }
-
-    #[test]
-    fn proc_files_parse() {
-        let status = "Name:\tnexo\nVmSize:\t   12000 kB\nVmRSS:\t    3500 kB\n";
-        let stat =
-            "42 (nexo (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 1234 123 456";
-        let p = parse_proc(status, stat);
-        assert_eq!(p.resident_bytes, 3500 * 1024);
-        assert_eq!(p.virtual_bytes, 12000 * 1024);
-        assert_eq!(p.cpu_ticks, 300);
-        assert_eq!(decimal(300, 2), "3.00");
-        assert_eq!(decimal(1_764_000_123_456, 3), "1764000123.456");
-        assert_eq!(parse_proc("", ""), ProcessStats::default());
-    }
-
-    #[test]
-    fn the_registry_renders_every_family() {
-        request("cp", "heartbeat", Some(503));
-        request("cp", "heartbeat", Some(503));
-        request("kubernetes", "GET", None);
-        retry_after(Duration::from_secs(600));
-        command_duration("deploy", Duration::from_millis(300));
-        refused("too_large");
-        let mut text = Exposition::default();
-        render(&mut text);
-        let out = text.into_string();
-        for line in [
-            "nexo_manager_cp_requests_total{endpoint=\"heartbeat\",code=\"503\"} 2\n",
-            "nexo_manager_kubernetes_requests_total{verb=\"GET\",code=\"error\"} 1\n",
-            "nexo_manager_retry_after_waits_total 1\n",
-            "nexo_manager_retry_after_wait_seconds_total 600.000\n",
-            "nexo_manager_command_duration_seconds_bucket{class=\"deploy\",le=\"0.25\"} 0\n",
-            "nexo_manager_command_duration_seconds_bucket{class=\"deploy\",le=\"0.5\"} 1\n",
-            "nexo_manager_command_duration_seconds_count{class=\"deploy\"} 1\n",
-            "nexo_manager_commands_refused_total{reason=\"too_large\"} 1\n",
-            "# TYPE process_cpu_seconds_total counter\n",
-        ] {
-            assert!(out.contains(line), "missing {line:?} in\n{out}");
-        }
-        let rss: u64 = out
-            .lines()
-            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
-            .and_then(|v| v.parse().ok())
-            .unwrap();
-        assert!(rss > 0, "read from /proc/self/status");
-    }
-}
+#[path = "metrics_tests.rs"]
+pub(crate) mod tests;

@@ -167,12 +167,18 @@ impl Health {
             Type::Counter,
             "Finished commands, by class and result.",
         );
-        for ((class, result), n) in &self.commands {
-            out.sample(
-                commands,
-                &[("class", class), ("result", result.as_str())],
-                n,
-            );
+        let have: Vec<((&str, &str), u64)> = self
+            .commands
+            .iter()
+            .map(|((c, r), n)| ((c.as_str(), r.as_str()), *n))
+            .collect();
+        let known = crate::metrics::COMMAND_CLASSES.iter().flat_map(|c| {
+            crate::metrics::COMMAND_RESULTS
+                .iter()
+                .map(move |r| (*c, *r))
+        });
+        for ((class, result), n) in crate::metrics::with_known(known, &have) {
+            out.sample(commands, &[("class", class), ("result", result)], n);
         }
         out.single(
             "nexo_manager_ack_attempts_total",
@@ -289,7 +295,7 @@ impl Probe {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
-                    log::debug!("probe accept: {e}");
+                    crate::debug!(err:% = e; "probe accept failed");
                     break;
                 }
             }
@@ -299,7 +305,7 @@ impl Probe {
             Head::Closed => false,
             Head::Complete => {
                 if let Err(e) = answer(&mut p.stream, &p.head, status, now, deadline) {
-                    log::debug!("probe request: {e}");
+                    crate::debug!(err:% = e; "probe request failed");
                 }
                 false
             }

@@ -148,6 +148,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_reason_is_a_known_label_of_the_refused_counter() {
+        let all = [
+            Refusal::NoId(String::new()),
+            Refusal::UnsupportedClass(String::new()),
+            Refusal::UnsupportedCapability(String::new()),
+            Refusal::TooLarge(String::new()),
+            Refusal::InvalidPayload(String::new()),
+            Refusal::Untrusted(crate::trust::Untrusted::Unsigned),
+            Refusal::Policy(crate::policy::Violation(String::new())),
+            Refusal::NotOwned {
+                nothing: Nothing::Applied,
+                reasons: Vec::new(),
+            },
+            Refusal::Downgrade {
+                running: String::new(),
+                to: String::new(),
+            },
+        ];
+        let reasons: Vec<&str> = all.iter().map(Refusal::reason).collect();
+        assert_eq!(
+            reasons,
+            crate::metrics::REFUSAL_REASONS,
+            "present at zero, in this order"
+        );
+    }
+
+    #[test]
     fn each_reason_says_the_protocols_words() {
         let cases = [
             (

@@ -536,14 +536,14 @@ impl StateSecret {
             match self.write(client, &state) {
                 Ok(()) => return Ok(state),
                 Err(e) if e.is_conflict() => {
-                    log::info!("state secret changed concurrently ({}); re-reading", e);
+                    crate::info!(err:% = e; "state secret changed concurrently; re-reading");
                     state = self.load(client)?;
                     change(&mut state);
                 }
                 Err(e) if e.is_not_found() && self.resource_version.is_some() => {
-                    log::warn!(
-                        "state secret {} was deleted; creating it again from the state in memory",
-                        self.name
+                    crate::warn!(
+                        secret = self.name.as_str();
+                        "state secret deleted; creating it again from the state in memory"
                     );
                     self.resource_version = None;
                 }

@@ -279,7 +279,7 @@ impl Pause for Waiter {
             Err(e) => {
                 // poll(2) on two valid descriptors does not fail; if it ever
                 // does, sleep plainly rather than spin.
-                log::warn!("wait failed: {e}; sleeping without serving probes");
+                crate::warn!(err:% = e; "wait failed; sleeping without serving probes");
                 std::thread::sleep(timeout);
                 Wake::Timeout
             }
@@ -294,7 +294,7 @@ impl Pause for Waiter {
         if (self.polled_at.get().elapsed() >= CHECKPOINT_EVERY || self.duty_due())
             && let Err(e) = self.idle(Duration::ZERO)
         {
-            log::warn!("wait failed: {e}");
+            crate::warn!(err:% = e; "wait failed");
         }
     }
 }

@@ -653,7 +653,7 @@ fn a_rotated_ca_bundle_is_picked_up_without_restart() {
     );
     m.check(
         m.stderr()
-            .contains("NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its 1 certificate(s)"),
+            .contains("NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its certificates besides the public roots certificates=1"),
         "the log says the bundle was taken",
     );
     // A broken bundle later keeps the last good one: the Manager goes on.
@@ -667,7 +667,7 @@ fn a_rotated_ca_bundle_is_picked_up_without_restart() {
         || heartbeat_count(&f) > before + 1,
     );
     m.check(
-        m.stderr().contains("NEXO_CONTROL_PLANE_CA_FILE holds no PEM certificate: the last bundle read stays trusted"),
+        m.stderr().contains("NEXO_CONTROL_PLANE_CA_FILE not usable: the last bundle read stays trusted err=\"holds no PEM certificate"),
         "the log says the broken bundle was not taken",
     );
     // A FIFO at the path, which nothing writes: refused at once (an
@@ -684,7 +684,7 @@ fn a_rotated_ca_bundle_is_picked_up_without_restart() {
     );
     m.check(
         m.stderr().contains(
-            "NEXO_CONTROL_PLANE_CA_FILE is not a regular file: the last bundle read stays trusted",
+            "NEXO_CONTROL_PLANE_CA_FILE not usable: the last bundle read stays trusted err=\"is not a regular file",
         ),
         "the log warns that the FIFO was not read",
     );

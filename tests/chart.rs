@@ -48,7 +48,7 @@ fn helm_lint_passes_strictly() {
 fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
     let tb = testbed();
     let ns = tb.namespace("chart-bad");
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 26] = [
         (&[], "connectToken.value is required"),
         (&["--set", "image.digest=latest"], "/image/digest"),
         (
@@ -87,6 +87,42 @@ fn bad_values_fail_at_install_naming_the_value_and_install_nothing() {
                 "metrics.service.enabled=false",
             ],
             "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+        ),
+        (&["--set", "extraEnv[0].name=RUST_LOG"], "/extraEnv/0/name"),
+        (&["--set", "logLevel=info debug"], "/logLevel"),
+        (&["--set", "nameOverride=Nexo_Agent"], "/nameOverride"),
+        (
+            &[
+                "--set",
+                "podDisruptionBudget.unhealthyPodEvictionPolicy=Never",
+            ],
+            "/podDisruptionBudget/unhealthyPodEvictionPolicy",
+        ),
+        // Security contexts may tighten the restricted profile, never
+        // loosen it.
+        (
+            &["--set", "securityContext.privileged=true"],
+            "/securityContext/privileged",
+        ),
+        (
+            &["--set", "securityContext.readOnlyRootFilesystem=false"],
+            "/securityContext/readOnlyRootFilesystem",
+        ),
+        (
+            &["--set", "securityContext.capabilities.add={NET_ADMIN}"],
+            "/securityContext/capabilities/add",
+        ),
+        (
+            &["--set", "podSecurityContext.runAsUser=0"],
+            "/podSecurityContext/runAsUser",
+        ),
+        (
+            &["--set", "podSecurityContext.runAsNonRoot=false"],
+            "/podSecurityContext/runAsNonRoot",
+        ),
+        (
+            &["--set", "podSecurityContext.seccompProfile.type=Unconfined"],
+            "/podSecurityContext/seccompProfile/type",
         ),
         // (Helm 4.3.2 misplaces a propertyNames error: the key names it.)
         (
@@ -146,13 +182,26 @@ fn the_chart_renders_the_kustomize_base_objects() {
     // base, by the chart from connectToken.value unless existingSecret).
     let mut base = kustomize(MANIFESTS);
     base.extend(kustomize(&format!("{MANIFESTS}/crds")));
+    // The base pins the release's image by digest; the chart does when
+    // image.digest is given (its default is appVersion's tag).
+    let pinned = std::fs::read_to_string(format!("{MANIFESTS}/deployment.yaml"))
+        .unwrap()
+        .split("registry.example.com/nexo/manager@")
+        .nth(1)
+        .map(|rest| rest[..71].to_owned())
+        .expect("the base pins the image");
     let chart = objects(
         tb,
         &template(
             tb,
             "nexo-manager",
             "nexo-system",
-            &["--set", "connectToken.existingSecret=nexo-connect-token"],
+            &[
+                "--set",
+                "connectToken.existingSecret=nexo-connect-token",
+                "--set",
+                &format!("image.digest={pinned}"),
+            ],
         ),
     );
 
@@ -374,8 +423,21 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
             "podLabels.team=db",
             "--set",
             "imagePullSecrets[0].name=regcred",
+            // (--set would split the filter at its comma.)
             "--set-json",
-            r#"extraEnv=[{"name":"RUST_LOG","value":"debug"},{"name":"NO_PROXY","value":".svc"}]"#,
+            r#"logLevel="info,nexo_manager::kube=debug""#,
+            "--set",
+            "image.tag=0.4.0-mirror.1",
+            "--set-json",
+            r#"global.imagePullSecrets=["shared-cred",{"name":"regcred"}]"#,
+            "--set",
+            "podDisruptionBudget.minAvailable=1",
+            "--set-json",
+            r#"podSecurityContext={"fsGroup":65532,"supplementalGroups":[4000]}"#,
+            "--set-json",
+            r#"securityContext={"seLinuxOptions":{"type":"container_t"},"capabilities":{"drop":["ALL","NET_RAW"]}}"#,
+            "--set-json",
+            r#"extraEnv=[{"name":"NO_PROXY","value":".svc"}]"#,
             "--set-json",
             r#"extraVolumes=[{"name":"extra-ca","configMap":{"name":"extra-ca"}}]"#,
             "--set-json",
@@ -423,9 +485,8 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
     let c = &spec["containers"][0];
     assert_eq!(d["spec"]["replicas"], 2);
     assert_eq!(
-        c["image"],
-        format!("registry.example.com/nexo/manager:{VERSION}"),
-        "image.tag defaults to appVersion"
+        c["image"], "registry.example.com/nexo/manager:0.4.0-mirror.1",
+        "image.tag is used when no digest is given"
     );
     assert_eq!(pod["metadata"]["annotations"]["team/owner"], "db");
     assert_eq!(pod["metadata"]["labels"]["team"], "db");
@@ -433,7 +494,11 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
         pod["metadata"]["labels"]["app.kubernetes.io/name"],
         "nexo-manager"
     );
-    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(
+        spec["imagePullSecrets"],
+        json!([{"name": "shared-cred"}, {"name": "regcred"}]),
+        "global.imagePullSecrets and imagePullSecrets, each once"
+    );
     assert_eq!(spec["serviceAccountName"], "shared-sa");
     assert_eq!(spec["priorityClassName"], "system-cluster-critical");
     assert_eq!(
@@ -442,8 +507,16 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
     );
     assert_eq!(
         spec["securityContext"],
-        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}),
-        "the platform assigns the UID"
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"},
+               "fsGroup": 65532, "supplementalGroups": [4000]}),
+        "the platform assigns the UID; podSecurityContext adds to the profile"
+    );
+    assert_eq!(
+        c["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+               "runAsNonRoot": true, "capabilities": {"drop": ["ALL", "NET_RAW"]},
+               "seLinuxOptions": {"type": "container_t"}}),
+        "securityContext adds to the restricted profile"
     );
     let env: BTreeMap<&str, &str> = c["env"]
         .as_array()
@@ -451,7 +524,7 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
         .iter()
         .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
         .collect();
-    assert_eq!(env.get("RUST_LOG"), Some(&"debug"));
+    assert_eq!(env.get("RUST_LOG"), Some(&"info,nexo_manager::kube=debug"));
     assert_eq!(env.get("NO_PROXY"), Some(&".svc"));
     assert_eq!(env.get("NEXO_ALLOW_SELF_UPGRADE"), Some(&"false"));
     assert!(
@@ -467,9 +540,13 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
                 .any(|m| m["mountPath"] == "/etc/extra-ca"),
         "the extra volume and its mount: {d}"
     );
-    // More than one pod: a PodDisruptionBudget of one at a time.
+    // More than one pod: a PodDisruptionBudget, which never keeps an
+    // unready pod from being evicted (a Control Plane outage makes them
+    // all unready).
     let pdb = &objects[&key("PodDisruptionBudget", "conv-nexo-manager")];
-    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"].get("maxUnavailable").is_none(), "{pdb}");
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(
         pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
         "conv"
@@ -545,6 +622,76 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
     );
 
     assert_the_api_server_takes(tb, &rendered, objects.len());
+}
+
+#[test]
+fn name_override_renames_the_objects_and_keeps_the_ownership_label() {
+    let tb = testbed();
+    let ns = tb.namespace("chart-name");
+    // Release acme with `value` set besides the token.
+    let render = |value: &str| {
+        let args = [
+            "--set",
+            "connectToken.value=nexo_ct_name",
+            "--set",
+            "crds.install=false",
+            "--set",
+            value,
+        ];
+        template(tb, "acme", &ns.name, &args)
+    };
+    let rendered = render("nameOverride=mongo-agent");
+    let renamed = objects(tb, &rendered);
+    let key = |kind: &str, name: &str| format!("{kind} {}/{name}", ns.name);
+    let d = renamed
+        .get(&key("Deployment", "acme-mongo-agent"))
+        .unwrap_or_else(|| panic!("no Deployment acme-mongo-agent: {:?}", renamed.keys()));
+    let env: BTreeMap<&str, &str> = d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    for (var, want) in [
+        ("NEXO_SELF_DEPLOYMENT", "acme-mongo-agent"),
+        ("NEXO_LEASE_NAME", "acme-mongo-agent"),
+        ("NEXO_STATE_SECRET", "acme-mongo-agent-state"),
+    ] {
+        assert_eq!(env.get(var), Some(&want), "{var}");
+    }
+    // The Manager knows its own objects by this label: it stays.
+    for (k, o) in &renamed {
+        if k.starts_with("CustomResourceDefinition ") {
+            continue;
+        }
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/name"], "nexo-manager",
+            "{k}"
+        );
+        assert!(
+            !o["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .contains("acme-nexo-manager"),
+            "{k} is not renamed"
+        );
+    }
+    // The default install has no PodDisruptionBudget (one pod); asked
+    // for, it allows evicting an unready pod.
+    assert!(
+        !renamed
+            .keys()
+            .any(|k| k.starts_with("PodDisruptionBudget "))
+    );
+    let with_pdb = objects(tb, &render("podDisruptionBudget.enabled=true"));
+    let pdb = &with_pdb[&key("PodDisruptionBudget", "acme-nexo-manager")];
+    assert_eq!(
+        pdb["spec"],
+        json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+               "selector": {"matchLabels": {"app.kubernetes.io/name": "nexo-manager",
+                                            "app.kubernetes.io/instance": "acme"}}})
+    );
+    assert_the_api_server_takes(tb, &rendered, renamed.len());
 }
 
 #[test]
@@ -838,12 +985,16 @@ fn one_version_number_everywhere() {
 fn the_pinned_image_is_the_one_the_release_notes_name() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
-    let values = read("charts/nexo-manager/values.yaml");
-    let pinned = yaml_scalar(&values, "digest").expect("values.yaml image.digest");
+    let chart = read("charts/nexo-manager/Chart.yaml");
+    let pinned = chart
+        .split("image: registry.example.com/nexo/manager@")
+        .nth(1)
+        .map(|rest| &rest[..71])
+        .expect("Chart.yaml's artifacthub.io/images pins the image");
     assert!(
         read("manifests/deployment.yaml")
             .contains(&format!("registry.example.com/nexo/manager@{pinned}")),
-        "manifests/deployment.yaml pins another image than values.yaml ({pinned})"
+        "manifests/deployment.yaml pins another image than Chart.yaml ({pinned})"
     );
     let changelog = read("CHANGELOG.md");
     let release = changelog

@@ -80,7 +80,7 @@ fn a_command_the_fence_stopped_runs_once_the_lease_and_state_are_held_again() {
     // grows, every millisecond).
     let log = m.log_reader();
     let started = std::time::Instant::now();
-    while !log().contains("command fence-1: executing") {
+    while !log().contains("executing the command commandId=fence-1 ") {
         assert!(
             started.elapsed() < ACK_WAIT,
             "the second command never started:\n{}",

@@ -707,8 +707,9 @@ fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
     );
     m.check(log.contains("evil\\n2026-01-01"), "it is escaped");
     m.check(!log.contains("s3cr3t-value"), "no command text in the logs");
-    // JSON lines, the log format being the subject: the command's id and
-    // deployment as fields, milliseconds.
+    // JSON lines, the log format being the subject: klog's shape (`ts` in
+    // seconds, `v`, a constant `msg`), the command's id, class, namespace
+    // and deployment as fields, and a line's own values as fields.
     m.signal("TERM");
     m.wait_exit(WAIT);
     let f = Fixture::new("hostile-json");
@@ -734,16 +735,38 @@ fn values_cannot_forge_log_lines_and_command_text_is_never_logged() {
         .filter(|l| l["commandId"] == "json-1")
         .collect();
     m.check(
-        of_command.len() >= 2 && of_command.iter().all(|l| l["deploymentName"] == "orders"),
+        of_command.len() >= 2
+            && of_command.iter().all(|l| {
+                l["deployment"] == "orders" && l["namespace"] == f.ns.name && l["class"] == "deploy"
+            }),
         &format!("lines of the command carry its fields: {of_command:?}"),
     );
     m.check(
+        of_command
+            .iter()
+            .any(|l| l["msg"] == "command finished" && l["result"] == "applied"),
+        &format!("the command's end: a constant message, its result a field: {of_command:?}"),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    m.check(
         lines.iter().all(|l| {
             l["ts"]
-                .as_str()
-                .is_some_and(|t| t.len() == 24 && t.as_bytes()[19] == b'.' && t.ends_with('Z'))
+                .as_f64()
+                .is_some_and(|t| t > now - 600.0 && t <= now + 1.0)
+                && l["v"].as_u64().is_some_and(|v| v <= 6)
+                && l["logger"].as_str().is_some()
+                && l["msg"].as_str().is_some_and(|m| !m.contains("json-1"))
         }),
-        "timestamps have milliseconds",
+        "every line: ts in seconds since the epoch, v, logger, and a message without values",
+    );
+    m.check(
+        lines
+            .iter()
+            .any(|l| l["msg"] == "heartbeat accepted" && l["sequence"].as_u64().is_some()),
+        "a number stays a number",
     );
     m.check(
         lines

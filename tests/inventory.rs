@@ -172,12 +172,12 @@ fn the_inventory_is_listed_once_then_watched_and_survives_an_api_server_restart(
     let log = m.stderr();
     eprintln!(
         "after the restart: watch broken {} times, expired (410) {} times, watched again {} times",
-        log.matches("watching again in").count(),
+        log.matches("the watch failed; watching again").count(),
         log.matches("(410 Gone); listing again").count(),
         log.matches("inventory: watching").count()
     );
     m.check(
-        log.contains("watching again in") || log.contains("(410 Gone)"),
+        log.contains("the watch failed; watching again") || log.contains("(410 Gone)"),
         "the restart broke the watches, and the Manager saw it",
     );
     m.check(

@@ -375,7 +375,7 @@ fn the_manager_runs_a_full_lifecycle_under_the_shipped_rbac() {
     let log = m.stderr();
     let refused: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains(": not watched ("))
+        .filter(|l| l.contains("not watched; read every few minutes instead"))
         .collect();
     m.check(
         refused.is_empty(),

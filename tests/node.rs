@@ -212,6 +212,10 @@ fn run_scenarios(dir: &Path) -> ExitCode {
             "installed_with_helm_the_pod_heartbeats_deploys_and_uninstalls",
             helm_install,
         ),
+        (
+            "rendered_with_helm_template_and_applied_the_gitops_tool_owns_the_version",
+            gitops,
+        ),
     ];
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -1482,44 +1486,20 @@ fn helm_install(bed: &Bed) {
     let env_id = "node-helm-env";
     let token = bed.sim.add_environment(env_id);
     let manager_id = bed.sim.manager_id(env_id);
-    let (repo, digest) = bed.images.manager.split_once('@').unwrap();
     let ca = bed.node_dir.join("helm-cp-ca.pem");
     std::fs::write(&ca, bed.sim.ca_pem()).unwrap();
     let helm = |args: &[&str]| {
-        let home = bed.node_dir.join("helm-home");
         run_ok(
-            Command::new(&bed.tb.helm)
+            helm_cmd(bed)
                 .arg("--kubeconfig")
                 .arg(&bed.tb.kubeconfig)
-                .args(args)
-                .env("HELM_CACHE_HOME", home.join("cache"))
-                .env("HELM_CONFIG_HOME", home.join("config"))
-                .env("HELM_DATA_HOME", home.join("data")),
+                .args(args),
         )
     };
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/nexo-manager");
-    let sets = [
-        format!("image.repository={repo}"),
-        format!("image.digest={digest}"),
-        format!("controlPlane.url={}", bed.sim.url()),
-        format!("connectToken.value={token}"),
-        format!("proxyImage={}", bed.images.proxy),
-        format!("heartbeatInterval={}s", INTERVAL.as_secs()),
-        // The CRDs are the kustomize install's (manifests/crds), no
-        // release's: a second release leaves them alone.
-        "crds.install=false".to_owned(),
-        // It deploys in its own namespace, listed so that it gets an
-        // executor there (README.md, "Adding a managed namespace").
-        format!("managedNamespaces={{{HNS}}}"),
-        // A NetworkPolicy (this node's CNI, the bridge plugin, does not
-        // enforce one): its API server egress is read at install from the
-        // endpoints the API server publishes.
-        "networkPolicy.enabled=true".to_owned(),
-        format!(
-            "networkPolicy.controlPlaneCIDRs={{{}/32}}",
-            bed.sim.addr().ip()
-        ),
-    ];
+    // Its API server egress is read at install from the endpoints the API
+    // server publishes.
+    let sets = chart_sets(bed, &token, HNS);
     let mut args = vec![
         "install",
         "nm",
@@ -1622,6 +1602,194 @@ fn helm_install(bed: &Bed) {
     bed.kubectl_ok(&["-n", HNS, "get", "nexoproxy", "helm-kept"]);
     // The kustomize-installed Manager went on beside it all.
     assert_eq!(bed.pods().len(), 1);
+}
+
+/// `helm` with its caches in the node test bed's folder.
+fn helm_cmd(bed: &Bed) -> Command {
+    let home = bed.node_dir.join("helm-home");
+    let mut cmd = Command::new(&bed.tb.helm);
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
+/// The chart values of the chart scenarios: the node's images, the
+/// simulator, `namespace` managed, the CRDs left to the kustomize install,
+/// a NetworkPolicy.
+fn chart_sets(bed: &Bed, token: &str, namespace: &str) -> Vec<String> {
+    let (repo, digest) = bed.images.manager.split_once('@').unwrap();
+    vec![
+        format!("image.repository={repo}"),
+        format!("image.digest={digest}"),
+        format!("controlPlane.url={}", bed.sim.url()),
+        format!("connectToken.value={token}"),
+        format!("proxyImage={}", bed.images.proxy),
+        format!("heartbeatInterval={}s", INTERVAL.as_secs()),
+        // The CRDs are the kustomize install's (manifests/crds), no
+        // release's: a second release leaves them alone.
+        "crds.install=false".to_owned(),
+        // It deploys in its own namespace, listed so that it gets an
+        // executor there (README.md, "Adding a managed namespace").
+        format!("managedNamespaces={{{namespace}}}"),
+        // A NetworkPolicy (this node's CNI, the bridge plugin, does not
+        // enforce one).
+        "networkPolicy.enabled=true".to_owned(),
+        format!(
+            "networkPolicy.controlPlaneCIDRs={{{}/32}}",
+            bed.sim.addr().ip()
+        ),
+    ]
+}
+
+/// A GitOps install: `helm template` (where `lookup` reads nothing)
+/// applied with `kubectl apply --server-side`, as Argo CD and Flux apply a
+/// chart. The Manager runs; with `selfUpgrade: false` it refuses an
+/// upgrade; with `selfUpgrade: true` the next sync takes a self-upgrade
+/// back (the chart's README, "GitOps": the tool wins).
+fn gitops(bed: &Bed) {
+    const GNS: &str = "nexo-gitops";
+    const MANAGER: &str = "gm-nexo-manager";
+    let env_id = "node-gitops-env";
+    let token = bed.sim.add_environment(env_id);
+    let manager_id = bed.sim.manager_id(env_id);
+    let ca = bed.node_dir.join("gitops-cp-ca.pem");
+    std::fs::write(&ca, bed.sim.ca_pem()).unwrap();
+    // The API server's endpoints, given as the README says (a render
+    // cannot read them).
+    let slice = bed.json(&["-n", "default", "get", "endpointslice", "kubernetes"]);
+    let api_ip = slice["endpoints"][0]["addresses"][0].as_str().unwrap();
+    let api_port = slice["ports"][0]["port"].as_u64().unwrap();
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/nexo-manager");
+    let render = |self_upgrade: bool| -> PathBuf {
+        let mut cmd = helm_cmd(bed);
+        cmd.args([
+            "template",
+            "gm",
+            chart.to_str().unwrap(),
+            "--namespace",
+            GNS,
+        ]);
+        let mut sets = chart_sets(bed, &token, GNS);
+        sets.extend([
+            format!("selfUpgrade={self_upgrade}"),
+            format!("networkPolicy.apiServer.cidrs={{{api_ip}/32}}"),
+            format!("networkPolicy.apiServer.port={api_port}"),
+        ]);
+        for set in &sets {
+            cmd.args(["--set", set]);
+        }
+        cmd.arg("--set-file")
+            .arg(format!("controlPlane.caBundle={}", ca.display()));
+        let rendered = run_ok(&mut cmd);
+        let path = bed
+            .node_dir
+            .join(format!("gitops-self-upgrade-{self_upgrade}.yaml"));
+        std::fs::write(&path, rendered).unwrap();
+        path
+    };
+    // A sync: server-side apply, taking every field Git names.
+    let sync = |rendered: &Path| {
+        bed.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=gitops-tool",
+            "-f",
+            rendered.to_str().unwrap(),
+        ]);
+        bed.kubectl_ok(&[
+            "-n",
+            GNS,
+            "rollout",
+            "status",
+            &format!("deployment/{MANAGER}"),
+            "--timeout=120s",
+        ]);
+    };
+    let release = "app.kubernetes.io/instance=gm";
+    let only_pod = |image: &str| {
+        wait_for(
+            Duration::from_secs(120),
+            &format!("one Ready pod of {image}"),
+            || {
+                let pods = bed.pods_of(GNS, release);
+                (pods.len() == 1 && ready(&pods[0]) && image_of(&pods[0]) == image)
+                    .then(|| pods[0].clone())
+            },
+        )
+    };
+    let deployment_image = || {
+        bed.json(&["-n", GNS, "get", "deployment", MANAGER])["spec"]["template"]["spec"]
+            ["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let upgrade_to = |id: &str, image: &str| {
+        bed.sim.enqueue_command(
+            env_id,
+            json!({"id": id, "class": "upgrade", "issuedAt": "2026-12-03T00:00:00Z", "requires": [],
+                   "payload": {"bundleVersion": env!("CARGO_PKG_VERSION"), "managerImage": image}}),
+        );
+        bed.wait_ack(id, Duration::from_secs(30))
+    };
+
+    bed.kubectl_ok(&["create", "namespace", GNS]);
+    let git_owns = render(false);
+    let rendered = std::fs::read_to_string(&git_owns).unwrap();
+    assert!(
+        !rendered.contains("kind: PodDisruptionBudget"),
+        "one replica, no PodDisruptionBudget"
+    );
+    sync(&git_owns);
+    let pod = only_pod(&bed.images.manager);
+    let hb = wait_for(
+        Duration::from_secs(30),
+        "a heartbeat of the rendered Manager",
+        || {
+            bed.sim
+                .heartbeats()
+                .into_iter()
+                .rfind(|h| h["managerId"] == manager_id.as_str())
+        },
+    );
+    assert_eq!(hb["releaseContract"]["errors"], json!([]), "{hb}");
+    let policy = bed.json(&["-n", GNS, "get", "networkpolicy", MANAGER]);
+    assert_eq!(
+        policy["spec"]["egress"][1]["to"][0]["ipBlock"]["cidr"],
+        format!("{api_ip}/32"),
+        "the API server's endpoints as given: {policy}"
+    );
+    // Git owns the version: the Control Plane's upgrade is refused.
+    let ack = upgrade_to("gitops-upgrade-refused", &bed.images.manager_b);
+    assert_eq!(ack["result"], "failed", "{ack}");
+    assert_eq!(deployment_image(), bed.images.manager);
+    assert_eq!(uid(&only_pod(&bed.images.manager)), uid(&pod), "no rollout");
+
+    // The Control Plane owns it (selfUpgrade: true): a self-upgrade runs,
+    // and the next sync takes it back, Git's image winning.
+    let cp_owns = render(true);
+    sync(&cp_owns);
+    only_pod(&bed.images.manager);
+    let ack = upgrade_to("gitops-upgrade-applied", &bed.images.manager_b);
+    assert_eq!(ack["result"], "applied", "{ack}");
+    only_pod(&bed.images.manager_b);
+    sync(&cp_owns);
+    only_pod(&bed.images.manager);
+    assert_eq!(deployment_image(), bed.images.manager, "the sync's image");
+
+    bed.kubectl_ok(&[
+        "delete",
+        "--wait=true",
+        "--timeout=120s",
+        "-f",
+        cp_owns.to_str().unwrap(),
+    ]);
+    wait_for(Duration::from_secs(60), "the rendered pods gone", || {
+        bed.pods_of(GNS, release).is_empty().then_some(())
+    });
+    bed.kubectl_ok(&["delete", "namespace", GNS, "--wait=false"]);
 }
 
 fn unix_now() -> u64 {

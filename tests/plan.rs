@@ -144,7 +144,13 @@ fn a_plan_names_actions_and_fields_and_writes_nothing() {
     m.wait_until(
         std::time::Duration::from_secs(30),
         "the plan acknowledged again",
-        || log().contains("command p-new already finished (applied)"),
+        || {
+            log().lines().any(|l| {
+                l.contains("command already finished")
+                    && l.contains("commandId=p-new ")
+                    && l.contains("result=applied")
+            })
+        },
     );
     let (writes, dry) = changes(&bed.dir, from, &f.ns.name);
     m.check(

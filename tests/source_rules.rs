@@ -57,6 +57,46 @@ fn no_panic_is_reachable_outside_tests() {
     );
 }
 
+/// The `log` crate's own macros at a call site: a message with its values
+/// in it, which the structured logs (agent.md, "Operating it") forbid.
+fn unstructured_logs(lines: &[(usize, String)]) -> Vec<usize> {
+    let macros = [
+        "log::info!(",
+        "log::warn!(",
+        "log::error!(",
+        "log::debug!(",
+        "log::trace!(",
+    ];
+    lines
+        .iter()
+        .filter(|(_, l)| macros.iter().any(|m| l.contains(m)))
+        .map(|(n, _)| *n)
+        .collect()
+}
+
+#[test]
+fn every_log_line_has_a_constant_message_and_fields() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in source::rust_files(&root) {
+        // The one place that calls `log` itself.
+        if file.ends_with("logging.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for n in unstructured_logs(&production_lines(&file, &text)) {
+            found.push(format!("{}:{n}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "log calls without fields (use crate::info! and its siblings, src/logging.rs):\n{}",
+        found.join("\n")
+    );
+    let seen = unstructured_logs(&[(7, "        log::warn!(\"cannot {what}: {e}\");".into())]);
+    assert_eq!(seen, [7], "the rule sees what it forbids");
+}
+
 #[test]
 fn the_rule_sees_what_it_forbids() {
     let text = "fn a() { x.unwrap(); }\n// y.unwrap()\n#[cfg(test)]\nmod tests { fn b() { z.unwrap(); } }\n";

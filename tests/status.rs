@@ -84,7 +84,8 @@ fn a_proxys_phase_follows_its_status_and_its_commands_end_once() {
         &f,
         "orders",
         json!({"observedGeneration": g, "readyReplicas": 2, "replicas": 2,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Running", "message": "2 of 2 pods ready"}]}),
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Running", "message": "2 of 2 pods ready",
+            "lastTransitionTime": "2026-12-07T10:00:00Z"}]}),
     );
     let (i, e) = wait_entry(&f, &mut m, 0, "orders", "available", |e| {
         e["status"]["phase"] == "available"

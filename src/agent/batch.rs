@@ -86,9 +86,9 @@ impl Agent {
                         self.leader.read_state_before_acting();
                     }
                     Handled::Fenced => {
-                        log::warn!(
-                            "the lease fence stopped the same command {} times; leaving the rest of the batch to the CP",
-                            fenced + 1
+                        crate::warn!(
+                            times = fenced + 1;
+                            "the lease fence stopped the same command again; leaving the rest of the batch to the CP"
                         );
                         break 'batch;
                     }
@@ -112,11 +112,11 @@ impl Agent {
     fn go_on(&mut self, first: bool) -> Go {
         self.link.waiter.checkpoint();
         if self.link.waiter.stop_requested() {
-            log::info!("stop requested; leaving the rest of the batch to the next Manager");
+            crate::info!("stop requested; leaving the rest of the batch to the next Manager");
             return Go::Stop;
         }
         if !self.keep_lease(first) {
-            log::warn!("not leading (or past the renew deadline); leaving the rest of the batch");
+            crate::warn!("not leading (or past the renew deadline); leaving the rest of the batch");
             return Go::Leave;
         }
         Go::On
@@ -134,24 +134,31 @@ impl Agent {
             Err(no_id) => {
                 // Not its text: a command may carry Secret data.
                 let bytes = raw.get().len();
-                log::error!("skipping a command without a valid id ({no_id}; {bytes} bytes)");
+                crate::error!(err:% = no_id, bytes; "skipping a command without a valid id");
                 crate::metrics::refused(no_id.reason());
                 return Handled::Done;
             }
         };
         let checked = self.checked(raw.get(), outer, &id);
-        let deployment = checked
-            .as_ref()
-            .ok()
-            .and_then(|c| c.permitted.command().action.deployment_name());
-        let _scope = crate::logging::CommandScope::enter(&id, deployment);
+        let (scope_class, deployment) = match &checked {
+            Ok(c) => (
+                c.permitted.command().class(),
+                c.permitted
+                    .command()
+                    .action
+                    .deployment()
+                    .map(|t| (t.namespace.as_str(), t.name.as_str())),
+            ),
+            Err(r) => (r.class, None),
+        };
+        let _scope = crate::logging::CommandScope::enter(&id, scope_class, deployment);
         // A recorded id is acknowledged again with its recorded result,
         // whatever this copy of it is: nothing runs twice, and a copy that
         // fails its checks (a replay with a bad signature) changes nothing.
         if let Some(entry) = self.store.find(&id).cloned() {
-            log::info!(
-                "command {id} already finished ({}); acknowledging its recorded result again",
-                entry.result
+            crate::info!(
+                result:% = entry.result;
+                "command already finished; acknowledging its recorded result again"
             );
             self.deliver(entry, true);
             return Handled::Done;
@@ -180,7 +187,7 @@ impl Agent {
                 permitted,
                 keep_until,
             }) => {
-                log::info!("command {id}: executing");
+                crate::info!("executing the command");
                 let mut outcome = apply::run(&self.execution(), &permitted);
                 let command = permitted.command();
                 if let Action::Deploy(d) = &command.action
@@ -202,14 +209,14 @@ impl Agent {
                     // record or acknowledge as it stands: the batch takes
                     // it up again once the lease and the state are held
                     // again (or leaves it to the next leader).
-                    log::warn!(
-                        "command {id}: the lease may have been lost while it ran; nothing recorded, no ack yet (run again, or acknowledged from the ledger, once the lease and the state are held again)"
+                    crate::warn!(
+                        "the lease may have been lost while it ran (fenced); nothing recorded, no ack yet (run again, or acknowledged from the ledger, once the lease and the state are held again)"
                     );
                     return Handled::Fenced;
                 }
                 if outcome.result == AckResult::Failed && self.link.waiter.stop_requested() {
-                    log::warn!(
-                        "command {id}: cut short by a stop request; not recorded, no ack (the CP sends it again)"
+                    crate::warn!(
+                        "command cut short by a stop request; not recorded, no ack (the CP sends it again)"
                     );
                     return Handled::Stopped;
                 }
@@ -224,10 +231,14 @@ impl Agent {
                 (outcome, keep_until)
             }
             Err(Rejected { refusal, .. }) if !refusal.recorded() => {
+                if matches!(refusal, crate::refusal::Refusal::Untrusted(_)) && class != "plan" {
+                    let note = format!("command {id} refused: {refusal}");
+                    self.own_event(crate::events::Reason::SignatureRefused, "Verify", note);
+                }
                 // Refused before any signature verified: acknowledged, not
                 // recorded (docs/protocol.md, "Command trust").
                 crate::metrics::refused(refusal.reason());
-                log::warn!("command {id}: failed: {refusal}");
+                crate::warn!(err:% = refusal; "command refused");
                 self.link.status().command(class, AckResult::Failed);
                 let entry = LedgerEntry {
                     command_id: id.clone(),
@@ -311,8 +322,18 @@ impl Agent {
         }
         self.link.status().command(class, result);
         match result {
-            AckResult::Applied => log::info!("command {id}: {result}: {}", outcome.message),
-            AckResult::Failed => log::warn!("command {id}: {result}: {}", outcome.message),
+            AckResult::Applied => {
+                crate::info!(
+                    result:% = result, message = outcome.message.as_str();
+                    "command finished"
+                )
+            }
+            AckResult::Failed => {
+                crate::warn!(
+                    result:% = result, message = outcome.message.as_str();
+                    "command finished"
+                )
+            }
         }
         let entry = LedgerEntry {
             command_id: id.to_owned(),
@@ -343,8 +364,9 @@ impl Agent {
             attempt = entry.attempts + n;
             // The fence: no ack from a process that may have lost the lease.
             if !self.keep_lease(false) {
-                log::warn!(
-                    "command {id}: the lease is past its renew deadline; no ack sent (the next leader sends it)"
+                crate::warn!(
+                    commandId = id;
+                    "the lease is past its renew deadline; no ack sent (the next leader sends it)"
                 );
                 return;
             }
@@ -360,49 +382,60 @@ impl Agent {
                 Ok(Renewal::Renewed) => continue,
                 Ok(Renewal::NotConnected(_)) => break,
                 Err(fatal) => {
-                    log::warn!("command {id}: cannot connect again ({fatal}); the ack waits");
+                    crate::warn!(
+                        commandId = id, err:% = fatal;
+                        "cannot connect again; the ack waits"
+                    );
                     break;
                 }
             }
             let e = match result {
                 Ok(AckOutcome::Forgotten) => {
-                    log::warn!(
-                        "command {id}: the Control Plane does not know it (404); its ack counts as delivered"
+                    crate::warn!(
+                        commandId = id;
+                        "the Control Plane does not know the command (404); its ack counts as delivered"
                     );
                     return self.store.delivered(id, recorded);
                 }
                 Ok(outcome) => {
-                    log::info!("command {id}: ack delivered on attempt {attempt} ({outcome:?})");
+                    crate::info!(commandId = id, attempt, outcome:? = outcome; "ack delivered");
                     return self.store.delivered(id, recorded);
                 }
                 Err(e) => e,
             };
             if e.malformed() {
-                log::error!("command {id}: ack refused as malformed ({e}); not resending it");
+                crate::error!(
+                    commandId = id, err:% = e;
+                    "ack refused as malformed; not resending it"
+                );
                 return self.store.delivered(id, recorded);
             } else if n < acks::ATTEMPTS {
                 let delay = acks::delay(n, &mut jitter);
-                log::warn!(
-                    "command {id}: ack attempt {attempt} failed: {e}; retrying in {delay:?}"
+                crate::warn!(
+                    commandId = id, attempt, err:% = e, retryIn:? = delay;
+                    "ack attempt failed; retrying"
                 );
                 if matches!(self.link.waiter.wait(delay), Ok(Wake::Stop)) {
-                    log::info!(
-                        "command {id}: stop requested; the ack goes with the next Manager's heartbeats"
+                    crate::info!(
+                        commandId = id;
+                        "stop requested; the ack goes with the next Manager's heartbeats"
                     );
                     break;
                 }
             } else {
-                log::warn!("command {id}: ack attempt {attempt} failed: {e}");
+                crate::warn!(commandId = id, attempt, err:% = e; "ack attempt failed");
             }
         }
         if !recorded {
-            log::warn!(
-                "command {id}: ack not delivered after {attempt} attempts; not recorded, so a copy sent again is refused again"
+            crate::warn!(
+                commandId = id, attempts = attempt;
+                "ack not delivered; not recorded, so a copy sent again is refused again"
             );
             return;
         }
-        log::warn!(
-            "command {id}: ack not delivered after {attempt} attempts; it goes with the next heartbeats"
+        crate::warn!(
+            commandId = id, attempts = attempt;
+            "ack not delivered; it goes with the next heartbeats"
         );
         self.store.set_attempts(&self.link, &id, attempt);
     }

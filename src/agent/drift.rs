@@ -203,15 +203,17 @@ impl Agent {
                         found: Vec::new(),
                         skipped: false,
                     }),
-                    Err(e) => log::warn!(
-                        "drift: record {ns}/{} is not readable: {e}",
-                        s["metadata"]["name"].as_str().unwrap_or("?")
+                    Err(e) => crate::warn!(
+                        namespace = ns,
+                        record = s["metadata"]["name"].as_str().unwrap_or("?"),
+                        err:% = e;
+                        "drift: a record is not readable"
                     ),
                 }
             },
         );
         if let Err(e) = listed {
-            log::warn!("drift: cannot list the records of {ns}: {e}");
+            crate::warn!(namespace = ns, err:% = e; "drift: cannot list the records");
             self.drift
                 .failed
                 .insert((ns.to_owned(), "drift records"), e.to_string());
@@ -286,7 +288,10 @@ impl Agent {
                 |o| check.object(&mut records, kind, &o),
             );
             if let Err(e) = listed {
-                log::warn!("drift: cannot list the {kind}s of {ns}: {e}; not checked this time");
+                crate::warn!(
+                    kind:% = kind, namespace = ns, err:% = e;
+                    "drift: cannot list the objects; not checked this time"
+                );
                 let what = kind.resource().plural;
                 self.drift
                     .failed
@@ -358,9 +363,10 @@ impl Agent {
                 .report
                 .checked(ns, &deployment, Mode::Report, vec![found]);
             for f in &new {
-                log::warn!(
-                    "drift: record {ns}/{secret} of {deployment}: {}",
-                    f.message.as_deref().unwrap_or_default()
+                crate::warn!(
+                    namespace = ns, record:% = secret, deployment:% = deployment,
+                    message = f.message.as_deref().unwrap_or_default();
+                    "drift: a record is not usable"
                 );
             }
             self.drift.unproven.insert((ns.to_owned(), deployment));
@@ -419,20 +425,17 @@ impl Agent {
             .collect();
         let new = self.drift.report.checked(ns, &name, mode, found);
         for f in &new {
-            log::warn!(
-                "drift: {} {ns}/{} of {name}: {}",
-                f.kind,
-                f.name,
-                describe(f)
+            crate::warn!(
+                kind:% = f.kind, namespace = ns, name:% = f.name, deployment:% = name,
+                drift = describe(f).as_str();
+                "drift found"
             );
         }
         for f in &corrected {
-            log::info!(
-                "drift: {} {ns}/{} of {name} {}: {}",
-                f.kind,
-                f.name,
-                f.action.as_str(),
-                describe(f)
+            crate::info!(
+                kind:% = f.kind, namespace = ns, name:% = f.name, deployment:% = name,
+                action = f.action.as_str(), drift = describe(f).as_str();
+                "drift enforced"
             );
         }
         self.drift_events(ns, &name, Reason::DriftDetected, &new);

@@ -79,9 +79,9 @@ impl Agent {
             && h.fingerprint == print
             && h.since.elapsed() < REFUSED_FOR
         {
-            log::debug!(
-                "drift: enforcement of {ns}/{} failed before and nothing changed; not tried again",
-                kept.name
+            crate::debug!(
+                namespace:% = ns, deployment:% = kept.name;
+                "drift: enforcement failed before and nothing changed; not tried again"
             );
             return h.enforced.clone();
         }

@@ -185,9 +185,9 @@ impl Agent {
         // since. Past the renew deadline nothing is sent: the lease is
         // read again first.
         if !self.elector().leading() {
-            log::warn!(
-                "the lease is past its renew deadline; heartbeat {} not sent, reading the lease again",
-                body.sequence
+            crate::warn!(
+                sequence = body.sequence;
+                "the lease is past its renew deadline; heartbeat not sent, reading the lease again"
             );
             return Ok(Sent::RetryIn(Duration::ZERO));
         }
@@ -217,7 +217,7 @@ impl Agent {
             // A stop ended the request (a held one, say): its commands,
             // never acknowledged, are sent again to the next Manager.
             Err(_) if self.link.waiter.stop_requested() => {
-                log::info!("heartbeat {} abandoned: stop requested", body.sequence);
+                crate::info!(sequence = body.sequence; "heartbeat abandoned: stop requested");
                 Sent::RetryIn(Duration::ZERO)
             }
             Ok(bytes) => Sent::Answered(Answer {
@@ -253,11 +253,11 @@ impl Agent {
             status.managed_proxies = answer.managed;
         }
         let sequence = answer.sequence;
-        log::debug!("heartbeat {sequence} accepted");
+        crate::debug!(sequence; "heartbeat accepted");
         if !answer.carried.is_empty() {
-            log::info!(
-                "{} pending acks delivered with the heartbeat",
-                answer.carried.len()
+            crate::info!(
+                acks = answer.carried.len();
+                "pending acks delivered with the heartbeat"
             );
             self.store.mark_delivered(&answer.carried);
         }
@@ -271,11 +271,12 @@ impl Agent {
         let held = resp.held;
         let commands = resp.commands.unwrap_or_default();
         if commands.skipped > 0 {
-            log::warn!(
-                "the answer to heartbeat {sequence} holds {} commands; taking the first {}, skipping {} unacknowledged (the Control Plane sends them again)",
-                commands.taken.len() + commands.skipped,
-                wire::MAX_COMMANDS,
-                commands.skipped
+            crate::warn!(
+                sequence,
+                commands = commands.taken.len() + commands.skipped,
+                taken = wire::MAX_COMMANDS,
+                skipped = commands.skipped;
+                "too many commands in a heartbeat answer; the rest, unacknowledged, are sent again"
             );
             crate::metrics::skipped_commands(commands.skipped);
         }
@@ -314,20 +315,19 @@ impl Agent {
                         }
                     }
                     Ok(None) => {}
-                    Err(e) => log::warn!(
-                        "cannot read the pods of Deployment {}/{}: {e}",
-                        t.namespace,
-                        t.name
+                    Err(e) => crate::warn!(
+                        namespace = t.namespace.as_ref(), deployment = t.name.as_ref(), err:% = e;
+                        "cannot read the pods of a Deployment"
                     ),
                 }
             }
-            log::warn!(
-                "{} {}/{} is {}: {}",
-                t.kind,
-                t.namespace,
-                t.name,
-                t.turned.phase,
-                t.turned.message
+            crate::warn!(
+                kind:% = t.kind,
+                namespace = t.namespace.as_ref(),
+                deployment = t.name.as_ref(),
+                phase:% = t.turned.phase,
+                message = t.turned.message.as_str();
+                "a deployment turned failed or degraded"
             );
             let Some(uid) = t.uid else { continue };
             let reason = match t.turned.phase {
@@ -352,14 +352,14 @@ impl Agent {
     fn heartbeat_failed(&mut self, e: &CpError) -> Duration {
         self.link.status().heartbeat(false, Instant::now());
         if e.malformed() {
-            log::error!("heartbeat refused as malformed ({e}); not resending it")
+            crate::error!(err:% = e; "heartbeat refused as malformed; not resending it")
         } else {
-            log::warn!("heartbeat failed: {e}")
+            crate::warn!(err:% = e; "heartbeat failed")
         }
         match e.retry(&mut self.pace.backoff) {
             Retry::After(d) => {
                 let next = humantime::format_duration(round_ms(d));
-                log::info!("next heartbeat in {next}");
+                crate::info!(retryIn:% = next; "next heartbeat after a backoff");
                 d
             }
             Retry::NextInterval => self.pace.interval,
@@ -477,7 +477,10 @@ impl Agent {
             Err(e) if e.is_forbidden() => {
                 // RBAC without the shipped `get` on it: the watch is left
                 // out, as region and zone are when nodes may not be listed.
-                log::debug!("own deployment {ns}/{name} may not be read: {e}");
+                crate::debug!(
+                    namespace = ns, name, err:% = e;
+                    "the own Deployment may not be read"
+                );
                 watch.unreadable(now);
                 None
             }

@@ -98,8 +98,9 @@ impl Agent {
             None => "a malformed inventory answer".to_owned(),
         };
         if !std::mem::replace(&mut epoch.warned, true) {
-            log::warn!(
-                "inventory: the Control Plane sent {ignored}; ignored (logged once an epoch)"
+            crate::warn!(
+                sent:% = ignored;
+                "inventory: the Control Plane sent something ignored (logged once an epoch)"
             );
         }
     }

@@ -55,13 +55,13 @@ impl LeaseKeeper {
         match elector.renew_scheduled(&self.kube) {
             Ok(true) => {
                 self.retry_at.set(None);
-                log::debug!("lease renewed on schedule");
+                crate::debug!("lease renewed on schedule");
             }
-            Ok(false) => log::warn!(
+            Ok(false) => crate::warn!(
                 "the lease was not renewed (past its renew deadline, or written by another); reading it next cycle"
             ),
             Err(e) => {
-                log::warn!("cannot renew the lease: {e}; trying again in {RENEW_RETRY:?}");
+                crate::warn!(err:% = e, retryIn:? = RENEW_RETRY; "cannot renew the lease");
                 self.retry_at.set(Some(Instant::now() + RENEW_RETRY));
             }
         }
@@ -138,8 +138,9 @@ impl Agent {
             Ok(true) => match self.read_state_again() {
                 Ok(()) => Lead::Acting,
                 Err(e) => {
-                    log::warn!(
-                        "cannot read the state secret after taking the lease: {e}; not acting"
+                    crate::warn!(
+                        err:% = e;
+                        "cannot read the state secret after taking the lease; not acting"
                     );
                     Lead::Standby(self.pace.backoff.next_delay().min(self.pace.interval))
                 }
@@ -151,7 +152,7 @@ impl Agent {
             Err(e) => {
                 let delay =
                     retry_after_wait(e.retry_after(), &mut self.pace.backoff, self.pace.interval);
-                log::warn!("cannot read or renew the lease: {e}; not acting");
+                crate::warn!(err:% = e; "cannot read or renew the lease; not acting");
                 self.standby_check(false);
                 Lead::Standby(delay)
             }
@@ -177,9 +178,9 @@ impl Agent {
         let entries = self.store.reload(&self.link.kube)?;
         let term = self.elector().term();
         self.leader.state_term = term;
-        log::info!(
-            "leading (term {}): state read again ({entries} ledger entries)",
-            self.leader.state_term
+        crate::info!(
+            term = self.leader.state_term, ledgerEntries = entries;
+            "leading: state read again"
         );
         self.ratchet_signatures();
         self.drift.new_term();
@@ -188,11 +189,21 @@ impl Agent {
                 self.link.index.borrow_mut().trust(&key);
                 self.leader.integrity = Some(key);
             }
-            Err(e) => log::warn!(
-                "{e}; no deploy, rollout or uninstall runs, and no record or object is trusted"
+            Err(e) => crate::warn!(
+                err:% = e;
+                "no integrity key: no deploy, rollout or uninstall runs, and no record or object is trusted"
             ),
         }
         self.link.status().role = Role::Leader;
+        let from = match self.elector().taken_from() {
+            Some(holder) => format!("took the lease over from {holder}"),
+            None => "the lease was free or this pod's".to_owned(),
+        };
+        let note = format!(
+            "pod {} leads (term {}): {from}",
+            self.me.instance.pod_name, self.leader.state_term
+        );
+        self.own_event(crate::events::Reason::LeaderElected, "Lead", note);
         Ok(())
     }
 
@@ -208,15 +219,15 @@ impl Agent {
                 Ok(true) if self.state_current() => {}
                 Ok(true) => {
                     if let Err(e) = self.read_state_again() {
-                        log::warn!("leading again but cannot read the state: {e}");
+                        crate::warn!(err:% = e; "leading again but cannot read the state");
                         return false;
                     }
                 }
                 Ok(false) => {
-                    log::warn!("lost the lease");
+                    crate::warn!("lost the lease");
                     return false;
                 }
-                Err(e) => log::warn!("cannot renew the lease: {e}"),
+                Err(e) => crate::warn!(err:% = e; "cannot renew the lease"),
             }
         }
         self.elector().leading()
@@ -233,7 +244,7 @@ impl Agent {
         }
         match self.link.cp.handshake() {
             Ok(()) => self.link.status().standby_ok_at = Some(std::time::Instant::now()),
-            Err(e) => log::warn!("standby check: {e}"),
+            Err(e) => crate::warn!(err:% = e; "standby check failed"),
         }
     }
 }

@@ -32,6 +32,7 @@ mod enforce;
 pub mod heartbeat;
 mod inventory_form;
 mod lead;
+mod own_events;
 mod record;
 mod rollback;
 mod run;
@@ -149,7 +150,7 @@ impl Agent {
     }
 
     fn stopped(&mut self) -> Result<(), Fatal> {
-        log::info!("stop requested; exiting");
+        crate::info!("stop requested; exiting");
         // What follows is not cut short by the stop it answers.
         crate::net::finish();
         if self.elector().leading() && self.state_current() {

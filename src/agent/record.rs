@@ -156,7 +156,10 @@ impl Agent {
             }
             Err(why) => why,
         };
-        log::warn!("drift: what {ns}/{name} applied is not recorded, its drift not watched: {why}");
+        crate::warn!(
+            namespace:% = ns, deployment:% = name, err:% = why;
+            "drift: what a command applied is not recorded, its drift not watched"
+        );
         self.delete_record(ns, name);
         if mode == Mode::Off {
             return;
@@ -191,13 +194,17 @@ impl Agent {
         match self.fetch_record(namespace, name) {
             Ok(record) => record,
             Err(RecordRead::Read(e)) => {
-                log::warn!("drift: cannot read the record of {namespace}/{name} {for_what}: {e}");
+                crate::warn!(
+                    namespace:% = namespace, deployment:% = name, purpose = for_what, err:% = e;
+                    "drift: cannot read a record"
+                );
                 None
             }
             Err(RecordRead::NoKey) => None,
             Err(RecordRead::NotProven(e)) => {
-                log::warn!(
-                    "drift: the record of {namespace}/{name} is not the Manager's ({e}); left alone, not read {for_what}"
+                crate::warn!(
+                    namespace:% = namespace, deployment:% = name, purpose = for_what, err:% = e;
+                    "drift: a record is not the Manager's; left alone, not read"
                 );
                 None
             }
@@ -236,9 +243,19 @@ impl Agent {
         };
         let guard = Some((read_at.uid.as_str(), read_at.version.as_str()));
         match self.link.writer.delete_if(&path, "Background", guard) {
-            Ok(_) => log::debug!("drift: the record of {namespace}/{name} deleted with it"),
+            Ok(_) => {
+                crate::debug!(
+                    namespace:% = namespace, deployment:% = name;
+                    "drift: the record deleted with its deployment"
+                )
+            }
             Err(e) if e.is_not_found() => {}
-            Err(e) => log::warn!("drift: cannot delete the record of {namespace}/{name}: {e}"),
+            Err(e) => {
+                crate::warn!(
+                    namespace:% = namespace, deployment:% = name, err:% = e;
+                    "drift: cannot delete a record"
+                )
+            }
         }
     }
 
@@ -353,8 +370,9 @@ fn previous_of(
     match drift::proven_record(secret, env, namespace, key) {
         Ok(record) => previous_change(&record.history, record.payload, namespace),
         Err(e) => {
-            log::info!(
-                "rollback: the record in {namespace} is not the Manager's ({e}); no previous change kept"
+            crate::info!(
+                namespace:% = namespace, err:% = e;
+                "rollback: the record is not the Manager's; no previous change kept"
             );
             None
         }
@@ -375,8 +393,9 @@ fn previous_change(
             payload,
         }),
         Err(e) => {
-            log::info!(
-                "rollback: the history of the record in {namespace} is not the Manager's ({e}); no previous change kept"
+            crate::info!(
+                namespace:% = namespace, err:% = e;
+                "rollback: the history of the record is not the Manager's; no previous change kept"
             );
             None
         }

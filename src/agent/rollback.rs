@@ -109,11 +109,9 @@ impl Agent {
         let mut due = self.link.index.borrow_mut().take_rollbacks().into_iter();
         while let Some(d) = due.next() {
             if !self.keep_lease(false) {
-                log::warn!(
-                    "rollback: not leading; the failure of command {} in {}/{} waits",
-                    d.command,
-                    d.namespace,
-                    d.name
+                crate::warn!(
+                    failedCommand:% = d.command, namespace:% = d.namespace, deployment:% = d.name;
+                    "rollback: not leading; the failure waits"
                 );
                 let mut index = self.link.index.borrow_mut();
                 index.requeue_rollbacks(std::iter::once(d).chain(due));
@@ -195,8 +193,9 @@ impl Agent {
             None => Err(super::record::Unrecorded::NoOwner("primary object")),
         };
         if let Err(e) = written {
-            log::warn!(
-                "rollback: {ns}/{name} restored, but its record not written ({e}); deleting it"
+            crate::warn!(
+                namespace:% = ns, deployment:% = name, err:% = e;
+                "rollback: restored, but the record not written; deleting it"
             );
             self.delete_record(ns, name);
         }
@@ -272,10 +271,9 @@ impl Agent {
         };
         let permitted =
             apply::permit(command, &self.rules()).map_err(|r| Unrestored::Refused(Box::new(r)))?;
-        log::info!(
-            "rollback: restoring {}/{} after command {failed} failed",
-            target.namespace,
-            target.name
+        crate::info!(
+            namespace:% = target.namespace, deployment:% = target.name, failedCommand:% = failed;
+            "rollback: restoring after a failed command"
         );
         let outcome = apply::run(&self.execution(), &permitted);
         if outcome.result == AckResult::Failed {
@@ -311,15 +309,17 @@ impl Agent {
                 let named = to
                     .as_deref()
                     .unwrap_or("(recorded before commands were named)");
-                log::warn!(
-                    "rollback: command {failed} failed in {ns}/{name}; rolled back to command {named}"
+                crate::warn!(
+                    failedCommand:% = failed, namespace:% = ns, deployment:% = name, to:% = named;
+                    "rollback: a failed command rolled back"
                 );
                 let note = format!("command {failed} failed; rolled back to command {named}");
                 (RollbackEnd::RolledBack { to }, note, "rolled_back")
             }
             Err(why) => {
-                log::warn!(
-                    "rollback: command {failed} failed in {ns}/{name}; not rolled back: {why}"
+                crate::warn!(
+                    failedCommand:% = failed, namespace:% = ns, deployment:% = name, err:% = why;
+                    "rollback: a failed command not rolled back"
                 );
                 let note = format!("command {failed} failed; not rolled back: {why}");
                 let reason = crate::text::clip(&why.to_string(), 256);

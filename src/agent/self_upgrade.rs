@@ -11,8 +11,7 @@ use std::time::Instant;
 use super::Agent;
 use crate::apply::upgrade_plan::Upgraded;
 use crate::commands::{OnFailure, Upgrade};
-use crate::events::{Event, Reason, Regarding};
-use crate::resource::Kind;
+use crate::events::Reason;
 use crate::self_rollout::{UpgradeVerdict, upgrade_verdict};
 use crate::state::SelfUpgrade;
 use crate::words::SelfUpgradePhase;
@@ -34,7 +33,16 @@ impl Agent {
             phase: Some(SelfUpgradePhase::Progressing),
             reason: None,
         };
+        let note = format!(
+            "upgrade {id} to bundle {}: {} (from {})",
+            record.to, record.to_image, record.from_image
+        );
         self.store.set_self_upgrade(&self.link, record);
+        self.own_event(
+            crate::events::Reason::SelfUpgradeStarted,
+            "SelfUpgrade",
+            note,
+        );
     }
 
     /// While leading, after the batch: the last upgrade's verdict, acted
@@ -64,10 +72,18 @@ impl Agent {
         match upgrade_verdict(deployment, &record.to_image, waited, deadline) {
             UpgradeVerdict::Waiting | UpgradeVerdict::Replaced => {}
             UpgradeVerdict::Available => {
-                log::info!(
-                    "self-upgrade {}: the new pods are Ready: bundle {} available",
-                    record.command_id,
-                    record.to
+                crate::info!(
+                    commandId:% = record.command_id, bundle:% = record.to;
+                    "self-upgrade available: the new pods are Ready"
+                );
+                let note = format!(
+                    "upgrade {} to bundle {}: the new pods are Ready",
+                    record.command_id, record.to
+                );
+                self.own_event(
+                    crate::events::Reason::SelfUpgradeAvailable,
+                    "SelfUpgrade",
+                    note,
                 );
                 self.self_upgrade_ended(record, SelfUpgradePhase::Available, None);
             }
@@ -88,26 +104,18 @@ impl Agent {
         let own = self.me.cfg.bundle_version.clone();
         let written = crate::apply::upgrade::write_back(&self.execution(), &from, own.as_deref());
         self.beats.self_rollout.applied = None;
-        let uid = self
-            .beats
-            .self_rollout
-            .last
-            .as_ref()
-            .map(|d| d.metadata.uid.clone())
-            .unwrap_or_default();
         let (phase, reason, note) = match &written {
             Ok(None) => {
-                log::info!(
-                    "self-upgrade {}: {why}, but the Deployment runs another image now; left as it is",
-                    record.command_id
+                crate::info!(
+                    commandId:% = record.command_id, reason:% = why;
+                    "self-upgrade failed, but the Deployment runs another image now; left as it is"
                 );
                 return;
             }
             Ok(Some(_)) => {
-                log::warn!(
-                    "self-upgrade {}: {why}; rolled back to {}",
-                    record.command_id,
-                    record.from_image
+                crate::warn!(
+                    commandId:% = record.command_id, reason:% = why, image:% = record.from_image;
+                    "self-upgrade rolled back"
                 );
                 let note = format!(
                     "upgrade {} to bundle {} ({}): {why}; rolled back to {}",
@@ -116,9 +124,9 @@ impl Agent {
                 (SelfUpgradePhase::RolledBack, why, note)
             }
             Err(e) => {
-                log::error!(
-                    "self-upgrade {}: {why}; cannot write it back: {e}",
-                    record.command_id
+                crate::error!(
+                    commandId:% = record.command_id, reason:% = why, err:% = e;
+                    "self-upgrade failed and cannot be written back"
                 );
                 let reason = format!("{why}; cannot write it back: {e}");
                 let note = format!("upgrade {}: {reason}", record.command_id);
@@ -129,19 +137,7 @@ impl Agent {
             SelfUpgradePhase::RolledBack => "rolled_back",
             _ => "failed",
         });
-        if !uid.is_empty() {
-            self.event(Event {
-                regarding: Regarding {
-                    kind: Kind::Deployment,
-                    namespace: self.me.instance.namespace.clone(),
-                    name: self.me.cfg.self_deployment.clone(),
-                    uid,
-                },
-                reason: Reason::RolledBack,
-                action: "SelfUpgrade",
-                note,
-            });
-        }
+        self.own_event(Reason::RolledBack, "SelfUpgrade", note);
         let reason = crate::text::clip(&reason, 256);
         self.self_upgrade_ended(record, phase, Some(reason));
     }

@@ -118,7 +118,7 @@ pub fn decide(
     }
     let expires_at = resp.session_expires_at.as_deref().and_then(|t| {
         humantime::parse_rfc3339(t)
-            .inspect_err(|_| log::warn!("ignoring unparsable sessionExpiresAt {t:?}"))
+            .inspect_err(|_| crate::warn!(value:? = t; "ignoring an unparsable sessionExpiresAt"))
             .ok()
     });
     backoff.reset();
@@ -197,7 +197,7 @@ impl Agent {
         match answer {
             Err(e) if e.session_expired() && !*renewed => {
                 *renewed = true;
-                log::info!("session expired; connecting again and resending {what}");
+                crate::info!(resending:% = what; "session expired; connecting again");
                 self.session = None;
                 Ok(match self.connect()? {
                     Connected::Ready => Renewal::Renewed,
@@ -233,12 +233,18 @@ impl Agent {
             }
             Step::Ready(ready) => {
                 self.store.bind(&self.link.kube, ready.binding)?;
-                log::info!(
-                    "connected: environment {}, manager {}",
+                crate::info!(
+                    environment = self.me.token.environment_id(),
+                    managerId = ready.session.manager_id.as_str();
+                    "connected"
+                );
+                self.link.status().bound = true;
+                let note = format!(
+                    "bound to the Control Plane: environment {}, manager {}",
                     self.me.token.environment_id(),
                     ready.session.manager_id
                 );
-                self.link.status().bound = true;
+                self.own_event(crate::events::Reason::Bound, "Connect", note);
                 self.session = Some(ready.session);
                 if let Some(secs) = ready.interval_seconds {
                     self.set_interval(secs);
@@ -251,17 +257,18 @@ impl Agent {
     fn connect_failed(&mut self, cause: &RetryCause, delay: Duration) -> Result<(), Fatal> {
         let retry = humantime::format_duration(round_ms(delay));
         match cause {
-            RetryCause::UnusableSessionToken(len) => log::error!(
-                "the Control Plane answered connect with an unusable sessionToken ({len} bytes, not an RFC 6750 b64token of at most 4096 characters); retrying in {retry}"
+            RetryCause::UnusableSessionToken(len) => crate::error!(
+                bytes = len, retryIn:% = retry;
+                "the Control Plane answered connect with an unusable sessionToken (not an RFC 6750 b64token of at most 4096 characters)"
             ),
             RetryCause::TokenRefused(e) => {
-                log::error!(
-                    "connect refused: the connect token of environment {} is unknown, expired or revoked ({e}); re-reading it",
-                    self.me.token.environment_id()
+                crate::error!(
+                    environment = self.me.token.environment_id(), err:% = e;
+                    "connect refused: the connect token is unknown, expired or revoked; re-reading it"
                 );
                 return self.reread_token();
             }
-            RetryCause::Failed(e) => log::warn!("connect failed: {e}; retrying in {retry}"),
+            RetryCause::Failed(e) => crate::warn!(err:% = e, retryIn:% = retry; "connect failed"),
         }
         Ok(())
     }
@@ -282,7 +289,7 @@ impl Agent {
                     }
                     self.me.token = t;
                 }
-                Err(e) => log::error!("keeping the previous connect token: {e}"),
+                Err(e) => crate::error!(err:% = e; "keeping the previous connect token"),
             }
         }
         Ok(())

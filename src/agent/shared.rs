@@ -64,6 +64,9 @@ pub(super) struct Identity {
     pub(super) namespaces: Vec<String>,
     /// The Manager's own objects: never a command's target.
     pub(super) own: crate::ownership::OwnObjects,
+    /// The uid of the Manager's own Deployment, read at start (none when
+    /// it does not run from one): what its own Events are about.
+    pub(super) own_deployment_uid: Option<String>,
 }
 
 /// How long to wait: the heartbeat interval (the CP may change it) and the
@@ -88,9 +91,9 @@ impl Agent {
     /// Takes the CP's interval override.
     pub(super) fn set_interval(&mut self, secs: u64) {
         if let Some(interval) = self.pace.set_interval(secs) {
-            log::info!(
-                "heartbeat interval is now {} (set by the Control Plane)",
-                humantime::format_duration(interval)
+            crate::info!(
+                interval:% = humantime::format_duration(interval);
+                "heartbeat interval set by the Control Plane"
             );
             self.link.status().interval = interval;
         }
@@ -102,13 +105,10 @@ impl Agent {
     pub(super) fn event(&mut self, event: crate::events::Event) {
         let now = std::time::Instant::now();
         let r = &event.regarding;
-        log::debug!(
-            "event {} ({}) about {} {}/{} queued",
-            event.reason.as_str(),
-            event.action,
-            r.kind,
-            r.namespace,
-            r.name
+        crate::debug!(
+            reason = event.reason.as_str(), action:% = event.action, kind:% = r.kind,
+            namespace:% = r.namespace, name:% = r.name;
+            "event queued"
         );
         if let Err(dropped) = self.events.record(event, now, std::time::SystemTime::now()) {
             crate::metrics::event_dropped(dropped.as_str());

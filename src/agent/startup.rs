@@ -32,9 +32,9 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     // ready: starting) while the cluster identity and state are read.
     let (waiter, status) = probes(&cfg)?;
     if cfg.control_plane_url.starts_with("http://") {
-        log::warn!(
-            "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http ({}); never do this outside development",
-            cfg.control_plane_url
+        crate::warn!(
+            url:% = cfg.control_plane_url;
+            "NEXO_INSECURE_ALLOW_HTTP is set: talking to the Control Plane over plain http; never do this outside development"
         );
     }
     let token = crate::token::read(&cfg.token_source, cfg.environment_id.as_deref())
@@ -53,17 +53,17 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     let store = load_state(store, &kube, &waiter, &mut backoff)?;
     let secret = format!("{}/{}", instance.namespace, cfg.state_secret);
     check_binding(store.binding(), &cluster, token.environment_id(), &secret)?;
-    let own = own_objects(&cfg, &instance.namespace, &kube);
+    let (own, own_deployment_uid) = own_objects(&cfg, &instance.namespace, &kube);
     log_trust(&cfg, &keys, store.signatures_required());
     backoff.reset();
-    log::info!(
-        "nexo-manager {} (build {}) starting: environment {}, cluster {} ({}), namespaces {}",
-        crate::VERSION,
-        crate::BUILD,
-        token.environment_id(),
-        cluster.uid,
-        cluster.kubernetes_version,
-        namespaces.join(",")
+    crate::info!(
+        version = crate::VERSION,
+        build = crate::BUILD,
+        environment = token.environment_id(),
+        cluster = cluster.uid.as_str(),
+        kubernetesVersion = cluster.kubernetes_version.as_str(),
+        namespaces = namespaces.join(",").as_str();
+        "nexo-manager starting"
     );
     // Every request that may change the cluster asks the lease first.
     let elector = Elector::new(&instance.namespace, &cfg.lease_name, &instance.id);
@@ -82,9 +82,9 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
     }));
     crate::net::install(Rc::clone(&waiter) as Rc<dyn crate::net::Readiness>);
     if cfg.drift_interval < cfg.heartbeat_interval {
-        log::warn!(
-            "NEXO_DRIFT_INTERVAL ({}) is under the heartbeat interval; drift is checked once a heartbeat interval",
-            humantime::format_duration(cfg.drift_interval)
+        crate::warn!(
+            driftInterval:% = humantime::format_duration(cfg.drift_interval);
+            "NEXO_DRIFT_INTERVAL is under the heartbeat interval; drift is checked once a heartbeat interval"
         );
     }
     Ok(Agent {
@@ -116,6 +116,7 @@ pub(super) fn start(cfg: Config) -> Result<Agent, Fatal> {
             cluster,
             namespaces,
             own,
+            own_deployment_uid,
         },
         session: None,
         beats: Beats::default(),
@@ -132,8 +133,9 @@ fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
         Err(e) => format!("unusable ({e})"),
     };
     if cfg.command_signatures == Signatures::Off {
-        log::warn!(
-            "NEXO_COMMAND_SIGNATURES=off: command signatures are not required, unsigned commands are accepted (command keys: {ids}, {file})"
+        crate::warn!(
+            keys = ids.as_str(), file:% = file;
+            "NEXO_COMMAND_SIGNATURES=off: command signatures are not required, unsigned commands are accepted"
         );
         return;
     }
@@ -145,11 +147,12 @@ fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
                 "the state records that they were required (NEXO_COMMAND_SIGNATURES=off turns them off)"
             }
         };
-        log::info!(
-            "command signatures required ({why}); command keys: {ids} ({file}); unsigned commands are refused"
+        crate::info!(
+            why, keys = ids.as_str(), file:% = file;
+            "command signatures required; unsigned commands are refused"
         );
     } else {
-        log::info!("command keys: none ({file} is absent); unsigned commands are accepted");
+        crate::info!(file:% = file; "no command keys; unsigned commands are accepted");
     }
 }
 
@@ -157,8 +160,13 @@ fn log_trust(cfg: &Config, keys: &crate::trust::KeyFile, recorded: bool) {
 /// configuration names, and what its own Deployment's pod template names
 /// (the Secrets its token and command keys are mounted from, its
 /// ServiceAccount). A Deployment that cannot be read leaves the names of
-/// the configuration and the labels to go by, with a warning.
-fn own_objects(cfg: &Config, namespace: &str, kube: &Client) -> crate::ownership::OwnObjects {
+/// the configuration and the labels to go by, with a warning. With them,
+/// the Deployment's uid, when it was read.
+fn own_objects(
+    cfg: &Config,
+    namespace: &str,
+    kube: &Client,
+) -> (crate::ownership::OwnObjects, Option<String>) {
     let mut own = crate::ownership::OwnObjects::new(
         namespace,
         &cfg.state_secret,
@@ -166,18 +174,22 @@ fn own_objects(cfg: &Config, namespace: &str, kube: &Client) -> crate::ownership
         &cfg.lease_name,
     );
     let path = resource::DEPLOYMENTS.object(Some(namespace), &cfg.self_deployment);
+    let mut uid = None;
     match kube.get_opt::<serde_json::Value>(&path) {
-        Ok(Some(d)) => own.add_pod_template(&d),
-        Ok(None) => log::info!(
-            "own objects: no Deployment {namespace}/{} (not running from one); protecting the configured names and the app.kubernetes.io/name=nexo-manager label",
-            cfg.self_deployment
+        Ok(Some(d)) => {
+            own.add_pod_template(&d);
+            uid = d["metadata"]["uid"].as_str().map(str::to_owned);
+        }
+        Ok(None) => crate::info!(
+            namespace, name = cfg.self_deployment.as_str();
+            "own objects: no own Deployment (not running from one); protecting the configured names and the app.kubernetes.io/name=nexo-manager label"
         ),
-        Err(e) => log::warn!(
-            "own objects: cannot read the Deployment {namespace}/{} ({e}); protecting the configured names and the app.kubernetes.io/name=nexo-manager label",
-            cfg.self_deployment
+        Err(e) => crate::warn!(
+            namespace, name = cfg.self_deployment.as_str(), err:% = e;
+            "own objects: cannot read the own Deployment; protecting the configured names and the app.kubernetes.io/name=nexo-manager label"
         ),
     }
-    own
+    (own, uid)
 }
 
 /// The Kubernetes client, pausing in `waiter`, and this pod's identity
@@ -226,8 +238,10 @@ fn probes(cfg: &Config) -> Result<(Rc<Waiter>, Rc<RefCell<Health>>), Fatal> {
             let probe = Probe::bind(addr).map_err(|source| Fatal::Listen { addr, source })?;
             // Port 0 picks a free port: the line says which.
             match probe.local_addr() {
-                Ok(bound) => log::info!("probes and metrics listening on {bound}"),
-                Err(e) => log::warn!("probes and metrics: cannot read the bound address: {e}"),
+                Ok(bound) => crate::info!(address:% = bound; "probes and metrics listening"),
+                Err(e) => {
+                    crate::warn!(err:% = e; "probes and metrics: cannot read the bound address")
+                }
             }
             Some(probe)
         }
@@ -366,9 +380,9 @@ fn retry_kube<T>(
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() => {
                 let delay = retry_after_delay(e.retry_after(), backoff);
-                log::warn!(
-                    "cannot {what} yet: {e}; retrying in {}",
-                    humantime::format_duration(round_ms(delay))
+                crate::warn!(
+                    step = what, err:% = e, retryIn:% = humantime::format_duration(round_ms(delay));
+                    "a start step failed; retrying"
                 );
                 if let Ok(Wake::Stop) = waiter.wait(delay) {
                     return Err(Fatal::StoppedDuringStartup(what));

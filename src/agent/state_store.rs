@@ -71,9 +71,9 @@ impl StateStore {
         {
             Ok(state) => self.state = state,
             Err(e) => {
-                log::error!(
-                    "cannot record in the state secret that signatures are {}: {e}",
-                    if required { "required" } else { "off" }
+                crate::error!(
+                    signatures = if required { "required" } else { "off" }, err:% = e;
+                    "cannot record the signature requirement in the state secret"
                 );
                 self.error
                     .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
@@ -101,7 +101,7 @@ impl StateStore {
             })
             .map_err(IntegrityError::State)?;
         self.state = written;
-        log::info!("integrity key made and recorded in the state secret");
+        crate::info!("integrity key made and recorded in the state secret");
         let stored = self.state.integrity_key.as_ref().unwrap_or(&fresh);
         crate::integrity::Key::from_stored(stored.expose()).map_err(IntegrityError::Key)
     }
@@ -149,12 +149,10 @@ impl StateStore {
             return Ok(());
         }
         if let Some(old) = &self.state.binding {
-            log::warn!(
-                "binding changes from environment {} / manager {} to {} / {}",
-                old.environment_id,
-                old.manager_id,
-                binding.environment_id,
-                binding.manager_id
+            crate::warn!(
+                fromEnvironment:% = old.environment_id, fromManagerId:% = old.manager_id,
+                environment:% = binding.environment_id, managerId:% = binding.manager_id;
+                "the binding changes"
             );
         }
         self.state = self.store.update(kube, &self.state, |s| {
@@ -173,7 +171,10 @@ impl StateStore {
             .bounded(state::MESSAGE_MAX, state::RESOURCES_MAX);
         if let Err(e) = self.write(link, |s| s.record(bounded.clone())) {
             let id = &entry.command_id;
-            log::error!("command {id}: cannot record the result in the state secret: {e}");
+            crate::error!(
+                commandId:% = id, err:% = e;
+                "cannot record the result in the state secret"
+            );
             self.state.record(entry.clone());
             self.error = Some(format!(
                 "state secret: the result of command {id} is not recorded: {e}"
@@ -231,7 +232,7 @@ impl StateStore {
     /// reported in the next heartbeat.
     fn persist(&mut self, link: &Link, change: impl Fn(&mut State)) {
         if let Err(e) = self.write(link, change) {
-            log::error!("cannot update the state secret: {e}");
+            crate::error!(err:% = e; "cannot update the state secret");
             // A result not recorded, reported already, stays the report.
             self.error
                 .get_or_insert_with(|| format!("state secret: cannot write it: {e}"));
@@ -250,7 +251,7 @@ impl StateStore {
         };
         let mut result = self.store.update(&link.kube, &self.state, change);
         if let Err(e) = &result {
-            log::warn!("cannot write the state secret: {e}; trying again in 1s");
+            crate::warn!(err:% = e, retryIn = "1s"; "cannot write the state secret");
             if matches!(link.waiter.wait(Duration::from_secs(1)), Ok(Wake::Stop)) {
                 crate::metrics::state_write_failed();
                 return result.map(|_| ());

@@ -35,9 +35,9 @@ pub(super) fn with_fresh_reads(
         match attempt() {
             Ok(outcome) => return outcome,
             Err(Raced(outcome)) if n < CONFLICT_RETRIES => {
-                log::info!(
-                    "{what}: the cluster changed between read and write ({}); reading again",
-                    outcome.message
+                crate::info!(
+                    step = what, message = outcome.message.as_str();
+                    "the cluster changed between read and write; reading again"
                 );
                 n += 1;
             }

@@ -40,7 +40,10 @@ pub fn prune(
             .ok()
             .filter(|j| plan::not_ours(&j.verdict).is_none());
         let Some(read_at) = ours.as_ref().and_then(|j| ReadAt::of(&j.object)) else {
-            log::warn!("rollback: {r} is not the deployment's own; left as it is");
+            crate::warn!(
+                object:% = r;
+                "rollback: an object is not the deployment's own; left as it is"
+            );
             done.push(r.ack(ResourceAction::Refused));
             continue;
         };

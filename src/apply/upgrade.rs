@@ -124,16 +124,19 @@ fn hand_back(ctx: &Context<'_>, r: &ObjectRef, patched: &Value) {
             Err(e) => e,
         };
         if !e.is_unprocessable() || attempt == ATTEMPTS {
-            log::warn!(
-                "{}",
-                StepError::api("cannot hand the field ownership back on", r, e)
+            crate::warn!(
+                err:% = StepError::api("cannot hand the field ownership back on", r, e);
+                "self-upgrade: field ownership not handed back"
             );
             return;
         }
         read = match ctx.kube.get(&r.path()) {
             Ok(d) => d,
             Err(e) => {
-                log::warn!("{}", StepError::api("cannot read again", r, e));
+                crate::warn!(
+                    err:% = StepError::api("cannot read again", r, e);
+                    "self-upgrade: the Deployment not read again"
+                );
                 return;
             }
         };

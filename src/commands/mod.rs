@@ -210,13 +210,9 @@ impl Action {
 
     /// The one deployment it is about, for log fields: a deploy's or an
     /// uninstall's, a rollout's single target.
-    pub fn deployment_name(&self) -> Option<&str> {
-        match self {
-            Action::Deploy(d) => Some(&d.deployment.name),
-            Action::Uninstall(t) => Some(&t.name),
-            Action::Rollout(Rollout {
-                targets: Some(t), ..
-            }) if t.len() == 1 => Some(&t[0].name),
+    pub fn deployment(&self) -> Option<&Target> {
+        match self.targets() {
+            [one] => Some(one),
             _ => None,
         }
     }

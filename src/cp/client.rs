@@ -128,11 +128,15 @@ impl CpClient {
     fn after_failed_connection(&self) {
         match self.reread_ca() {
             CaReread::Unchanged => {}
-            CaReread::Changed(n) => log::info!(
-                "NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its {n} certificate(s) besides the public roots"
+            CaReread::Changed(n) => crate::info!(
+                certificates = n;
+                "NEXO_CONTROL_PLANE_CA_FILE changed: now trusting its certificates besides the public roots"
             ),
             CaReread::Kept(why) => {
-                log::warn!("NEXO_CONTROL_PLANE_CA_FILE {why}: the last bundle read stays trusted")
+                crate::warn!(
+                    err:% = why;
+                    "NEXO_CONTROL_PLANE_CA_FILE not usable: the last bundle read stays trusted"
+                )
             }
         }
     }

@@ -442,3 +442,22 @@ fn a_previous_change_too_big_to_keep_beside_the_last_is_dropped_and_sized() {
     assert_eq!(dropped.previous, None);
     assert!(dropped.previous_dropped.unwrap() > MAX_RECORD_BYTES / 2);
 }
+
+#[test]
+fn every_mode_and_action_is_a_known_label_of_the_drifted_counter() {
+    let modes: Vec<&str> = [Mode::Report, Mode::Enforce]
+        .iter()
+        .map(|m| m.as_str())
+        .collect();
+    assert_eq!(modes, crate::metrics::DRIFT_MODES);
+    let actions: Vec<&str> = [
+        Action::Reported,
+        Action::Corrected,
+        Action::Recreated,
+        Action::Failed,
+    ]
+    .iter()
+    .map(|a| a.as_str())
+    .collect();
+    assert_eq!(actions, crate::metrics::DRIFT_ACTIONS);
+}

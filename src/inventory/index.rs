@@ -160,16 +160,16 @@ impl Index {
             }
             // Ended by the server: opened again at once from the version.
             (Ok(Flow::Ended), Applied::Taken) => {
-                log::debug!(
-                    "inventory: the watch of {} ended; watching again",
-                    set.describe()
+                crate::debug!(
+                    watch = set.describe().as_str();
+                    "inventory: the watch ended; watching again"
                 );
                 set.ended(Some(version), opened_at, now);
             }
             (_, Applied::Expired) => {
-                log::info!(
-                    "inventory: the watch of {} expired (410 Gone); listing again",
-                    set.describe()
+                crate::info!(
+                    watch = set.describe().as_str();
+                    "inventory: the watch expired (410 Gone); listing again"
                 );
                 set.ended(None, opened_at, now);
             }
@@ -205,7 +205,7 @@ impl Index {
         match client.watch(&path) {
             Ok(stream) => {
                 if set.problem.take().is_some() {
-                    log::info!("inventory: watching {} again", set.describe());
+                    crate::info!(watch = set.describe().as_str(); "inventory: watching again");
                 }
                 set.watch = Watch::Open {
                     version,

@@ -429,10 +429,10 @@ impl Set {
     /// stale until then.
     pub(super) fn failed(&mut self, problem: WatchError, version: Option<String>, now: Instant) {
         let delay = self.backoff.next_delay_at_least_half();
-        log::warn!(
-            "inventory: {}: {problem}; watching again in {:?}",
-            self.describe(),
-            Duration::from_millis(delay.as_millis() as u64)
+        crate::warn!(
+            watch = self.describe().as_str(), err:% = problem,
+            retryIn:? = Duration::from_millis(delay.as_millis() as u64);
+            "inventory: the watch failed; watching again"
         );
         self.problem = Some(problem);
         self.wait(version, Some(now + delay));

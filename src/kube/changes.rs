@@ -209,20 +209,18 @@ impl MetaWatch {
                 opened_at,
             },
             (_, Some(Some(410))) => {
-                log::info!("{}: the watch expired (410 Gone); listing again", self.what);
+                crate::info!(watch = self.what; "the watch expired (410 Gone); listing again");
                 Watch::List { retry_at: None }
             }
             (Ok(Flow::Ended), None) => {
-                log::debug!("{}: the watch ended; watching again", self.what);
+                crate::debug!(watch = self.what; "the watch ended; watching again");
                 let retry_at = super::watch::again_after_end(opened_at, now, &mut self.backoff);
                 Watch::Closed { version, retry_at }
             }
             (flow, error) => {
-                log::debug!(
-                    "{}: the watch broke ({:?}, {:?}); watching again",
-                    self.what,
-                    flow.err(),
-                    error
+                crate::debug!(
+                    watch = self.what, flow:? = flow.err(), err:? = error;
+                    "the watch broke; watching again"
                 );
                 Watch::Closed {
                     version,
@@ -273,7 +271,7 @@ impl MetaWatch {
         match client.metadata_only(METADATA_WATCH, |c| c.watch(&path)) {
             Ok(stream) => {
                 if self.problem.take().is_some() {
-                    log::info!("{}: watching again", self.what);
+                    crate::info!(watch = self.what; "watching again");
                 }
                 self.state = Watch::Open {
                     version,
@@ -286,10 +284,9 @@ impl MetaWatch {
             Err(e) if e.is_gone() => self.failed(e, None, now),
             Err(e) if e.is_forbidden() => {
                 // Listed, not watched: listed every few minutes instead.
-                log::info!(
-                    "{}: may be listed but not watched ({e}); listed every {} s instead",
-                    self.what,
-                    LIST_ONLY_EVERY.as_secs()
+                crate::info!(
+                    watch = self.what, err:% = e, listEverySeconds = LIST_ONLY_EVERY.as_secs();
+                    "may be listed but not watched; listed instead"
                 );
                 self.list_only = true;
                 self.state = Watch::List {
@@ -304,12 +301,12 @@ impl MetaWatch {
     /// backoff; the first failure of a run is logged.
     fn failed(&mut self, e: Error, version: Option<String>, now: Instant) {
         if e.is_forbidden() {
-            log::info!(
-                "{}: not watched ({e}); read every few minutes instead",
-                self.what
+            crate::info!(
+                watch = self.what, err:% = e;
+                "not watched; read every few minutes instead"
             );
         } else if self.problem.is_none() {
-            log::warn!("{}: cannot watch: {e}", self.what);
+            crate::warn!(watch = self.what, err:% = e; "cannot watch");
         }
         let retry_at = Some(now + self.backoff.next_delay_at_least_half());
         self.state = match version {

@@ -27,7 +27,6 @@ use super::limits::{read_limit, within};
 pub use super::query::{Query, percent_encode};
 /// Connect timeout of every call.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Whole-call timeout of every call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -45,7 +44,6 @@ pub const METADATA_WATCH: &str =
 
 /// Content type of a server-side apply patch. JSON is valid YAML.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
-
 /// Content type of a JSON merge patch.
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
 
@@ -54,10 +52,8 @@ pub const QUICK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Retries of a transient failure.
 pub const RETRIES: u32 = 3;
-
 /// First backoff step of a retried call.
 pub const RETRY_BASE: Duration = Duration::from_millis(200);
-
 /// Longest wait between retries (also caps `Retry-After`, so one call stays bounded).
 pub const RETRY_CAP: Duration = Duration::from_secs(10);
 
@@ -109,11 +105,9 @@ pub fn to_json(what: &'static str, value: &impl serde::Serialize) -> Result<Vec<
 
 /// Content type of a strategic merge patch (built-in kinds only).
 pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
-
 /// Content type of a JSON patch (RFC 6902): its `test` operation guards a
 /// write by a value read before.
 pub const JSON_PATCH: &str = "application/json-patch+json";
-
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nexo-manager";
 
@@ -385,7 +379,9 @@ impl Client {
             {
                 reloaded = true;
                 if source.reload() {
-                    log::info!("service-account token rotated; retrying {method} {path}");
+                    crate::info!(
+                        method:% = method, path:% = path; "service-account token rotated; retrying"
+                    );
                     continue;
                 }
             }
@@ -395,11 +391,16 @@ impl Client {
                 .get_or_insert_with(|| Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()));
             match retry_delay(&method, &err, attempt, backoff) {
                 Some(delay) => {
-                    log::warn!("{method} {path}: {err}; retry {attempt}/{RETRIES} in {delay:?}");
+                    crate::warn!(
+                        method:% = method, path:% = path, err:% = err, attempt, of = RETRIES,
+                        retryIn:? = delay; "a Kubernetes request failed; retrying"
+                    );
                     match &self.pause {
                         Some(pause) => {
                             if pause.pause(delay) == Wake::Stop {
-                                log::info!("{method} {path}: stop requested; not retrying");
+                                crate::info!(
+                                    method:% = method, path:% = path; "stop requested; not retrying"
+                                );
                                 return Err(err);
                             }
                         }

@@ -105,7 +105,7 @@ impl BearerToken {
             }
             Ok(_) => false,
             Err(e) => {
-                log::warn!("keeping the last service-account token: {e}");
+                crate::warn!(err:% = e; "keeping the last service-account token");
                 false
             }
         }

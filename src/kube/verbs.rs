@@ -164,8 +164,9 @@ impl Client {
         match self.patch_completing(&path, &patch) {
             Ok(updated) => Ok(updated),
             Err(e) => {
-                log::warn!(
-                    "{collection}/{name} created; its fields stay recorded as an update, not an apply: {e}"
+                crate::warn!(
+                    collection:% = collection, name:% = name, err:% = e;
+                    "created; its fields stay recorded as an update, not an apply"
                 );
                 Ok(created)
             }
@@ -413,7 +414,10 @@ fn page_within<P>(
         match fetch(*limit) {
             Err(e) => match smaller(&e, *limit) {
                 Some(less) => {
-                    log::debug!("a page of {limit} is over the read limit; asking {less}");
+                    crate::debug!(
+                        limit = *limit, less;
+                        "a page is over the read limit; asking fewer"
+                    );
                     *limit = less;
                 }
                 None => return Err(e),
@@ -426,7 +430,7 @@ fn page_within<P>(
 /// The warning of a list given up on because its pages expired twice.
 fn warn_if_gone(collection: &str, e: &Error) {
     if e.is_gone() {
-        log::warn!("list of {collection} expired twice; giving up on this pass");
+        crate::warn!(collection:% = collection; "a list expired twice; giving up on this pass");
     }
 }
 
@@ -467,7 +471,7 @@ pub fn page_through<T>(
                 }
             }
             Err(e) if e.is_gone() && token.is_some() && !restarted => {
-                log::warn!("a list's continue token expired mid-way; restarting it once");
+                crate::warn!("a list's continue token expired mid-way; restarting it once");
                 restarted = true;
                 token = None;
             }

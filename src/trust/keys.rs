@@ -199,14 +199,13 @@ impl KeyFile {
         match read(&self.path) {
             Ok(keys) => {
                 match (&self.keys, &keys) {
-                    (Some(_), None) => log::warn!(
-                        "command keys: {} is gone; signatures stay required (NEXO_COMMAND_SIGNATURES=off turns them off), so every command is refused until keys are back",
-                        self.path.display()
+                    (Some(_), None) => crate::warn!(
+                        file:% = self.path.display();
+                        "command keys gone; signatures stay required (NEXO_COMMAND_SIGNATURES=off turns them off), so every command is refused until keys are back"
                     ),
-                    (_, Some(k)) => log::info!(
-                        "command keys: {} key(s): {}",
-                        k.ids().len(),
-                        k.ids().join(", ")
+                    (_, Some(k)) => crate::info!(
+                        count = k.ids().len(), keys = k.ids().join(",").as_str();
+                        "command keys read"
                     ),
                     (None, None) => {}
                 }
@@ -214,14 +213,14 @@ impl KeyFile {
                 self.broken = None;
             }
             Err(e) => {
-                log::error!(
-                    "command keys: {} cannot be used: {e}; {}",
-                    self.path.display(),
-                    if self.keys.is_some() {
-                        "keeping the previous keys"
+                crate::error!(
+                    file:% = self.path.display(), err:% = e,
+                    then = if self.keys.is_some() {
+                    "keeping the previous keys"
                     } else {
-                        "refusing every command until it can"
-                    }
+                    "refusing every command until it can"
+                    };
+                    "command keys cannot be used"
                 );
                 if self.keys.is_none() {
                     self.broken = Some(e.to_string());

@@ -4,9 +4,9 @@
 # the multi-architecture image (tests/image/build-image.sh, the steps of
 # Dockerfile.distroless: an OCI image index of the linux/amd64 and
 # linux/arm64 images), and writes the index's digest into
-# charts/nexo-manager/values.yaml (image.digest) and
 # manifests/deployment.yaml (the container's image) and Chart.yaml
-# (Artifact Hub's artifacthub.io/images), and the three
+# (Artifact Hub's artifacthub.io/images; the chart's values pin no digest
+# unless image.digest is given), and the three
 # digests into the release notes: the `### Image` list of the newest
 # release's section of CHANGELOG.md. Pushing that archive as is keeps the
 # digests: they are its OCI index's and manifests'. Prints the index
@@ -24,9 +24,8 @@ ref() { printf '%s\n' "$refs" | sed -n "s/^$1=.*@\(sha256:[0-9a-f]\{64\}\)\$/\1/
 digest=$(ref manager) digest_amd64=$(ref manager_amd64) digest_arm64=$(ref manager_arm64)
 [ -n "$digest" ] && [ -n "$digest_amd64" ] && [ -n "$digest_arm64" ] ||
   { printf '%s\n' "$refs" >&2; echo "stamp-release.sh: build-image.sh gave no index and per-architecture digests" >&2; exit 1; }
-sed -i "s|^  digest: \"sha256:[0-9a-f]\{64\}\"|  digest: \"$digest\"|" charts/nexo-manager/values.yaml
 sed -i "s|\(image: registry.example.com/nexo/manager@\)sha256:[0-9a-f]\{64\}|\1$digest|" manifests/deployment.yaml charts/nexo-manager/Chart.yaml
-for f in charts/nexo-manager/values.yaml manifests/deployment.yaml charts/nexo-manager/Chart.yaml; do
+for f in manifests/deployment.yaml charts/nexo-manager/Chart.yaml; do
   grep -q "$digest" "$f" || { echo "stamp-release.sh: the digest was not written into $f" >&2; exit 1; }
 done
 # The release notes: the newest `## [X.Y.Z]` section's `### Image` list,

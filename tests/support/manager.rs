@@ -303,7 +303,7 @@ impl Manager {
         let mut addr = None;
         self.wait_until(
             PROBE_WAIT,
-            &format!("the log line `{}127.0.0.1:PORT`", super::LISTENING),
+            &format!("the log line `{} address=127.0.0.1:PORT`", super::LISTENING),
             || {
                 addr = super::listening_addr(&log());
                 addr.is_some()

@@ -385,13 +385,16 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
 /// free, released and raced for.
 pub const PROBES_ON_ANY_PORT: &str = "127.0.0.1:0";
 
-/// What the Manager logs once its probe listener is bound, followed by the
-/// address (text and JSON log formats alike).
-pub const LISTENING: &str = "probes and metrics listening on ";
+/// The message the Manager logs once its probe listener is bound, with the
+/// address as the field `address` (text: `address=…`; JSON: `"address":"…"`).
+pub const LISTENING: &str = "probes and metrics listening";
 
 /// The probe address a Manager's log announces ([`LISTENING`]), if it has.
 pub fn listening_addr(log: &str) -> Option<SocketAddr> {
-    let (_, rest) = log.split_once(LISTENING)?;
+    let line = log.lines().find(|l| l.contains(LISTENING))?;
+    let (_, rest) = line
+        .split_once("address=")
+        .or_else(|| line.split_once("\"address\":\""))?;
     let addr: String = rest
         .chars()
         .take_while(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']'))

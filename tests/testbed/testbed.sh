@@ -797,7 +797,7 @@ cmd_start() {
   wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
 
   # The controller manager starts once the API server is ready.
-  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller
+  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller
   [ -z "$node" ] || controllers=$controllers,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,pod-garbage-collector-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller
   "${IN[@]}" "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \

@@ -1,17 +1,26 @@
+{{/* The chart's name: nameOverride, else the chart's. */}}
+{{- define "nexo-manager.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The name of every object of the release. */}}
 {{- define "nexo-manager.fullname" -}}
+{{- $name := include "nexo-manager.name" . -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
-{{- else if contains .Chart.Name .Release.Name -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
-{{/* Selects the Manager's pods; never changes within a release. */}}
+{{/* Selects the Manager's pods; never changes within a release.
+app.kubernetes.io/name stays nexo-manager whatever nameOverride says: the
+Manager knows its own objects by it (docs/protocol.md, "Ownership"), and no
+command may write over one of them. */}}
 {{- define "nexo-manager.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: nexo-manager
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -49,8 +58,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The chart's Manager image: repository@digest, else repository:tag
-(the tag defaulting to appVersion). */}}
+{{/* The chart's Manager image: repository@digest when a digest is given,
+else repository:tag (the tag defaulting to appVersion). */}}
 {{- define "nexo-manager.chartImage" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
@@ -142,4 +151,44 @@ true
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "create", "patch", "delete"]
+{{- end -}}
+
+{{/* The pod's securityContext: the restricted profile, with the user's
+podSecurityContext merged over it. values.schema.json refuses what would
+loosen it (runAsNonRoot false, root, another seccomp profile than
+RuntimeDefault or Localhost), so a merge can only tighten or add. */}}
+{{- define "nexo-manager.podSecurityContext" -}}
+{{- $restricted := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- if not (include "nexo-manager.platformUid" .) -}}
+{{- $_ := set $restricted "runAsUser" 65532 -}}
+{{- $_ := set $restricted "runAsGroup" 65532 -}}
+{{- end -}}
+{{- mergeOverwrite $restricted (deepCopy .Values.podSecurityContext) | toYaml -}}
+{{- end -}}
+
+{{/* The container's securityContext: the restricted profile, with the
+user's securityContext merged over it; values.schema.json refuses what
+would loosen it (privileged, privilege escalation, a writable root, an
+added capability, root). */}}
+{{- define "nexo-manager.securityContext" -}}
+{{- $restricted := dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "runAsNonRoot" true "capabilities" (dict "drop" (list "ALL")) -}}
+{{- mergeOverwrite $restricted (deepCopy .Values.securityContext) | toYaml -}}
+{{- end -}}
+
+{{/* The image pull Secrets: global.imagePullSecrets (an umbrella chart's)
+and imagePullSecrets, each name once. */}}
+{{- define "nexo-manager.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat ((.Values.global).imagePullSecrets | default list) .Values.imagePullSecrets -}}
+{{- $name := . -}}
+{{- if kindIs "map" . -}}
+{{- $name = .name -}}
+{{- end -}}
+{{- if not (has $name $names) -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- end -}}
+{{- range $names }}
+- name: {{ . }}
+{{- end -}}
 {{- end -}}
