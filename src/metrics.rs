@@ -455,7 +455,14 @@ pub fn render(out: &mut Exposition) {
             Type::Histogram,
             "Time from a command's arrival to its ack, by class.",
         );
-        for (class, h) in &r.durations {
+        // Each known class at zero first (as the labelled counters), then
+        // any other class a command was counted under.
+        let zero = Histogram::default();
+        for class in COMMAND_CLASSES {
+            let h = r.durations.iter().find(|(c, _)| *c == class);
+            out.histogram(duration, &[("class", class)], h.map_or(&zero, |(_, h)| h));
+        }
+        for (class, h) in r.durations.iter().filter(|(c, _)| !COMMAND_CLASSES.contains(c)) {
             out.histogram(duration, &[("class", class)], h);
         }
         let refused = "nexo_manager_commands_refused_total";

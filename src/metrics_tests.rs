@@ -51,6 +51,9 @@ fn the_registry_renders_every_family() {
         "nexo_manager_events_dropped_total{cause=\"denied\"} 0\n",
         "nexo_manager_drifted_objects_total{mode=\"report\",action=\"failed\"} 0\n",
         "nexo_manager_drifted_objects_total{mode=\"enforce\",action=\"corrected\"} 1\n",
+        // The duration histogram too, for each known class.
+        "nexo_manager_command_duration_seconds_bucket{class=\"uninstall\",le=\"+Inf\"} 0\n",
+        "nexo_manager_command_duration_seconds_count{class=\"plan\"} 0\n",
         "# TYPE process_cpu_seconds_total counter\n",
     ] {
         assert!(out.contains(line), "missing {line:?} in\n{out}");

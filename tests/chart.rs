@@ -21,7 +21,8 @@ use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 use support::chart::{
     CHART, HELM_LABELS, MANIFESTS, VERSION, chart_at, command, deploy, exists, heartbeat_after,
-    helm, next_patch, objects, send, start_as_installed, template, yaml_scalar,
+    helm, install_monitoring_crds, next_patch, objects, send, start_as_installed, template,
+    yaml_scalar,
 };
 use support::{run_ok_with_input as ok, run_with_input as run, testbed};
 
@@ -381,20 +382,6 @@ fn assert_the_api_server_takes(tb: &support::Testbed, rendered: &str, count: usi
     assert_eq!(accepted, count, "kubectl apply --dry-run=server:\n{out}");
 }
 
-/// prometheus-operator's ServiceMonitor and PodMonitor CRDs, from its Go
-/// module (testbed.sh), applied to the test bed once.
-fn install_monitoring_crds(tb: &support::Testbed) {
-    ok(
-        tb.kubectl_cmd()
-            .args(["apply", "--server-side", "--force-conflicts", "-f"])
-            .arg(&tb.monitoring_crds),
-        None,
-    );
-    for crd in ["servicemonitors", "podmonitors"] {
-        tb.wait_established(&format!("{crd}.monitoring.coreos.com"));
-    }
-}
-
 #[test]
 fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
     let tb = testbed();
@@ -462,6 +449,10 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
             "metrics.serviceMonitor.labels.release=prom",
             "--set",
             "metrics.podMonitor.enabled=true",
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--set",
+            "metrics.grafanaDashboard.enabled=true",
             "--set",
             "networkPolicy.enabled=true",
             "--set",
@@ -591,6 +582,22 @@ fn the_values_users_reach_for_render_and_the_api_server_takes_them() {
             "the PodMonitor selects the pods by {label}"
         );
     }
+    // The alerts select the release's pods by the labels a scrape of them
+    // carries; the dashboard is labelled for Grafana's sidecar.
+    let pr = &objects[&key("PrometheusRule", "conv-nexo-manager")];
+    let expr = pr["spec"]["groups"][0]["rules"][0]["expr"]
+        .as_str()
+        .unwrap();
+    assert!(
+        expr.contains(&format!(
+            "namespace=\"{}\",container=\"{}\"",
+            ns.name,
+            c["name"].as_str().unwrap()
+        )),
+        "{expr}"
+    );
+    let cm = &objects[&key("ConfigMap", "conv-nexo-manager-dashboard")];
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
     // Egress to the CP, the API server's endpoints and the cluster DNS only.
     let np = &objects[&key("NetworkPolicy", "conv-nexo-manager")];
     let egress = np["spec"]["egress"].as_array().unwrap();

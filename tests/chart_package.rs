@@ -6,13 +6,12 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::Value;
 use support::chart::{CHART, VERSION, exists, helm, yaml_scalar};
+use support::registry::Registry;
 use support::{run_ok_with_input as ok, run_with_input as run, testbed};
 
 /// A folder of this test binary's own.
@@ -58,69 +57,6 @@ fn signing_key(dir: &Path) -> (&'static str, PathBuf, PathBuf) {
         None,
     );
     (NAME, secring, pubring)
-}
-
-/// The CNCF distribution registry on a free loopback port, stopped on drop.
-struct Registry {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-}
-
-impl Registry {
-    fn start(binary: &Path, dir: &Path) -> Registry {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.join("registry.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.join("storage").display()
-            ),
-        )
-        .unwrap();
-        let log = dir.join("registry.log");
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let mut r = Registry { child, addr, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if std::net::TcpStream::connect(&r.addr).is_ok() {
-                return r;
-            }
-            if let Ok(Some(status)) = r.child.try_wait() {
-                panic!("the registry exited ({status}):\n{}", r.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the registry did not listen on {}:\n{}",
-                r.addr,
-                r.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -405,6 +341,8 @@ fn the_charts_readme_is_what_helm_docs_writes() {
         "connectToken.existingSecret",
         "selfUpgrade",
         "metrics.serviceMonitor.enabled",
+        "metrics.prometheusRule.enabled",
+        "metrics.grafanaDashboard.enabled",
         "networkPolicy.controlPlaneCIDRs",
         "runAsUser",
         "global.imagePullSecrets",

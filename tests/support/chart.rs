@@ -87,6 +87,20 @@ pub fn template(tb: &Testbed, release: &str, namespace: &str, args: &[&str]) -> 
     )
 }
 
+/// prometheus-operator's ServiceMonitor, PodMonitor and PrometheusRule
+/// CRDs, from its Go module (testbed.sh), applied to the test bed.
+pub fn install_monitoring_crds(tb: &Testbed) {
+    ok(
+        tb.kubectl_cmd()
+            .args(["apply", "--server-side", "--force-conflicts", "-f"])
+            .arg(&tb.monitoring_crds),
+        None,
+    );
+    for crd in ["servicemonitors", "podmonitors", "prometheusrules"] {
+        tb.wait_established(&format!("{crd}.monitoring.coreos.com"));
+    }
+}
+
 /// The next patch release of `version`: 0.3.0 → 0.3.1.
 pub fn next_patch(version: &str) -> String {
     let (head, patch) = version.rsplit_once('.').expect("major.minor.patch");

@@ -17,6 +17,7 @@ pub mod drift;
 pub mod fixture;
 pub mod manager;
 pub mod proxy;
+pub mod registry;
 pub mod secrets;
 pub mod stallproxy;
 
@@ -49,8 +50,13 @@ pub struct Testbed {
     pub registry: PathBuf,
     /// `helm-docs`.
     pub helm_docs: PathBuf,
-    /// The folder of prometheus-operator's ServiceMonitor and PodMonitor CRDs.
+    /// The folder of prometheus-operator's ServiceMonitor, PodMonitor and
+    /// PrometheusRule CRDs.
     pub monitoring_crds: PathBuf,
+    /// Prometheus' `promtool`.
+    pub promtool: PathBuf,
+    /// Sigstore's `cosign`.
+    pub cosign: PathBuf,
     /// The Kubernetes version it runs, `v1.37.2`.
     pub version: String,
 }
@@ -174,6 +180,8 @@ pub fn read_env(dir: &Path) -> Result<Testbed, String> {
         registry: PathBuf::from(get("REGISTRY")?),
         helm_docs: PathBuf::from(get("HELM_DOCS")?),
         monitoring_crds: PathBuf::from(get("MONITORING_CRDS")?),
+        promtool: PathBuf::from(get("PROMTOOL")?),
+        cosign: PathBuf::from(get("COSIGN")?),
         version: get("K8S_VERSION")?,
     })
 }

@@ -5,8 +5,9 @@
 #   testbed.sh build [--node] [--peer] [--kine]
 #                                 build and cache the binaries (once per version): the
 #                                 control plane, helm 4 and 3, the OCI registry,
-#                                 helm-docs, the monitoring CRDs; with --node the node; with --peer
-#                                 the benchmarks' peer, OCM's work agent; with --kine kine
+#                                 helm-docs, the monitoring CRDs, promtool, cosign; with --node
+#                                 the node; with --peer the benchmarks' peer, OCM's work
+#                                 agent; with --kine kine
 #   testbed.sh start DIR [--node] [--audit] [--kine] [PID]
 #                                 start a control plane with its data in DIR (new or empty);
 #                                 when PID is given, everything is stopped and DIR removed
@@ -30,7 +31,7 @@
 #                                 user NAME in system:masters (so the audit log tells one
 #                                 client from another), print its path
 #   testbed.sh import DIR ARCHIVE import an OCI image archive into the node's containerd
-#   testbed.sh bin [--node|--helm|--helm3|--registry|--helm-docs|--monitoring-crds|--peer|--kine|--versions]
+#   testbed.sh bin [--node|--helm|--helm3|--registry|--helm-docs|--monitoring-crds|--promtool|--cosign|--peer|--kine|--versions]
 #                                 print the folder holding the cached binaries (or CRDs)
 #   testbed.sh leftovers RECORD   list the processes and network namespaces still left of
 #                                 the test beds listed in RECORD; exit 1 if there are any
@@ -83,11 +84,17 @@ HELM_VERSION=v4.3.2
 # most clusters are still driven by, beside Helm 4; the CNCF distribution
 # registry, the OCI registry the chart is pushed to and installed from;
 # helm-docs, which writes the chart's README; the prometheus-operator CRDs
-# (ServiceMonitor, PodMonitor) the monitoring templates are applied against.
+# (ServiceMonitor, PodMonitor, PrometheusRule) the monitoring templates are
+# applied against; promtool, which checks the alert rules, the dashboard's
+# queries and a scrape (the Go module of Prometheus 3.16); cosign, which
+# signs and verifies the image, its SBOM and provenance offline with a key
+# (v2: its key-based flow needs no transparency log or TUF root).
 HELM3_VERSION=v3.21.4
 REGISTRY_VERSION=v3.1.2
 HELM_DOCS_VERSION=v1.14.2
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+PROMETHEUS_VERSION=v0.316.0
+COSIGN_VERSION=v2.6.5
 # The k3s datastore (start --kine): kine over SQLite, in place of etcd.
 KINE_VERSION=v0.17.5
 # The benchmarks' peer (tests/bench/peer.rs): Open Cluster Management's work agent.
@@ -100,6 +107,8 @@ HELM3_BIN_DIR=$CACHE_ROOT/helm-$HELM3_VERSION/bin
 REGISTRY_BIN_DIR=$CACHE_ROOT/distribution-$REGISTRY_VERSION/bin
 HELM_DOCS_BIN_DIR=$CACHE_ROOT/helm-docs-$HELM_DOCS_VERSION/bin
 MONITORING_CRDS_DIR=$CACHE_ROOT/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds
+PROMTOOL_BIN_DIR=$CACHE_ROOT/promtool-$PROMETHEUS_VERSION/bin
+COSIGN_BIN_DIR=$CACHE_ROOT/cosign-$COSIGN_VERSION/bin
 PEER_DIR=$CACHE_ROOT/ocm-work-$OCM_VERSION
 KINE_BIN_DIR=$CACHE_ROOT/kine-$KINE_VERSION/bin
 CNI_BIN_DIR=/usr/lib/cni
@@ -302,7 +311,25 @@ build_helm_docs() {
     "-X main.version=${HELM_DOCS_VERSION#v}" --replace
 }
 
-# The ServiceMonitor and PodMonitor CRDs, as the prometheus-operator
+# promtool, Prometheus' checker of rules and metrics (its cmd/promtool),
+# its version stamped in as Prometheus' promu does (module v0.316.0 is
+# Prometheus 3.16.0).
+build_promtool() {
+  local m=${PROMETHEUS_VERSION#v0.}
+  build_go_command promtool github.com/prometheus/prometheus "$PROMETHEUS_VERSION" \
+    github.com/prometheus/prometheus/cmd/promtool "$PROMTOOL_BIN_DIR" promtool \
+    "-X github.com/prometheus/common/version.Version=${m:0:1}.${m:1}"
+}
+
+# cosign, the signer of OCI images (its cmd/cosign), its version stamped in
+# as its Makefile does.
+build_cosign() {
+  build_go_command cosign github.com/sigstore/cosign/v2 "$COSIGN_VERSION" \
+    github.com/sigstore/cosign/v2/cmd/cosign "$COSIGN_BIN_DIR" cosign \
+    "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
+}
+
+# The ServiceMonitor, PodMonitor and PrometheusRule CRDs, as the prometheus-operator
 # module of that release ships them (example/prometheus-operator-crd);
 # nothing is built.
 fetch_monitoring_crds() {
@@ -312,7 +339,7 @@ fetch_monitoring_crds() {
   printf 'module nexo.io/testbed-prometheus-operator\n\ngo 1.26.0\n' >"$mod/go.mod"
   local src
   src=$(go_download "$mod" "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" Dir)
-  for kind in servicemonitors podmonitors; do
+  for kind in servicemonitors podmonitors prometheusrules; do
     local f=$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml
     [ -f "$f" ] || die "no $f in prometheus-operator $PROMETHEUS_OPERATOR_VERSION"
     cp "$f" "$MONITORING_CRDS_DIR.tmp/"
@@ -431,7 +458,19 @@ cmd_build() { # [--node] [--peer] [--kine]
     build_helm_docs
     log "built helm-docs into $HELM_DOCS_BIN_DIR in $((SECONDS - started)) s"
   fi
-  if [ ! -f "$MONITORING_CRDS_DIR/monitoring.coreos.com_podmonitors.yaml" ]; then
+  if [ ! -x "$PROMTOOL_BIN_DIR/promtool" ]; then
+    need go
+    local started=$SECONDS
+    build_promtool
+    log "built promtool into $PROMTOOL_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -x "$COSIGN_BIN_DIR/cosign" ]; then
+    need go
+    local started=$SECONDS
+    build_cosign
+    log "built cosign into $COSIGN_BIN_DIR in $((SECONDS - started)) s"
+  fi
+  if [ ! -f "$MONITORING_CRDS_DIR/monitoring.coreos.com_prometheusrules.yaml" ]; then
     need go
     fetch_monitoring_crds
     log "fetched the prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs into $MONITORING_CRDS_DIR"
@@ -853,6 +892,8 @@ HELM3=$HELM3_BIN_DIR/helm
 REGISTRY=$REGISTRY_BIN_DIR/registry
 HELM_DOCS=$HELM_DOCS_BIN_DIR/helm-docs
 MONITORING_CRDS=$MONITORING_CRDS_DIR
+PROMTOOL=$PROMTOOL_BIN_DIR/promtool
+COSIGN=$COSIGN_BIN_DIR/cosign
 K8S_VERSION=$K8S_VERSION
 DATASTORE=$datastore_name
 $node_env
@@ -1091,6 +1132,8 @@ case "${1:-}" in
          --registry) echo "$REGISTRY_BIN_DIR" ;;
          --helm-docs) echo "$HELM_DOCS_BIN_DIR" ;;
          --monitoring-crds) echo "$MONITORING_CRDS_DIR" ;;
+         --promtool) echo "$PROMTOOL_BIN_DIR" ;;
+         --cosign) echo "$COSIGN_BIN_DIR" ;;
          --peer) echo "$PEER_DIR" ;;
          --kine) echo "$KINE_BIN_DIR" ;;
          --versions) echo "$SUPPORTED_K8S_VERSIONS" ;;
