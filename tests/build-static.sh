@@ -5,10 +5,14 @@
 #   build-static.sh [amd64|arm64]        (default amd64)
 #
 #   amd64: CC_x86_64_unknown_linux_musl=musl-gcc \
-#            cargo build --release --locked --target x86_64-unknown-linux-musl --bin nexo-manager
+#            cargo auditable build --release --locked --target x86_64-unknown-linux-musl --bin nexo-manager
 #   arm64: CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc \
 #          CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc \
-#            cargo build --release --locked --target aarch64-unknown-linux-musl --bin nexo-manager
+#            cargo auditable build --release --locked --target aarch64-unknown-linux-musl --bin nexo-manager
+#
+# `cargo auditable` (cargo-auditable, tests/install.sh installs it) embeds
+# the dependency list in the binary (a `.dep-v0` section, about 1 KB), which
+# scanners read and the image's SBOM is made from (tests/image/sbom.py).
 #
 # musl, not glibc with crt-static: the same binary is 1 MB smaller (glibc's
 # static archive drags in NSS, iconv and stdio machinery), which is most of
@@ -26,6 +30,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fail() { echo "build-static.sh: $*" >&2; exit 1; }
+cargo install --list 2>/dev/null | grep -q '^cargo-auditable v' ||
+  fail "cargo-auditable is not installed (tests/install.sh installs it)"
 have_std() { rustup target list --installed 2>/dev/null | grep -qx "$1"; }
 in_ci() { case ${CI:-} in true | 1) return 0 ;; *) return 1 ;; esac; }
 # The binary cargo wrote, which must be there (a target-dir set in a cargo
@@ -48,7 +54,7 @@ case ${1:-amd64} in
       fail "cannot build the static $target binary of the arm64 image"
     fi
     CC_aarch64_unknown_linux_musl=$cc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=$cc \
-      cargo build --release --locked --target "$target" --bin nexo-manager >&2 ||
+      cargo auditable build --release --locked --target "$target" --bin nexo-manager >&2 ||
       fail "the $target build of nexo-manager failed (above)"
     print_binary "$target"
     exit 0 ;;
@@ -60,7 +66,7 @@ gnu=x86_64-unknown-linux-gnu
 have_musl_std() { have_std "$musl"; }
 if have_musl_std && command -v musl-gcc >/dev/null 2>&1; then
   CC_x86_64_unknown_linux_musl=musl-gcc \
-    cargo build --release --locked --target "$musl" --bin nexo-manager >&2 ||
+    cargo auditable build --release --locked --target "$musl" --bin nexo-manager >&2 ||
     fail "the $musl build of nexo-manager failed (above)"
   print_binary "$musl"
   exit 0
@@ -81,5 +87,5 @@ fi
   echo "################################################################"
 } >&2
 RUSTFLAGS="-C target-feature=+crt-static" \
-  cargo build --release --locked --target "$gnu" --bin nexo-manager >&2
+  cargo auditable build --release --locked --target "$gnu" --bin nexo-manager >&2
 print_binary "$gnu"

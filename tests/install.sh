@@ -38,6 +38,15 @@ if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 
   rustup component add clippy rustfmt ||
     { echo "tests/install.sh: cannot add clippy and rustfmt, which the release check needs" >&2; exit 1; }
 fi
+# cargo-auditable, which embeds the dependency list in the shipped static
+# binaries (tests/build-static.sh): a scanner reads it from the binary, and
+# the image's SBOM is made from it (tests/image/sbom.py).
+AUDITABLE_VERSION=0.7.7
+if ! cargo install --list 2>/dev/null | grep -qx "cargo-auditable v$AUDITABLE_VERSION:"; then
+  echo "tests/install.sh: building cargo-auditable $AUDITABLE_VERSION (once)" >&2
+  cargo install --locked --quiet cargo-auditable --version "$AUDITABLE_VERSION" ||
+    { echo "tests/install.sh: cannot build cargo-auditable $AUDITABLE_VERSION from the crates registry" >&2; exit 1; }
+fi
 # The standard library for the musl targets of the shipped static binaries.
 # Without it tests/build-static.sh fails in CI (no glibc stand-in there):
 # said here, before the test bed is built rather than after.

@@ -807,6 +807,13 @@ fn image_config_matches_the_dockerfile(bed: &Bed) {
             .to_owned()
     };
     let entrypoint: Value = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
+    // The OCI annotations: the Dockerfile's org.opencontainers.image.*
+    // labels, on the index, on each manifest and as each config's labels.
+    let oci = oci_annotations(&dockerfile);
+    assert_eq!(
+        index["annotations"], oci,
+        "the index's OCI annotations, as the Dockerfile's labels say"
+    );
     let mut platforms = Vec::new();
     let mut bases = Vec::new();
     for entry in index["manifests"].as_array().unwrap() {
@@ -823,6 +830,14 @@ fn image_config_matches_the_dockerfile(bed: &Bed) {
             Some(line("USER ").as_str())
         );
         assert_eq!(config["config"]["Entrypoint"], entrypoint);
+        assert_eq!(
+            manifest["annotations"], oci,
+            "{arch}: the manifest's annotations"
+        );
+        assert_eq!(
+            config["config"]["Labels"], oci,
+            "{arch}: the config's labels"
+        );
         let layers = manifest["layers"].as_array().unwrap();
         assert_eq!(layers.len(), 2, "{arch}: base and app layers");
         bases.push(layers[0]["digest"].clone());
@@ -845,6 +860,63 @@ fn image_config_matches_the_dockerfile(bed: &Bed) {
     platforms.sort();
     assert_eq!(platforms, ["amd64", "arm64"]);
     assert_eq!(bases[0], bases[1], "one base layer for both");
+}
+
+/// The OCI annotations the image carries: the Dockerfile's
+/// `LABEL org.opencontainers.image.*` lines with its build arguments as
+/// tests/image/build-image.sh gives them (this version, the checkout's
+/// commit and its time), each checked for its shape.
+fn oci_annotations(dockerfile: &str) -> Value {
+    let mut want = serde_json::Map::new();
+    for l in dockerfile.lines() {
+        let Some(kv) = l.strip_prefix("LABEL org.opencontainers.image.") else {
+            continue;
+        };
+        let (k, v) = kv.split_once('=').expect("LABEL K=V");
+        want.insert(
+            format!("org.opencontainers.image.{k}"),
+            json!(v.trim_matches('"')),
+        );
+    }
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .env("TZ", "UTC")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    for (key, value) in [
+        ("version", env!("CARGO_PKG_VERSION").to_owned()),
+        ("revision", git(&["rev-parse", "HEAD"])),
+        (
+            "created",
+            git(&[
+                "log",
+                "-1",
+                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+                "--format=%cd",
+            ]),
+        ),
+    ] {
+        let k = format!("org.opencontainers.image.{key}");
+        assert!(
+            want.get(&k)
+                .is_some_and(|v| v.as_str().is_some_and(|v| v.starts_with("${"))),
+            "Dockerfile.distroless: {k} is a build argument"
+        );
+        want.insert(k, json!(value));
+    }
+    for key in ["title", "description", "source", "licenses"] {
+        assert!(
+            want.contains_key(&format!("org.opencontainers.image.{key}")),
+            "Dockerfile.distroless has no org.opencontainers.image.{key}"
+        );
+    }
+    Value::Object(want)
 }
 
 /// Writes `data` to a file of the test's temporary folder, returns its path.

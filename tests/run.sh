@@ -89,11 +89,11 @@ for f in tests/*.rs; do
   esac
   all_targets+=(--test "$name")
   # Not about the release: the binary's own properties, the checks that
-  # read the source, and what the Manager does with a peer's faults (a
-  # noisy or slow CP, a proxy's watch and Event faults), which no release
-  # changes: those run against the newest only.
+  # read the source, the image's supply chain, and what the Manager does
+  # with a peer's faults (a noisy or slow CP, a proxy's watch and Event
+  # faults), which no release changes: those run against the newest only.
   case $name in
-    arm64 | static_binary | layers | source_rules | release_check | hostile_values | chart_package) continue ;;
+    arm64 | static_binary | layers | source_rules | release_check | hostile_values | chart_package | supply_chain) continue ;;
     noisy_cp | slow_peers | watch_faults | held) continue ;;
   esac
   e2e_targets+=(--test "$name")

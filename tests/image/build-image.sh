@@ -7,7 +7,10 @@
 # - manager.oci.tar, nexo.test/nexo-manager:a: the image Dockerfile.distroless
 #   describes: the distroless static base (tests/image/distroless-base.sh)
 #   and BINARY (the static musl build) at /nexo-manager, owned by 65532,
-#   user 65532:65532, entrypoint /nexo-manager. With ARM64_BINARY (the
+#   user 65532:65532, entrypoint /nexo-manager, and the Dockerfile's
+#   org.opencontainers.image.* labels as labels and as annotations of the
+#   index and each manifest (VERSION from Cargo.toml, REVISION and CREATED
+#   the checkout's commit and its time). With ARM64_BINARY (the
 #   aarch64 build, `tests/build-static.sh arm64`), the multi-architecture
 #   image: an OCI image index of the linux/amd64 image and the linux/arm64
 #   one, which share the base layer (its files are the same on both: text,
@@ -32,6 +35,21 @@ work=$(mktemp -d -t nexo-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 bash "$here/distroless-base.sh" "$work/base" >&2
+# The Dockerfile's OCI labels, its build arguments given as a release gives
+# them.
+repo=$(cd "$here/../.." && pwd)
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
+revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+created=$(TZ=UTC git -C "$repo" log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null ||
+  echo 1970-01-01T00:00:00Z)
+oci=()
+while IFS= read -r kv; do
+  kv=${kv//'${VERSION}'/$version}
+  kv=${kv//'${REVISION}'/$revision}
+  kv=${kv//'${CREATED}'/$created}
+  oci+=(--label "$kv" --annotation "$kv")
+done < <(sed -n 's/^LABEL \(org\.opencontainers\.image\.[a-z.]*\)="\(.*\)"$/\1=\2/p' "$repo/Dockerfile.distroless")
+[ "${#oci[@]}" -ge 14 ] || { echo "build-image.sh: no OCI labels read from Dockerfile.distroless" >&2; exit 1; }
 image() { # key archive name extra-args...: prints key=REPO@DIGEST
   # (and key_ARCH=REPO@DIGEST for each image of an index)
   local key=$1 archive=$2 name=$3
@@ -46,11 +64,11 @@ image() { # key archive name extra-args...: prints key=REPO@DIGEST
   done < <(printf '%s\n' "$lines" | tail -n +2)
 }
 manager=(--rootfs "$work/base" --file "$bin:/nexo-manager:0755:65532"
-  --entrypoint /nexo-manager --user 65532:65532)
+  --entrypoint /nexo-manager --user 65532:65532 "${oci[@]}")
 if [ -n "$arm64" ]; then
   image manager manager.oci.tar nexo.test/nexo-manager:a --rootfs "$work/base" \
     --arch-file "amd64=$bin:/nexo-manager:0755:65532" --arch-file "arm64=$arm64:/nexo-manager:0755:65532" \
-    --entrypoint /nexo-manager --user 65532:65532
+    --entrypoint /nexo-manager --user 65532:65532 "${oci[@]}"
 else
   image manager manager.oci.tar nexo.test/nexo-manager:a "${manager[@]}"
 fi

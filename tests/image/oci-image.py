@@ -6,6 +6,7 @@ container engine, for `ctr images import`.
         [--rootfs DIR]... [--file SRC:DEST:MODE[:UID]]... \
         [--arch ARCH | --arch-file ARCH=SRC:DEST:MODE[:UID]...] \
         [--entrypoint PATH] [--cmd ARG]... [--user UID:GID] [--env K=V]... [--label K=V]...
+        [--annotation K=V]...
 
 Each --rootfs DIR becomes one layer (its files owned by root), then all
 --file entries together become one more layer. Layers are uncompressed,
@@ -19,6 +20,10 @@ that architecture's files, and an OCI image index of them all (platform
 linux/ARCH each): prints the index's digest (what the reference names; a
 runtime picks its platform's image from it), then one `linux/ARCH=DIGEST`
 line per image.
+
+Each --annotation is set on every image manifest and on the index (the
+OCI annotations, `org.opencontainers.image.*`, as buildx's `--annotation
+index,manifest:K=V` sets them); each --label is a label of each config.
 """
 import argparse
 import hashlib
@@ -126,6 +131,8 @@ def image_manifest(blobs, a, arch, base, files):
                    "application/vnd.oci.image.config.v1+json")
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "config": cfg, "layers": layers}
+    if a.annotation:
+        manifest["annotations"] = dict(kv.split("=", 1) for kv in a.annotation)
     return add_blob(blobs, json.dumps(manifest, sort_keys=True).encode(),
                     "application/vnd.oci.image.manifest.v1+json")
 
@@ -141,12 +148,17 @@ def main():
     p.add_argument("--user")
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--label", action="append", default=[])
+    p.add_argument("--annotation", action="append", default=[],
+                   help="K=V: an annotation of each manifest and of the index")
     p.add_argument("--arch", default="amd64", help="the one image's architecture")
     p.add_argument("--arch-file", action="append", default=[],
                    help="ARCH=SRC:DEST:MODE[:UID]: an image per ARCH, in an image index")
     a = p.parse_args()
     if not a.rootfs and not a.file and not a.arch_file:
         sys.exit("oci-image.py: nothing to put in the image (--rootfs or --file)")
+    for kv in a.label + a.annotation:
+        if "=" not in kv or not kv.split("=", 1)[0]:
+            sys.exit(f"oci-image.py: {kv!r} is not K=V")
 
     arch_files = {}
     for spec in a.arch_file:
@@ -168,6 +180,8 @@ def main():
             mans.append(m)
         index_blob = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                       "manifests": mans}
+        if a.annotation:
+            index_blob["annotations"] = dict(kv.split("=", 1) for kv in a.annotation)
         top = add_blob(blobs, json.dumps(index_blob, sort_keys=True).encode(),
                        "application/vnd.oci.image.index.v1+json")
         lines = [f"linux/{m['platform']['architecture']}={m['digest']}" for m in mans]

@@ -44,7 +44,11 @@ end = start + nxt.start() if nxt else len(text)
 section = re.sub(r"\n### Image\n(?:.*\n)*?(?=\n### |\Z)", "\n", text[start:end].rstrip("\n") + "\n")
 block = ("\n### Image\n"
          "The multi-architecture image (an OCI image index; the chart and `manifests/` pin the index):\n"
-         f"- index: `{index}`\n- linux/amd64: `{amd64}`\n- linux/arm64: `{arm64}`\n")
+         f"- index: `{index}`\n- linux/amd64: `{amd64}`\n- linux/arm64: `{arm64}`\n"
+         "\nVerify it with the release's `cosign.pub` (README.md, \"Verify a release\"):\n"
+         f"`cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example.com/nexo/manager@{index}`;\n"
+         "its SBOM (SPDX) and build provenance (SLSA v1) are its OCI referrers (`oras discover`),\n"
+         "each signed with the same key.\n")
 text = text[:start] + section.rstrip("\n") + "\n" + block + ("\n" if nxt else "") + text[end:]
 open(path, "w").write(text)
 PY
