@@ -835,8 +835,11 @@ cmd_start() {
 
   wait_ready "$url/readyz" kube-apiserver "$api_pid" 90
 
-  # The controller manager starts once the API server is ready.
-  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller
+  # The controller manager starts once the API server is ready; with the
+  # HorizontalPodAutoscaler's controller (tests/crds.rs scales a NexoProxy)
+  # and the disruption controller (tests/chart_disruption.rs evicts a pod
+  # under the chart's PodDisruptionBudget).
+  local controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller,disruption-controller
   [ -z "$node" ] || controllers=$controllers,endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,pod-garbage-collector-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller
   "${IN[@]}" "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$DIR/admin.kubeconfig" --authentication-kubeconfig "$DIR/admin.kubeconfig" \
