@@ -173,10 +173,10 @@ send rollout-1.4.3 rollout '{"imageTag": "1.4.3", "onFailure": "rollback"}'
 # restored.
 say "waiting for the rollout's progress deadline (20 s): nothing reports its pods ready"
 for _ in $(seq 1 400); do
-  grep -q 'command rollout-1.4.3 failed in [a-z0-9-]*/orders; rolled back' "$work/manager.log" && break
+  grep -q 'a failed command rolled back failedCommand=rollout-1.4.3 namespace=[a-z0-9-]* deployment=orders ' "$work/manager.log" && break
   sleep 0.1
 done
-grep -q 'command rollout-1.4.3 failed in [a-z0-9-]*/orders; rolled back to command deploy-orders' "$work/manager.log" \
+grep -q 'a failed command rolled back failedCommand=rollout-1.4.3 namespace=[a-z0-9-]* deployment=orders to=deploy-orders$' "$work/manager.log" \
   || { echo "sandbox: the failed rollout was never rolled back" >&2; exit 1; }
 say "orders runs $(k -n "$app" get nexoproxy orders -o jsonpath='{.spec.image}') again"
 # Someone edits what the Manager applied (kubectl edit, as its field manager
@@ -185,11 +185,15 @@ say "kubectl edit: listen 27017 -> 27018 in orders-config and catalog-config"
 for d in orders catalog; do
   k -n "$app" patch configmap "$d-config" --field-manager=kubectl-edit --type=merge -p '{"data": {"listen": "27018"}}' >/dev/null
 done
+# The Manager's log lines (a constant message, the values as fields).
+enforced="drift enforced kind=ConfigMap namespace=$app name=orders-config deployment=orders action=corrected "
+reported="drift found kind=ConfigMap namespace=$app name=catalog-config deployment=catalog "
 for _ in $(seq 1 400); do
-  grep -q 'orders-config of orders corrected' "$work/manager.log" && grep -q 'catalog-config of catalog: fields' "$work/manager.log" && break
+  grep -q "$enforced" "$work/manager.log" && grep -q "$reported" "$work/manager.log" && break
   sleep 0.1
 done
-grep -q 'orders-config of orders corrected' "$work/manager.log" || { echo "sandbox: the edit of orders-config was never corrected" >&2; exit 1; }
+grep -q "$enforced" "$work/manager.log" || { echo "sandbox: the edit of orders-config was never corrected" >&2; exit 1; }
+grep -q "$reported" "$work/manager.log" || { echo "sandbox: the edit of catalog-config was never reported" >&2; exit 1; }
 say "orders-config listen is $(k -n "$app" get configmap orders-config -o jsonpath='{.data.listen}') again; catalog-config's stays $(k -n "$app" get configmap catalog-config -o jsonpath='{.data.listen}') (reported)"
 say "the Events the Manager wrote about what it did:"
 k -n "$app" get events.v1.events.k8s.io -o json | python3 -c '
