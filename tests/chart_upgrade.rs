@@ -16,8 +16,8 @@ use std::sync::Arc;
 use nexo_cpsim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 use support::chart::{
-    CHART, VERSION, chart_at, command, exists, heartbeat_after, helm_with, next_patch, send,
-    start_as_installed,
+    CHART, VERSION, chart_at, command, exists, heartbeat_after, helm_with, install_monitoring_crds,
+    next_patch, send, start_as_installed,
 };
 use support::{OwnBed, Testbed, run_ok_with_input as ok, run_with_input as run, testbed};
 
@@ -347,13 +347,7 @@ fn after_a_self_upgrade_helm_4_upgrade_neither_fails_nor_downgrades() {
 #[test]
 fn the_chart_installs_as_a_subchart_of_an_umbrella_chart() {
     let tb = testbed();
-    ok(
-        tb.kubectl_cmd()
-            .args(["apply", "--server-side", "--force-conflicts", "-f"])
-            .arg(&tb.monitoring_crds),
-        None,
-    );
-    tb.wait_established("servicemonitors.monitoring.coreos.com");
+    install_monitoring_crds(tb);
     let ns = tb.namespace("umbrella");
     let dir = scratch("umbrella");
     std::fs::write(
