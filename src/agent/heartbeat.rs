@@ -285,9 +285,11 @@ impl Agent {
 
     /// Deployments whose phase turned `failed` or `degraded`: a legacy
     /// Deployment's message completed with what the kubelet says of its
-    /// pods (in `entries` and from now on), logged, and an Event about
-    /// each (`ProgressFailed`, `Degraded`).
-    fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>, entries: &mut wire::Entries) {
+    /// pods (in the index, from the next report on), logged, and an Event
+    /// about each (`ProgressFailed`, `Degraded`). Whether any was so
+    /// explained.
+    fn phases_turned(&mut self, turned: Vec<crate::inventory::Turn>) -> bool {
+        let mut explained = false;
         for mut t in turned {
             if t.kind == Kind::Deployment {
                 match inventory::pod_reason(&self.link.kube, &t.namespace, &t.name) {
@@ -301,18 +303,7 @@ impl Agent {
                         t.turned.message =
                             crate::text::clip_bytes(&format!("{}; {why}", t.turned.message), 256)
                                 .to_owned();
-                        // A copy of the list (shared with the index) when
-                        // one is explained: rare, and only then.
-                        let entry = std::rc::Rc::make_mut(entries).iter_mut().find(|e| {
-                            e.kind.as_str() == t.kind.name()
-                                && e.namespace == t.namespace
-                                && e.name == t.name
-                        });
-                        if let Some(status) =
-                            entry.and_then(|e| std::rc::Rc::make_mut(e).status.as_mut())
-                        {
-                            status.message = std::rc::Rc::from(t.turned.message.as_str());
-                        }
+                        explained = true;
                     }
                     Ok(None) => {}
                     Err(e) => crate::warn!(
@@ -346,6 +337,7 @@ impl Agent {
                 note: format!("{}: {}", t.turned.phase, t.turned.message),
             });
         }
+        explained
     }
 
     /// A failed heartbeat: counted, logged; the wait before the next one.
@@ -393,10 +385,10 @@ impl Agent {
         // while they cannot be watched).
         let mut inv = Inventory::default();
         let mut turned = Vec::new();
+        let wall = super::shared::now_rfc3339();
         {
             let mut index = self.link.index.borrow_mut();
             index.sync(kube, now);
-            let wall = super::shared::now_rfc3339();
             (inv.deployments, inv.errors) =
                 index.report(now, &wall, cfg.progress_deadline, &mut turned);
         }
@@ -416,7 +408,13 @@ impl Agent {
             Some(NodeTopology::Configured) | None => {}
         }
         self.beats.topology.update(&mut inv);
-        self.phases_turned(turned, &mut inv.deployments);
+        let deadline = cfg.progress_deadline;
+        if self.phases_turned(turned) {
+            // Reported again with the kubelet's words (only the explained
+            // entries are judged again; no phase turns twice).
+            let mut index = self.link.index.borrow_mut();
+            (inv.deployments, _) = index.report(now, &wall, deadline, &mut Vec::new());
+        }
         if let Some(report) = self.check_self_rollout() {
             inv.errors.push(report);
         }
@@ -493,12 +491,10 @@ impl Agent {
 }
 
 /// How many deployments are in each phase (every phase, zeros too).
-fn by_phase(deployments: &[std::rc::Rc<wire::DeploymentEntry>]) -> [(&'static str, u64); 4] {
+fn by_phase(deployments: &wire::Entries) -> [(&'static str, u64); 4] {
     let mut counts = Phase::ALL.map(|p| (p.as_str(), 0));
-    for d in deployments {
-        if let Some(s) = &d.status
-            && let Some(c) = counts.iter_mut().find(|(p, _)| *p == s.phase.as_str())
-        {
+    for phase in deployments.phases().flatten() {
+        if let Some(c) = counts.iter_mut().find(|(p, _)| *p == phase.as_str()) {
             c.1 += 1;
         }
     }

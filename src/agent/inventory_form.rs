@@ -8,16 +8,15 @@
 use std::rc::Rc;
 
 use super::Agent;
-use crate::cp::wire::{
-    DeploymentEntry, EntryKey, HeartbeatRequest, InventoryAnswer, InventoryForm,
-};
+use crate::cp::wire::{HeartbeatRequest, InventoryAnswer, InventoryForm};
+use crate::inventory::Owned;
 use crate::inventory::delta::{self, Deltas, Form};
 
 /// The epoch of the current leadership and its deltas.
 #[derive(Debug, Default)]
 pub(super) struct Epoch {
     /// The lease term it belongs to, and its deltas.
-    current: Option<(u64, Deltas<Rc<DeploymentEntry>>)>,
+    current: Option<(u64, Deltas<Rc<Owned>>)>,
     /// A confirmation was ignored (logged once an epoch).
     warned: bool,
 }
@@ -69,8 +68,8 @@ impl Agent {
                     revision,
                     full: None,
                     base: Some(base),
-                    changed: Some(changed),
-                    removed: Some(removed.iter().map(|e| EntryKey::of(e)).collect()),
+                    changed: Some(changed.iter().map(|o| o.entry()).collect()),
+                    removed: Some(removed.iter().map(|o| o.key()).collect()),
                 }
             }
         });

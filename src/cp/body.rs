@@ -8,10 +8,8 @@
 //!
 //! Pure: a [`Read`] over plain values, tested without a socket.
 
+use super::wire::{Entries, HeartbeatRequest};
 use std::io::{self, Read, Write};
-use std::rc::Rc;
-
-use super::wire::{DeploymentEntry, HeartbeatRequest};
 
 /// What is written between the other fields and the entries.
 const OPEN: &[u8] = b",\"deployments\":[";
@@ -23,9 +21,11 @@ const STEP: usize = 8 * 1024;
 /// A heartbeat body as a reader of its JSON.
 #[derive(Debug)]
 pub struct HeartbeatBody<'a> {
-    entries: &'a [Rc<DeploymentEntry>],
+    entries: &'a Entries,
     /// The next entry to encode.
     next: usize,
+    /// Entries encoded so far.
+    written: usize,
     /// Bytes encoded, not yet read; `pos` is where reading is.
     pending: Vec<u8>,
     pos: usize,
@@ -44,8 +44,9 @@ impl<'a> HeartbeatBody<'a> {
             // changed is in `inventory`.
             let len = pending.len() as u64;
             return Ok(HeartbeatBody {
-                entries: &[],
+                entries: &req.deployments,
                 next: 0,
+                written: 0,
                 pending,
                 pos: 0,
                 closed: true,
@@ -61,16 +62,19 @@ impl<'a> HeartbeatBody<'a> {
         } else {
             pending.extend_from_slice(OPEN);
         }
-        let entries = &req.deployments[..];
+        let entries = &req.deployments;
         let mut counter = Counter(0);
-        for e in entries {
-            serde_json::to_writer(&mut counter, &**e)?;
+        let mut count = 0u64;
+        for e in entries.iter() {
+            serde_json::to_writer(&mut counter, &e)?;
+            count += 1;
         }
-        let commas = entries.len().saturating_sub(1) as u64;
+        let commas = count.saturating_sub(1);
         let len = pending.len() as u64 + counter.0 + commas + CLOSE.len() as u64;
         Ok(HeartbeatBody {
             entries,
             next: 0,
+            written: 0,
             pending,
             pos: 0,
             closed: false,
@@ -93,10 +97,13 @@ impl<'a> HeartbeatBody<'a> {
         self.pending.clear();
         self.pos = 0;
         while self.pending.len() < STEP && self.next < self.entries.len() {
-            if self.next > 0 {
-                self.pending.push(b',');
+            if let Some(e) = self.entries.get(self.next) {
+                if self.written > 0 {
+                    self.pending.push(b',');
+                }
+                serde_json::to_writer(&mut self.pending, &e)?;
+                self.written += 1;
             }
-            serde_json::to_writer(&mut self.pending, &*self.entries[self.next])?;
             self.next += 1;
         }
         if self.next == self.entries.len() && self.pending.len() < STEP && !self.closed {
@@ -139,7 +146,9 @@ impl Write for Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cp::wire::{ClusterInfo, HeartbeatManager};
+    use std::rc::Rc;
+
+    use crate::cp::wire::{ClusterInfo, DeploymentEntry, HeartbeatManager};
 
     fn request(n: usize) -> HeartbeatRequest {
         let shop: Rc<str> = Rc::from("shop");
@@ -157,15 +166,13 @@ mod tests {
             proxy_image: "registry.example/proxy:1.2".into(),
             managed_proxy_count: n,
             deployments: (0..n)
-                .map(|i| {
-                    Rc::new(DeploymentEntry {
-                        namespace: shop.clone(),
-                        name: Rc::from(format!("proxy-{i:05}")),
-                        kind: crate::cp::wire::EntryKind::NexoProxy,
-                        replicas: 2,
-                        image: (i % 3 != 0).then(|| image.clone()),
-                        status: None,
-                    })
+                .map(|i| DeploymentEntry {
+                    namespace: shop.clone(),
+                    name: Rc::from(format!("proxy-{i:05}")),
+                    kind: crate::cp::wire::EntryKind::NexoProxy,
+                    replicas: 2,
+                    image: (i % 3 != 0).then(|| image.clone()),
+                    status: None,
                 })
                 .collect::<Vec<_>>()
                 .into(),

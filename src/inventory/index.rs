@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge, keep};
+use super::set::{Applied, Judged, Set, Watch, WatchError, Watched, judge};
 use super::status::CommandTrack;
+use super::stored::{Stores, keep};
 use super::{DeploymentItem, Interner, PAGE, ProxyItem, Trust};
 use crate::kube::Client;
 use crate::kube::client::Query;
@@ -47,8 +48,8 @@ pub struct Index {
     /// Counts the reports whose entries may differ from the last one's
     /// (`inventory.delta.v1`).
     pub(super) generation: u64,
-    /// The last report's entries, sorted, shared with the heartbeats.
-    pub(super) sorted: crate::cp::wire::Entries,
+    /// The last report's records, sorted, shared with the heartbeats.
+    pub(super) sorted: std::rc::Rc<super::owned::Sorted>,
 }
 
 impl Index {
@@ -239,16 +240,16 @@ fn list(
     // proxies that list was the process's peak (BENCHMARKS.md, "The
     // compact status"). What was remembered of an object still there
     // comes along from `old`.
-    let mut old = std::mem::take(&mut set.entries);
-    let mut fresh = BTreeMap::new();
+    let mut old = std::mem::take(&mut set.entries).taking();
+    let mut fresh = Stores::default();
     let mut take = |judged: Result<Judged, _>| {
         if let Ok(Judged {
-            kept: Some((entry, observed, uid)),
+            kept: Some((owned, uid)),
             ..
         }) = judged
         {
-            let before = old.remove(&*entry.name);
-            keep(&mut fresh, before, entry, observed, uid, now);
+            let before = old.take(&owned.name);
+            keep(&mut fresh, before, owned, uid, now);
         }
     };
     let listed = match set.kind {
@@ -268,12 +269,12 @@ fn list(
         Ok(version) => version,
         Err(e) => {
             // Cut short: what was read is newer, the rest stays.
-            old.extend(fresh);
-            set.entries = old;
+            set.entries = old.rest().merge(fresh);
             return Err(e);
         }
     };
     set.unproven = unproven;
+    fresh.shrink();
     set.entries = fresh;
     Ok(version)
 }

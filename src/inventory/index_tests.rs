@@ -91,7 +91,10 @@ fn an_object_labelled_without_the_proof_is_reported_not_listed() {
             "{name}"
         );
     }
-    assert_eq!(s.entries.keys().map(|k| &**k).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(
+        s.entries.iter().map(|s| &*s.owned.name).collect::<Vec<_>>(),
+        ["a"]
+    );
     let error = s.unproven_error(&trust(false)).unwrap();
     assert!(error.contains("nexoproxies in shop: 2 with this environment's labels but no valid proof (not this Manager's, not listed): b, c"), "{error}");
     // Through the gate they are listed, and still reported.
@@ -101,7 +104,7 @@ fn an_object_labelled_without_the_proof_is_reported_not_listed() {
         unproven("b", "env-1", "2")
     );
     apply(&mut g, event.as_bytes(), &trust(true), &mut shared, now);
-    assert!(g.entries.contains_key("b"));
+    assert!(g.entries.get("b").is_some());
     assert!(
         g.unproven_error(&trust(true))
             .unwrap()
@@ -149,7 +152,7 @@ fn events_add_change_and_remove_entries_and_move_the_version() {
         ),
         Applied::Taken
     );
-    assert_eq!(s.entries["a"].entry.replicas, 2);
+    assert_eq!(s.entries.get("a").unwrap().owned.observed.replicas, 2);
     assert_eq!(s.version(), Some("10"));
     let foreign = format!(
         r#"{{"type": "MODIFIED", "object": {}}}"#,
@@ -363,7 +366,7 @@ fn the_generation_moves_with_an_added_changed_or_removed_entry_and_not_at_rest()
     );
     let (g2, h2) = report(&mut index);
     assert_ne!(g2, g1, "an entry changed");
-    let a = |h: &[(std::rc::Rc<crate::cp::wire::DeploymentEntry>, u64)]| {
+    let a = |h: &[(std::rc::Rc<super::super::Owned>, u64)]| {
         h.iter().find(|(k, _)| &*k.name == "a").map(|(_, v)| *v)
     };
     assert_ne!(a(&h2), a(&h1), "its hash with it");

@@ -16,14 +16,17 @@ use crate::resource;
 pub mod delta;
 mod index;
 mod interner;
+mod owned;
 mod pods;
 mod projection;
 mod report;
 mod set;
 pub mod status;
+mod stored;
 mod uid;
 
 pub use index::Index;
+pub use owned::Owned;
 pub use projection::*;
 pub use report::{Turn, Workload};
 pub use status::RollbackDue;

@@ -6,8 +6,8 @@ use std::rc::Rc;
 use serde::Deserialize;
 
 pub use super::interner::Interner;
-use super::status::{Condition, MESSAGE_BYTES, Observed};
-use crate::cp::wire::DeploymentEntry;
+use super::owned::Owned;
+use super::status::{Condition, MESSAGE_BYTES, MaybeGeneration, Observed, count};
 use crate::ownership::{self, Ownership};
 
 /// The metadata the inventory reads.
@@ -159,15 +159,16 @@ pub struct ConditionItem {
 
 impl StatusItem {
     /// The condition of type `kind`, in the few bytes the status keeps.
-    fn take(&mut self, kind: &str, shared: &mut Interner) -> Option<Box<Condition>> {
+    fn take(&mut self, kind: &str, shared: &mut Interner) -> Option<Rc<Condition>> {
         let i = self.conditions.iter().position(|c| c.kind == kind)?;
         let c = self.conditions.swap_remove(i);
         let mut clip = |s: String| shared.get(crate::text::clip_bytes(&s, MESSAGE_BYTES));
-        Some(Box::new(Condition {
+        let condition = Condition {
             status: c.status.map(&mut clip),
             reason: c.reason.map(&mut clip),
             message: c.message.map(&mut clip),
-        }))
+        };
+        Some(shared.condition(condition))
     }
 }
 
@@ -175,7 +176,7 @@ impl StatusItem {
 /// and status.
 fn observed(
     meta: &MetaItem,
-    replicas: i64,
+    replicas: i32,
     status: Option<StatusItem>,
     deployment: bool,
     shared: &mut Interner,
@@ -190,15 +191,15 @@ fn observed(
     Observed {
         deployment,
         generation: meta.generation.unwrap_or(0),
-        observed_generation: s.observed_generation,
+        observed_generation: MaybeGeneration::new(s.observed_generation),
         replicas,
-        ready: s.ready_replicas.unwrap_or(0),
+        ready: count(s.ready_replicas.unwrap_or(0)),
         updated: if deployment {
-            Some(s.updated_replicas.unwrap_or(0))
+            Some(count(s.updated_replicas.unwrap_or(0)))
         } else {
-            s.updated_replicas
+            s.updated_replicas.map(count)
         },
-        available: deployment.then(|| s.available_replicas.unwrap_or(0)),
+        available: deployment.then(|| count(s.available_replicas.unwrap_or(0))),
         has_status,
         ready_condition,
         progressing,
@@ -263,26 +264,22 @@ pub struct ContainerItem {
 
 /// The heartbeat entry of an owned NexoProxy, and what its phase is judged
 /// from.
-pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
-    let replicas = p.spec.replicas.unwrap_or(1);
+pub fn proxy_entry(p: ProxyItem, shared: &mut Interner) -> Option<Owned> {
+    let replicas = super::status::count(p.spec.replicas.unwrap_or(1));
     let observed = observed(&p.metadata, replicas, p.status, false, shared);
-    let entry = DeploymentEntry {
+    Some(Owned {
         namespace: shared.get(&p.metadata.namespace?),
         name: Rc::from(p.metadata.name?),
         kind: crate::cp::wire::EntryKind::NexoProxy,
-        replicas,
         image: p.spec.image.map(|i| shared.get(&i)),
-        status: None,
-    };
-    Some((entry, observed))
+        observed,
+        judged: None,
+    })
 }
 
 /// The heartbeat entry of an owned legacy `apps/v1` Deployment: its image is
 /// that of the container named `proxy`, else of the first container.
-pub fn deployment_entry(
-    d: DeploymentItem,
-    shared: &mut Interner,
-) -> Option<(DeploymentEntry, Observed)> {
+pub fn deployment_entry(d: DeploymentItem, shared: &mut Interner) -> Option<Owned> {
     let mut containers = d.spec.template.spec.containers;
     let i = containers
         .iter()
@@ -293,15 +290,14 @@ pub fn deployment_entry(
     } else {
         None
     };
-    let replicas = d.spec.replicas.map_or(1, i64::from);
+    let replicas = d.spec.replicas.unwrap_or(1);
     let observed = observed(&d.metadata, replicas, d.status, true, shared);
-    let entry = DeploymentEntry {
+    Some(Owned {
         namespace: shared.get(&d.metadata.namespace?),
         name: Rc::from(d.metadata.name?),
         kind: crate::cp::wire::EntryKind::Deployment,
-        replicas,
         image: image.map(|i| shared.get(&i)),
-        status: None,
-    };
-    Some((entry, observed))
+        observed,
+        judged: None,
+    })
 }

@@ -6,8 +6,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::index::Index;
+use super::owned::{Owned, Reported, Sorted};
 use super::status::{self, CommandTrack, RollbackDue, RollbackEnd, Turned};
-use crate::cp::wire::{CommandPhase, CommandProgress, DeploymentEntry, EntryKey, EntryStatus};
+use crate::cp::wire::{CommandPhase, CommandProgress, EntryKey};
 use crate::resource::Kind;
 
 impl Index {
@@ -35,14 +36,12 @@ impl Index {
         let mut count = 0;
         for set in &mut self.sets {
             let set_kind = set.kind.kind();
-            for stored in set.entries.values_mut() {
+            for stored in set.entries.iter_mut() {
                 count += 1;
                 let command = if commands.is_empty() {
                     None
                 } else {
-                    commands
-                        .get_mut(&EntryKey::of(&stored.entry))
-                        .filter(|c| !c.ended)
+                    commands.get_mut(&stored.owned.key()).filter(|c| !c.ended)
                 };
                 // Judged again only when something it depends on moved:
                 // the object (a watch event), a command, the clock past a
@@ -56,16 +55,21 @@ impl Index {
                 }
                 let was_fresh = std::mem::replace(&mut stored.fresh, false);
                 let (verdict, turn) = stored.track.advance(
-                    &stored.observed,
+                    &stored.owned.observed,
                     command.as_deref(),
                     now,
-                    &wall,
                     deadline,
                     shared,
                 );
+                // When the phase last changed: now, or as last reported.
+                let since = match &stored.owned.judged {
+                    Some(last) if !verdict.changed => last.since.clone(),
+                    _ => wall.clone(),
+                };
                 stored.recheck_at = verdict.recheck_in.map(|d| now + d);
                 let progress = command.map(|c| {
-                    let (phase, end) = status::command_progress(c, &stored.observed, verdict.phase);
+                    let (phase, end) =
+                        status::command_progress(c, &stored.owned.observed, verdict.phase);
                     c.ending = end;
                     if phase == CommandPhase::Failed && c.rollback && !c.rollback_due {
                         // Its failure is rolled back, once (docs/protocol.md,
@@ -73,8 +77,8 @@ impl Index {
                         c.rollback_due = true;
                         rollbacks.push(RollbackDue {
                             kind: set_kind,
-                            namespace: stored.entry.namespace.clone(),
-                            name: stored.entry.name.clone(),
+                            namespace: stored.owned.namespace.clone(),
+                            name: stored.owned.name.clone(),
                             command: c.id.clone(),
                         });
                     }
@@ -91,13 +95,8 @@ impl Index {
                         reason,
                     })
                 });
-                let o = &stored.observed;
-                let status = EntryStatus {
+                let status = Reported {
                     phase: verdict.phase,
-                    ready_replicas: o.ready,
-                    updated_replicas: o.updated,
-                    observed_generation: o.observed_generation,
-                    generation: o.generation,
                     reason: verdict.reason,
                     message: match &stored.track.detail {
                         Some(d) => Rc::from(crate::text::clip_bytes(
@@ -106,31 +105,31 @@ impl Index {
                         )),
                         None => verdict.message,
                     },
-                    since: stored.track.since.clone(),
+                    since,
                     command: progress,
                 };
                 stored.shows_command = status.command.is_some();
-                let changed = stored.entry.status.as_ref() != Some(&status);
+                let changed = stored.owned.judged.as_ref() != Some(&status);
                 if changed {
-                    // In place unless a heartbeat still holds it.
-                    Rc::make_mut(&mut stored.entry).status = Some(status);
+                    // In place unless a report still holds it.
+                    Rc::make_mut(&mut stored.owned).judged = Some(status);
                 }
                 if changed || was_fresh {
                     moved = true;
-                    stored.hash = super::delta::content_hash(&*stored.entry);
+                    stored.hash = super::delta::content_hash(&stored.owned.entry());
                 }
                 if let Some(turn) = turn {
                     turned.push(Turn {
                         kind: set_kind,
-                        namespace: stored.entry.namespace.clone(),
-                        name: stored.entry.name.clone(),
+                        namespace: stored.owned.namespace.clone(),
+                        name: stored.owned.name.clone(),
                         uid: stored.uid.as_ref().map(|u| u.to_string().into()),
                         turned: turn,
                     });
                 }
             }
         }
-        if moved || count != self.sorted.len() {
+        if moved || count != self.sorted.0.len() {
             // Sorted again only when something moved: at rest, at 10,000
             // proxies, the sort was most of a heartbeat's CPU (BENCHMARKS.md,
             // "Inventory deltas"). Each set is a sorted run, which the
@@ -139,12 +138,12 @@ impl Index {
             let mut sorted: Vec<_> = self
                 .sets
                 .iter()
-                .flat_map(|s| s.entries.values().map(|stored| stored.entry.clone()))
+                .flat_map(|s| s.entries.iter().map(|stored| stored.owned.clone()))
                 .collect();
             sorted.sort();
-            self.sorted = Rc::new(sorted);
+            self.sorted = Rc::new(Sorted(sorted));
         }
-        let entries = Rc::clone(&self.sorted);
+        let entries = crate::cp::wire::Entries::new(self.sorted.clone());
         let mut errors: Vec<String> = self
             .sets
             .iter()
@@ -213,12 +212,12 @@ impl Index {
     /// decided from.
     /// Each entry is its own key (ordered by namespace, name and kind):
     /// 16 bytes an entry, shared with the report.
-    pub fn hashes(&self) -> super::delta::Hashes<Rc<DeploymentEntry>> {
+    pub fn hashes(&self) -> super::delta::Hashes<Rc<Owned>> {
         let mut hashes = Vec::with_capacity(self.sets.iter().map(|s| s.entries.len()).sum());
         hashes.extend(self.sets.iter().flat_map(|s| {
             s.entries
-                .values()
-                .map(|stored| (Rc::clone(&stored.entry), stored.hash))
+                .iter()
+                .map(|stored| (Rc::clone(&stored.owned), stored.hash))
         }));
         // Each set is a sorted run, which the stable sort merges.
         hashes.sort_by(|a, b| a.0.cmp(&b.0));

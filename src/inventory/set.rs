@@ -2,7 +2,7 @@
 //! the pure decisions on them ([`Set::apply`], an event on the entries;
 //! [`Set::due`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -10,10 +10,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-use super::status::{Observed, Track};
+use super::owned::Owned;
+use super::stored::{Stores, keep};
 use super::{DeploymentItem, Interner, MetaItem, ProxyItem, Trust, deployment_entry, proxy_entry};
 use crate::backoff::{Backoff, Jitter};
-use crate::cp::wire::DeploymentEntry;
 use crate::ownership::Ownership;
 use crate::resource::{self, Kind};
 
@@ -121,15 +121,16 @@ impl std::error::Error for ObjectError {
 pub trait Item: DeserializeOwned {
     /// Its metadata.
     fn metadata(&self) -> &MetaItem;
-    /// Its heartbeat entry and what its phase is judged from.
-    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)>;
+    /// Its record: what the heartbeat reports and what its phase is
+    /// judged from.
+    fn into_entry(self, shared: &mut Interner) -> Option<Owned>;
 }
 
 impl Item for ProxyItem {
     fn metadata(&self) -> &MetaItem {
         &self.metadata
     }
-    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
+    fn into_entry(self, shared: &mut Interner) -> Option<Owned> {
         proxy_entry(self, shared)
     }
 }
@@ -138,16 +139,16 @@ impl Item for DeploymentItem {
     fn metadata(&self) -> &MetaItem {
         &self.metadata
     }
-    fn into_entry(self, shared: &mut Interner) -> Option<(DeploymentEntry, Observed)> {
+    fn into_entry(self, shared: &mut Interner) -> Option<Owned> {
         deployment_entry(self, shared)
     }
 }
 
-/// One item judged: its name, and its entry (with its uid) when it is
+/// One item judged: its name, and its record (with its uid) when it is
 /// listed.
 pub struct Judged {
     pub name: String,
-    pub kept: Option<(DeploymentEntry, Observed, Option<String>)>,
+    pub kept: Option<(Owned, Option<String>)>,
 }
 
 /// Reads one item, as listed or as a watch event's object: its ownership
@@ -165,7 +166,7 @@ pub fn judge<T: Item>(
     let uid = meta.uid.clone();
     let owned = listed(unproven, &name, &meta.ownership(kind, trust), trust);
     let kept = if owned {
-        item.into_entry(shared).map(|(e, o)| (e, o, uid))
+        item.into_entry(shared).map(|o| (o, uid))
     } else {
         None
     };
@@ -178,10 +179,8 @@ pub struct Set {
     pub(super) kind: Watched,
     pub(super) namespace: Rc<str>,
     pub(super) collection: String,
-    /// The owned objects, by name (the key shares the entry's name).
-    /// Boxed: a map's nodes hold their values inline, half empty after
-    /// the list's ordered inserts; a box keeps that slack at 8 bytes.
-    pub(super) entries: BTreeMap<Rc<str>, Box<Stored>>,
+    /// The owned objects, sorted by name.
+    pub(super) entries: Stores,
     /// Where its watch stands.
     pub(super) watch: Watch,
     /// Why the set is not current, while it is not.
@@ -190,27 +189,6 @@ pub struct Set {
     /// The objects with this environment's labels but no valid proof:
     /// reported in `inventoryErrors`, listed only through the gate.
     pub(super) unproven: BTreeSet<Rc<str>>,
-}
-
-/// One owned object: its heartbeat entry (shared with the heartbeat that
-/// reports it, never copied), what its phase is judged from, and what this
-/// Manager remembers of its phase.
-#[derive(Debug)]
-pub(super) struct Stored {
-    pub(super) entry: Rc<DeploymentEntry>,
-    pub(super) observed: Observed,
-    pub(super) track: Track,
-    pub(super) uid: Option<super::uid::Uid>,
-    /// Observed anew (or explained) since it was last judged.
-    pub(super) fresh: bool,
-    /// When the clock alone may change its phase (a deadline).
-    pub(super) recheck_at: Option<Instant>,
-    /// A hash of the entry as last reported (`inventory.delta.v1`):
-    /// computed again only when it changes.
-    pub(super) hash: u64,
-    /// Its status shows a command's progress (judged again each report
-    /// while it does): kept here so that a report at rest reads no entry.
-    pub(super) shows_command: bool,
 }
 
 /// What an event does to a set.
@@ -265,7 +243,7 @@ impl Set {
             kind,
             namespace: Rc::from(namespace),
             collection,
-            entries: BTreeMap::new(),
+            entries: Stores::default(),
             watch: Watch::List { retry_at: None },
             problem: None,
             backoff: Backoff::new(RETRY_BASE, RETRY_CAP, Jitter::from_entropy()),
@@ -328,7 +306,7 @@ impl Set {
             }
         };
         match judged.kept {
-            Some((entry, observed, uid)) => self.keep(entry, observed, uid, now),
+            Some((owned, uid)) => self.keep(owned, uid, now),
             None => {
                 self.entries.remove(judged.name.as_str());
             }
@@ -336,17 +314,11 @@ impl Set {
         Ok(())
     }
 
-    /// Keeps an owned object's entry; what was remembered of its phase
+    /// Keeps an owned object's record; what was remembered of its phase
     /// stays (the same object, by uid).
-    pub(super) fn keep(
-        &mut self,
-        entry: DeploymentEntry,
-        observed: Observed,
-        uid: Option<String>,
-        now: Instant,
-    ) {
-        let before = self.entries.remove(&*entry.name);
-        keep(&mut self.entries, before, entry, observed, uid, now);
+    pub(super) fn keep(&mut self, owned: Owned, uid: Option<String>, now: Instant) {
+        let before = self.entries.remove(&owned.name);
+        keep(&mut self.entries, before, owned, uid, now);
     }
 
     /// Applies one watch event (a line of the stream) to the entries;
@@ -437,36 +409,6 @@ impl Set {
         self.problem = Some(problem);
         self.wait(version, Some(now + delay));
     }
-}
-
-/// Keeps an owned object's entry in `entries`; what was remembered of its
-/// phase in `before` stays when it is the same object (by uid).
-pub(super) fn keep(
-    entries: &mut BTreeMap<Rc<str>, Box<Stored>>,
-    before: Option<Box<Stored>>,
-    entry: DeploymentEntry,
-    observed: Observed,
-    uid: Option<String>,
-    now: Instant,
-) {
-    let uid = uid.as_deref().map(super::uid::Uid::new);
-    let track = match before {
-        Some(old) if old.uid == uid => old.track,
-        _ => Track::new(observed.generation, now),
-    };
-    entries.insert(
-        entry.name.clone(),
-        Box::new(Stored {
-            entry: Rc::new(entry),
-            observed,
-            track,
-            uid,
-            fresh: true,
-            recheck_at: None,
-            hash: 0,
-            shows_command: false,
-        }),
-    );
 }
 
 /// Whether an object so judged is listed; an unproven one is remembered

@@ -19,19 +19,51 @@ pub const MESSAGE_BYTES: usize = 256;
 /// Deployment's controller says the same of its own deadline).
 pub const DEADLINE_REASON: &str = "ProgressDeadlineExceeded";
 
-/// The fields of a condition the status reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Condition {
-    /// `True`, `False` or `Unknown`.
-    pub status: Option<Rc<str>>,
-    pub reason: Option<Rc<str>>,
-    pub message: Option<Rc<str>>,
+pub use super::interner::Condition;
+
+/// A generation that may be absent, in the 8 bytes of one where an
+/// `Option` takes 16 (each owned object holds two: BENCHMARKS.md, "One
+/// record an object"). Absent is `i64::MIN`, which no generation the API
+/// server sets is; an `observedGeneration` of that value reads as absent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct MaybeGeneration(i64);
+
+impl MaybeGeneration {
+    /// None.
+    pub const NONE: MaybeGeneration = MaybeGeneration(i64::MIN);
+
+    /// `g`, held.
+    pub fn new(g: Option<i64>) -> MaybeGeneration {
+        MaybeGeneration(g.unwrap_or(i64::MIN))
+    }
+
+    /// The generation, if there is one.
+    pub fn get(self) -> Option<i64> {
+        (self.0 != i64::MIN).then_some(self.0)
+    }
 }
 
-impl Condition {
-    fn is_false(c: &Option<Box<Condition>>) -> bool {
-        c.as_ref().and_then(|c| c.status.as_deref()) == Some("False")
+impl Default for MaybeGeneration {
+    fn default() -> MaybeGeneration {
+        MaybeGeneration::NONE
     }
+}
+
+impl std::fmt::Debug for MaybeGeneration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+/// A replica count as the API holds it (`int32`): a larger value (which
+/// the API server does not store) is held as the nearest it can be.
+pub fn count(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
+}
+
+/// Whether condition `c` says `False`.
+fn is_false(c: &Option<Rc<Condition>>) -> bool {
+    c.as_ref().and_then(|c| c.status.as_deref()) == Some("False")
 }
 
 /// What an object's metadata and status say, as listed or watched.
@@ -42,35 +74,36 @@ pub struct Observed {
     /// `metadata.generation`.
     pub generation: i64,
     /// `status.observedGeneration`.
-    pub observed_generation: Option<i64>,
-    /// `spec.replicas`.
-    pub replicas: i64,
+    pub observed_generation: MaybeGeneration,
+    /// `spec.replicas`. The counts are `int32` in the API (the CRD's
+    /// `format: int32`, the Deployment's), held so ([`count`]).
+    pub replicas: i32,
     /// `status.readyReplicas`.
-    pub ready: i64,
+    pub ready: i32,
     /// `status.updatedReplicas`.
-    pub updated: Option<i64>,
+    pub updated: Option<i32>,
     /// `status.availableReplicas` (a Deployment).
-    pub available: Option<i64>,
+    pub available: Option<i32>,
     /// Whether the object has a `status` at all.
     pub has_status: bool,
-    /// A NexoProxy's `Ready`, a Deployment's `Available` (boxed, its
-    /// strings shared: most objects have none, or the same as others).
-    pub ready_condition: Option<Box<Condition>>,
+    /// A NexoProxy's `Ready`, a Deployment's `Available` (shared: most
+    /// objects have none, or the same as others).
+    pub ready_condition: Option<Rc<Condition>>,
     /// A Deployment's `Progressing`.
-    pub progressing: Option<Box<Condition>>,
+    pub progressing: Option<Rc<Condition>>,
 }
 
 impl Observed {
     /// Every replica ready at the generation the controller observed.
     pub fn is_available(&self) -> bool {
-        if self.observed_generation != Some(self.generation) || self.ready < self.replicas {
+        if self.observed_generation.get() != Some(self.generation) || self.ready < self.replicas {
             return false;
         }
         if self.deployment {
             self.updated.unwrap_or(0) >= self.replicas
                 && self.available.unwrap_or(0) >= self.replicas
         } else {
-            !Condition::is_false(&self.ready_condition)
+            !is_false(&self.ready_condition)
         }
     }
 
@@ -92,6 +125,8 @@ pub struct Verdict {
     /// When judging again could change the phase with nothing observed
     /// (a NexoProxy's progress deadline), from the judging.
     pub recheck_in: Option<Duration>,
+    /// Not the phase last judged ([`Track::advance`]): its `since` is now.
+    pub changed: bool,
 }
 
 /// The phase of `o`, the first rule that holds (docs/protocol.md):
@@ -160,6 +195,7 @@ pub fn judge(
         reason,
         message,
         recheck_in,
+        changed: false,
     }
 }
 
@@ -226,11 +262,11 @@ pub fn command_progress(c: &CommandTrack, o: &Observed, phase: Phase) -> (Comman
 /// What this Manager remembers of one deployment between observations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Track {
-    /// The phase last judged, and when it changed (RFC 3339, shared).
+    /// The phase last judged (when it changed is the record's
+    /// `Reported::since`).
     pub phase: Option<Phase>,
-    pub since: Rc<str>,
     /// The generation last seen available.
-    pub available_at: Option<i64>,
+    pub available_at: MaybeGeneration,
     /// The generation being waited on, and since when.
     pub generation: i64,
     pub waiting_since: Instant,
@@ -246,35 +282,27 @@ pub struct Turned {
     pub message: String,
 }
 
-thread_local! {
-    /// The `since` of a phase not judged yet (never reported): one copy,
-    /// not one an entry.
-    static NOT_YET: Rc<str> = Rc::from("");
-}
-
 impl Track {
     /// A deployment first seen at `now`.
     pub fn new(generation: i64, now: Instant) -> Track {
         Track {
             phase: None,
-            since: NOT_YET.with(Rc::clone),
-            available_at: None,
+            available_at: MaybeGeneration::NONE,
             generation,
             waiting_since: now,
             detail: None,
         }
     }
 
-    /// Judges `o` at `now` (`wall`: the same instant in RFC 3339), with the
-    /// command that wrote its generation if there is one; remembers the
-    /// phase and when it changed. Returns the verdict, and the change when
-    /// it turned `failed` or `degraded`.
+    /// Judges `o` at `now`, with the command that wrote its generation if
+    /// there is one; remembers the phase. Returns the verdict, and the
+    /// change when it turned `failed` or `degraded`; the verdict's
+    /// `changed` says whether the phase is not the one last judged.
     pub fn advance(
         &mut self,
         o: &Observed,
         command: Option<&CommandTrack>,
         now: Instant,
-        wall: &Rc<str>,
         deadline: Duration,
         shared: &mut Interner,
     ) -> (Verdict, Option<Turned>) {
@@ -286,15 +314,15 @@ impl Track {
             Some(c) if c.generation == o.generation => c.applied_at.min(self.waiting_since),
             _ => self.waiting_since,
         };
-        let verdict = judge(
+        let mut verdict = judge(
             o,
-            self.available_at,
+            self.available_at.get(),
             now.saturating_duration_since(start),
             deadline,
             shared,
         );
         if verdict.phase == Phase::Available {
-            self.available_at = Some(o.generation);
+            self.available_at = MaybeGeneration::new(Some(o.generation));
         }
         let mut turned = None;
         if self.phase != Some(verdict.phase) {
@@ -306,7 +334,7 @@ impl Track {
             }
             self.phase = Some(verdict.phase);
             self.detail = None;
-            self.since = wall.clone();
+            verdict.changed = true;
         }
         (verdict, turned)
     }
@@ -328,8 +356,8 @@ mod tests {
 
     const DEADLINE: Duration = Duration::from_secs(600);
 
-    fn cond(status: &str, reason: &str, message: &str) -> Option<Box<Condition>> {
-        Some(Box::new(Condition {
+    fn cond(status: &str, reason: &str, message: &str) -> Option<Rc<Condition>> {
+        Some(Rc::new(Condition {
             status: Some(status.into()),
             reason: Some(reason.into()),
             message: Some(message.into()),
@@ -345,23 +373,15 @@ mod tests {
         o: &Observed,
         c: Option<&CommandTrack>,
         now: Instant,
-        wall: &str,
         deadline: Duration,
     ) -> (Verdict, Option<Turned>) {
-        t.advance(
-            o,
-            c,
-            now,
-            &Rc::from(wall),
-            deadline,
-            &mut Interner::default(),
-        )
+        t.advance(o, c, now, deadline, &mut Interner::default())
     }
 
-    fn proxy(generation: i64, observed: Option<i64>, replicas: i64, ready: i64) -> Observed {
+    fn proxy(generation: i64, observed: Option<i64>, replicas: i32, ready: i32) -> Observed {
         Observed {
             generation,
-            observed_generation: observed,
+            observed_generation: MaybeGeneration::new(observed),
             replicas,
             ready,
             has_status: observed.is_some(),
@@ -369,11 +389,11 @@ mod tests {
         }
     }
 
-    fn deployment(replicas: i64, updated: i64, ready: i64, available: i64) -> Observed {
+    fn deployment(replicas: i32, updated: i32, ready: i32, available: i32) -> Observed {
         Observed {
             deployment: true,
             generation: 3,
-            observed_generation: Some(3),
+            observed_generation: MaybeGeneration::new(Some(3)),
             replicas,
             ready,
             updated: Some(updated),
@@ -487,6 +507,15 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_held_in_eight_bytes_reads_as_it_was_given() {
+        for g in [None, Some(0), Some(1), Some(-1), Some(i64::MAX)] {
+            assert_eq!(MaybeGeneration::new(g).get(), g);
+        }
+        assert_eq!(MaybeGeneration::new(Some(i64::MIN)).get(), None);
+        assert_eq!(size_of::<MaybeGeneration>(), 8);
+    }
+
+    #[test]
     fn messages_are_cut_to_256_bytes() {
         let mut o = proxy(1, Some(1), 1, 0);
         o.ready_condition = cond("False", "X", &"é".repeat(300));
@@ -495,17 +524,16 @@ mod tests {
     }
 
     #[test]
-    fn the_track_remembers_since_and_says_when_it_turned() {
+    fn the_track_says_when_the_phase_changed_and_when_it_turned() {
         let t0 = Instant::now();
         let mut t = Track::new(1, t0);
-        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, "T0", DEADLINE);
-        assert_eq!((v.phase, turned, &*t.since), (Phase::Available, None, "T0"));
-        let (v, _) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, "T1", DEADLINE);
-        assert_eq!((v.phase, &*t.since), (Phase::Available, "T0"));
-        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 1), None, t0, "T2", DEADLINE);
-        assert_eq!(v.phase, Phase::Degraded);
+        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, DEADLINE);
+        assert_eq!((v.phase, turned, v.changed), (Phase::Available, None, true));
+        let (v, _) = advance(&mut t, &proxy(1, Some(1), 2, 2), None, t0, DEADLINE);
+        assert_eq!((v.phase, v.changed), (Phase::Available, false));
+        let (v, turned) = advance(&mut t, &proxy(1, Some(1), 2, 1), None, t0, DEADLINE);
+        assert_eq!((v.phase, v.changed), (Phase::Degraded, true));
         assert_eq!(turned.unwrap().phase, Phase::Degraded);
-        assert_eq!(&*t.since, "T2");
         // A new generation waits from when it was applied.
         let c = CommandTrack {
             id: "c".into(),
@@ -520,7 +548,7 @@ mod tests {
         };
         let later = t0 + DEADLINE;
         let o = proxy(2, Some(2), 2, 0);
-        let (v, turned) = advance(&mut t, &o, Some(&c), later, "T3", DEADLINE);
+        let (v, turned) = advance(&mut t, &o, Some(&c), later, DEADLINE);
         assert_eq!(v.phase, Phase::Failed, "{v:?}");
         assert_eq!(turned.unwrap().phase, Phase::Failed);
         assert_eq!(command_phase(&c, &o, v.phase), Phase::Failed);

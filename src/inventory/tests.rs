@@ -14,7 +14,7 @@ fn entries_from_objects() {
         "managedFields": [{"manager": "x"}]}, "spec": {"replicas": 3, "image": "p:1", "port": 27017}}))
     .unwrap();
     assert_eq!(
-        proxy_entry(p, &mut Interner::default()).unwrap().0,
+        proxy_entry(p, &mut Interner::default()).unwrap().entry(),
         DeploymentEntry {
             namespace: "shop".into(),
             name: "orders".into(),
@@ -30,7 +30,9 @@ fn entries_from_objects() {
         {"name": "sidecar", "image": "s:1"}, {"name": "proxy", "image": "p:0.9"}]}}}}),
     )
     .unwrap();
-    let (e, _) = deployment_entry(d, &mut Interner::default()).unwrap();
+    let e = deployment_entry(d, &mut Interner::default())
+        .unwrap()
+        .entry();
     assert_eq!(
         (e.kind.as_str(), e.replicas, e.image.as_deref()),
         ("Deployment", 1, Some("p:0.9"))
@@ -38,15 +40,14 @@ fn entries_from_objects() {
     let d: DeploymentItem = serde_json::from_value(json!({"metadata": {"name": "one", "namespace": "shop"},
         "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "main", "image": "m:1"}]}}}}))
     .unwrap();
-    let (e, _) = deployment_entry(d, &mut Interner::default()).unwrap();
+    let e = deployment_entry(d, &mut Interner::default())
+        .unwrap()
+        .entry();
     assert_eq!((e.replicas, e.image.as_deref()), (2, Some("m:1")));
     let d: DeploymentItem =
         serde_json::from_value(json!({"metadata": {"name": "bare", "namespace": "shop"}})).unwrap();
     assert_eq!(
-        deployment_entry(d, &mut Interner::default())
-            .unwrap()
-            .0
-            .image,
+        deployment_entry(d, &mut Interner::default()).unwrap().image,
         None
     );
     let nameless: ProxyItem = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
@@ -128,9 +129,9 @@ fn equal_namespaces_and_images_are_shared() {
             "spec": {"image": image}}))
         .unwrap()
     };
-    let a = proxy_entry(item("a", "p:1"), &mut shared).unwrap().0;
-    let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap().0;
-    let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap().0;
+    let a = proxy_entry(item("a", "p:1"), &mut shared).unwrap();
+    let b = proxy_entry(item("b", "p:1"), &mut shared).unwrap();
+    let c = proxy_entry(item("c", "p:2"), &mut shared).unwrap();
     assert!(Rc::ptr_eq(&a.namespace, &b.namespace));
     assert!(Rc::ptr_eq(
         a.image.as_ref().unwrap(),
