@@ -6,10 +6,10 @@
 # the node tests (tests/node.rs) on a test bed with a node of their own;
 # then the end-to-end tests against the API server (every tests/*.rs that
 # talks to one, but for the node's and those about the binary, the
-# package, the source or a peer's faults rather than the release) once
-# more against each older supported release, and once against
-# kube-apiserver on kine over SQLite (the k3s datastore); then the sandbox
-# scenario once.
+# package, the source, the Control Plane's side or a peer's faults rather
+# than the release) once more against each older supported release, and
+# once against kube-apiserver on kine over SQLite (the k3s datastore);
+# and the sandbox scenario once.
 # It prints one line per release and datastore:
 #   kubernetes v1.35.4: N passed, 0 failed
 # Afterwards it checks that no process and no network namespace is left of
@@ -18,13 +18,14 @@
 #
 # Arguments go to every `cargo test` (a filter, say).
 #
-# To fit CI's time, the runs go side by side, each with a test bed (and
-# simulators) of its own: the older releases' and kine's as soon as the
-# tests are built (while the static release binaries are built), then the
-# node tests (about 15 minutes, most of it waiting for the kubelet to
-# rotate a token) and the newest release's two runs. The tests mostly
-# wait, so the two cores are not the limit. Each run's output is shown
-# when all end; progress lines say the minutes since the start.
+# To fit CI's time, everything is built first (the static release
+# binaries, the tests, the sandbox's binaries), then every run goes side by
+# side, each with a test bed (and simulators) of its own: the node tests
+# (about 15 minutes, most of it waiting for the kubelet to rotate a
+# token), the newest release's two runs, the older releases' and kine's,
+# and the sandbox scenario. The tests mostly wait, so the two cores are
+# not the limit. Each run's output is shown when all end; progress lines
+# say the minutes since the start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -66,10 +67,22 @@ cleanup() {
 }
 trap 'cleanup; rm -rf "$record" "$logs"' EXIT
 trap 'exit 130' INT TERM
-# Everything the test runs need compiled once, before anything runs side
-# by side (the static release binaries come later, beside the first runs).
+# The static release binaries, built exactly as Dockerfile.distroless builds
+# them; tests/static_binary.rs checks the amd64 one and runs it in an empty
+# root, tests/arm64.rs runs the arm64 one under qemu-user, the node tests
+# put both in the multi-architecture image, and the short form of the
+# benchmark suite measures the amd64 one.
+NEXO_STATIC_BINARY=$(bash tests/build-static.sh amd64)
+NEXO_STATIC_BINARY_ARM64=$(bash tests/build-static.sh arm64)
+export NEXO_STATIC_BINARY NEXO_STATIC_BINARY_ARM64
+say "the static release binaries are built"
+
+# Everything the runs need compiled once, before anything runs side by
+# side: the tests, and the sandbox's release binaries (its own build is
+# then a no-op, which holds no run up on cargo's lock).
 cargo test --locked --workspace --all-targets --no-run
-say "the tests are built"
+cargo build --release --locked --bin nexo-manager -p nexo-manager --bin nexo-cpsim -p nexo-cpsim
+say "the tests and the sandbox's binaries are built"
 
 # The test targets: all of them but the node's (run on their own), split
 # in two parts of about the same length for the newest release: the
@@ -87,9 +100,17 @@ for f in tests/*.rs; do
     arm64 | static_binary | layers | source_rules | release_check | hostile_values | chart_package | supply_chain | \
       noisy_cp | slow_peers | watch_faults | held)
       newest_only+=(--test "$name") ;;
+    # The Control Plane's side of the protocol (inventory deltas against
+    # the simulator; tests/inventory.rs watches each release) and
+    # promtool's reading of the rules and a scrape: no release changes
+    # them either.
+    deltas | monitoring)
+      newest_only+=(--test "$name") ;;
     *) e2e_targets+=(--test "$name") ;;
   esac
 done
+
+args=("$@")
 
 # Passed and failed tests in a cargo test log: the sums of its
 # `test result:` lines.
@@ -121,43 +142,34 @@ suite() { # N version [--kine] -- cargo-test-args...
 # The runs, each on a test bed of its own and in the background, their
 # labels by number: 0 and 1, the newest release (the end-to-end targets,
 # and the rest); then each older release and kine with the end-to-end
-# targets. The tests mostly wait (for heartbeats, leases, the garbage
-# collector), so the runs go side by side, one each: on two cores the
-# load stays about 4, and the longest run sets the time.
+# targets; beside them the node tests and the sandbox scenario. The tests
+# mostly wait (for heartbeats, leases, the garbage collector), so they all
+# go side by side, the longest first; the longest sets the time.
 labels=("kubernetes $newest" "kubernetes $newest")
-runs=()
+runs=("$newest" "$newest")
+targets=(e2e newest_only)
 for v in "${versions[@]}"; do
   [ "$v" = "$newest" ] && continue
   labels+=("kubernetes $v")
   runs+=("$v")
+  targets+=(e2e)
 done
 labels+=("$kine (SQLite) with kubernetes $newest")
 runs+=("$newest --kine")
-# The older releases' and kine's first: they need no release binary.
-for i in "${!runs[@]}"; do
-  # shellcheck disable=SC2086 # "VERSION [--kine]"
-  suite $((i + 2)) ${runs[$i]} -- "${e2e_targets[@]}" "$@" &
-  pids+=($!)
-done
-say "${labels[*]:2} run in the background, one test bed each, output at their end"
-
-# The static release binaries, built exactly as Dockerfile.distroless builds
-# them; tests/static_binary.rs checks the amd64 one and runs it in an empty
-# root, tests/arm64.rs runs the arm64 one under qemu-user, the node tests
-# put both in the multi-architecture image, and the short form of the
-# benchmark suite measures the amd64 one.
-NEXO_STATIC_BINARY=$(bash tests/build-static.sh amd64)
-NEXO_STATIC_BINARY_ARM64=$(bash tests/build-static.sh arm64)
-export NEXO_STATIC_BINARY NEXO_STATIC_BINARY_ARM64
-say "the static release binaries are built"
-
+targets+=(e2e)
 NEXO_K8S_VERSION=$newest cargo test --locked --test node "$@" >"$logs/node.log" 2>&1 &
 node_pid=$!
 pids+=($node_pid)
-suite 1 "$newest" -- "${newest_only[@]}" "$@" &
+for n in "${!runs[@]}"; do
+  if [ "${targets[$n]}" = e2e ]; then set -- "${e2e_targets[@]}" "${args[@]+"${args[@]}"}"; else set -- "${newest_only[@]}" "${args[@]+"${args[@]}"}"; fi
+  # shellcheck disable=SC2086 # "VERSION [--kine]"
+  suite "$n" ${runs[$n]} -- "$@" &
+  pids+=($!)
+done
+# The main job must keep working: the sandbox scenario, once.
+{ bash tests/sandbox.sh --once >"$logs/sandbox.log" 2>&1; echo $? >"$logs/sandbox.rc"; } &
 pids+=($!)
-say "the node tests and the newest release's runs run in the background too (kubernetes $newest)"
-suite 0 "$newest" -- "${e2e_targets[@]}" "$@"
+say "the node tests, ${labels[*]} and the sandbox run in the background, one test bed each, output at their end"
 for pid in "${pids[@]}"; do
   [ "$pid" = "$node_pid" ] || wait "$pid" || true
 done
@@ -204,9 +216,12 @@ if [ "$failures" != 0 ]; then
   exit 1
 fi
 
-# The main job must keep working: the sandbox scenario, once.
-bash tests/sandbox.sh --once
-say "the sandbox scenario ran"
+echo "tests/run.sh: --- the sandbox scenario ---"
+cat "$logs/sandbox.log"
+if [ "$(cat "$logs/sandbox.rc" 2>/dev/null)" != 0 ]; then
+  echo "tests/run.sh: the sandbox scenario failed (above)" >&2
+  exit 1
+fi
 bash "$testbed" leftovers "$record" ||
   { echo "tests/run.sh: this run left test-bed processes or network namespaces (above)" >&2; exit 1; }
 echo "tests/run.sh: all tests passed; nothing left of the $(wc -l <"$record") test bed(s) this run started"

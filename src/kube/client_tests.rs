@@ -351,3 +351,60 @@ fn the_executor_sends_writes_as_the_namespaces_service_account_and_reads_as_itse
         assert!(e.to_string().contains("names no namespace"), "{path}: {e}");
     }
 }
+
+/// A 200 answer whose JSON body is `body`.
+fn json_answer(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_list_page_is_decoded_item_by_item_and_an_item_not_understood_ends_it() {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        metadata: NamedMeta,
+    }
+    #[derive(serde::Deserialize)]
+    struct NamedMeta {
+        name: String,
+    }
+    let page = r#"{"kind": "List", "metadata": {"resourceVersion": "7"}, "items": [
+        {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}"#;
+    let client = one_answer(json_answer(page));
+    let mut seen = Vec::new();
+    client
+        .list_each_as("/api/v1/namespaces/x/configmaps", None, 500, |n: Named| {
+            seen.push(n.metadata.name)
+        })
+        .unwrap();
+    assert_eq!(seen, ["a", "b"]);
+    // The second item has no name: the first was visited, then the list
+    // ends with the item's error.
+    let page = r#"{"metadata": {}, "items": [{"metadata": {"name": "a"}}, {"metadata": {}},
+        {"metadata": {"name": "c"}}]}"#;
+    let client = one_answer(json_answer(page));
+    let mut seen = Vec::new();
+    let err = client
+        .list_each_as("/api/v1/namespaces/x/configmaps", None, 500, |n: Named| {
+            seen.push(n.metadata.name)
+        })
+        .unwrap_err();
+    assert_eq!(seen, ["a"]);
+    assert!(
+        err.to_string()
+            .starts_with("kubernetes api: bad list item: missing field `name`"),
+        "{err}"
+    );
+    // `"items": null` (an empty `PartialObjectMetadataList`): none.
+    let client = one_answer(json_answer(r#"{"metadata": {}, "items": null}"#));
+    let mut count = 0;
+    client
+        .list_each_as("/api/v1/namespaces/x/configmaps", None, 500, |_: Value| {
+            count += 1
+        })
+        .unwrap();
+    assert_eq!(count, 0);
+}

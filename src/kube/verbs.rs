@@ -6,6 +6,7 @@ use std::ops::ControlFlow;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::client::{
     APPLY_PATCH, Body, Client, FIELD_MANAGER, MERGE_PATCH, Method, Query, to_json,
@@ -374,7 +375,12 @@ impl Client {
         }
     }
 
-    /// [`Client::list_each`] with each item decoded into `T`.
+    /// [`Client::list_each`] with each item decoded into `T`. A page's
+    /// items are decoded one at a time as they are visited (each kept as
+    /// its text until then), never a page of decoded objects at once: a
+    /// page of 500 objects as `Value`s is several times its text
+    /// (BENCHMARKS.md, "One record an object"). An item that is not a `T`
+    /// ends the list with its error.
     pub fn list_each_as<T: DeserializeOwned>(
         &self,
         collection: &str,
@@ -382,15 +388,30 @@ impl Client {
         limit: u32,
         mut visit: impl FnMut(T),
     ) -> Result<(), Error> {
+        let mut undecodable = None;
         page_through(
             limit,
-            |token, limit| self.list_page_as(collection, label_selector, limit, token),
-            |item| {
-                visit(item);
-                ControlFlow::Continue(())
+            |token, limit| {
+                self.list_page_as::<Box<RawValue>>(collection, label_selector, limit, token)
+            },
+            // The same decoder as a whole body's (`from_slice`): no second
+            // one in the binary.
+            |raw| match serde_json::from_slice(raw.get().as_bytes()) {
+                Ok(item) => {
+                    visit(item);
+                    ControlFlow::Continue(())
+                }
+                Err(source) => {
+                    undecodable = Some(Error::Decode {
+                        what: "list item",
+                        source,
+                    });
+                    ControlFlow::Break(())
+                }
             },
         )
-        .inspect_err(|e| warn_if_gone(collection, e))
+        .inspect_err(|e| warn_if_gone(collection, e))?;
+        undecodable.map_or(Ok(()), Err)
     }
 }
 
