@@ -378,9 +378,10 @@ impl Client {
     /// [`Client::list_each`] with each item decoded into `T`. A page's
     /// items are decoded one at a time as they are visited (each kept as
     /// its text until then), never a page of decoded objects at once: a
-    /// page of 500 objects as `Value`s is several times its text
-    /// (BENCHMARKS.md, "One record an object"). An item that is not a `T`
-    /// ends the list with its error.
+    /// page of 500 objects as `Value`s, `managedFields` and all, is
+    /// several times its text (BENCHMARKS.md, "The compact status", on the
+    /// drift check's peak). An item that is not a `T` ends the list with
+    /// its error.
     pub fn list_each_as<T: DeserializeOwned>(
         &self,
         collection: &str,
