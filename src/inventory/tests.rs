@@ -150,15 +150,22 @@ fn equal_namespaces_and_images_are_shared() {
 
 #[test]
 fn entries_sort_by_namespace_then_name() {
-    let e = |ns: &str, n: &str| DeploymentEntry {
+    let e = |ns: &str, n: &str| Owned {
         namespace: ns.into(),
         name: n.into(),
         kind: crate::cp::wire::EntryKind::NexoProxy,
-        replicas: 1,
         image: None,
-        status: None,
+        observed: status::Observed::default(),
+        judged: None,
     };
-    let mut v = vec![e("shop", "b"), e("billing", "z"), e("shop", "a")];
+    let mut v = [e("shop", "b"), e("billing", "z"), e("shop", "a")];
     v.sort();
-    assert_eq!(v, vec![e("billing", "z"), e("shop", "a"), e("shop", "b")]);
+    let keys: Vec<(String, String)> = v
+        .iter()
+        .map(|o| (o.namespace.to_string(), o.name.to_string()))
+        .collect();
+    assert_eq!(
+        keys,
+        [("billing", "z"), ("shop", "a"), ("shop", "b")].map(|(n, m)| (n.to_owned(), m.to_owned()))
+    );
 }

@@ -25,7 +25,8 @@ pub struct HeartbeatManager {
 /// One Manager-owned deployment in the heartbeat. The namespace and the
 /// image are shared (`Rc<str>`) between the entries that have the same: a
 /// cluster of 10,000 proxies of one image in one namespace holds two such
-/// strings, not 20,000. Ordered by namespace, then name, then kind.
+/// strings, not 20,000. Sent sorted by namespace, then name, then kind
+/// (the order of the inventory's records, `inventory::Owned`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct DeploymentEntry {
     /// Namespace (first sort key).
@@ -43,18 +44,6 @@ pub struct DeploymentEntry {
     /// Its rollout status (`status.v1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<EntryStatus>,
-}
-
-impl Ord for DeploymentEntry {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (&self.namespace, &self.name, self.kind).cmp(&(&other.namespace, &other.name, other.kind))
-    }
-}
-
-impl PartialOrd for DeploymentEntry {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
 }
 
 /// What a heartbeat entry is: one byte where its name would be sixteen
@@ -358,17 +347,6 @@ pub struct EntryKey {
     pub namespace: Rc<str>,
     pub name: Rc<str>,
     pub kind: EntryKind,
-}
-
-impl EntryKey {
-    /// The key of `e`; no allocation: its names are shared.
-    pub fn of(e: &DeploymentEntry) -> EntryKey {
-        EntryKey {
-            namespace: e.namespace.clone(),
-            name: e.name.clone(),
-            kind: e.kind,
-        }
-    }
 }
 
 /// `selfUpgrade` (docs/protocol.md, `rollback.v1`).
