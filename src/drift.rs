@@ -7,6 +7,7 @@
 
 mod diff;
 mod history;
+pub mod in_order;
 mod record;
 mod settings;
 

@@ -320,3 +320,93 @@ fn enforce_restores_edits_recreates_deletions_keeps_rollouts_and_never_touches_a
     );
     m.stop_expecting_exit_0();
 }
+
+/// Records come in name order, and so does each kind's list: a check
+/// reads them side by side. Objects not named after their deployment come
+/// before an earlier deployment's in their list; they are compared in a
+/// second pass, found or gone as any other.
+#[test]
+fn objects_not_named_after_their_deployment_are_checked_all_the_same() {
+    use support::commands::{configmap, proxy, secret};
+    let f = Fixture::new("drift-order");
+    let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
+    // The ConfigMaps' list: aa-beta-config, ac-beta-extra, zz-alpha-config;
+    // the records': alpha's, then beta's. Reading alpha's ConfigMap passes
+    // beta's two.
+    for (id, name, configmaps) in [
+        ("do-alpha", "alpha", &["zz-alpha-config"][..]),
+        ("do-beta", "beta", &["aa-beta-config", "ac-beta-extra"][..]),
+    ] {
+        let mut manifests = vec![proxy(name), secret(&format!("{name}-db"))];
+        manifests.extend(configmaps.iter().map(|c| configmap(c)));
+        let payload = json!({"deployment": {"name": name, "namespace": f.ns.name},
+            "format": "crd", "manifests": manifests, "drift": {"mode": "report"}});
+        f.sim
+            .enqueue_command(&f.env_id, command(id, "deploy", payload));
+        let ack = wait_ack(&f, &mut m, id);
+        m.check(ack["result"] == "applied", &format!("{id}: {ack}"));
+    }
+    let start = f.sim.heartbeats().len();
+    edit(
+        &f,
+        "ConfigMap",
+        "ac-beta-extra",
+        json!({"data": {"listen": "1"}}),
+    );
+    f.tb.admin()
+        .delete(&ns_path(&f, "ConfigMap", "aa-beta-config"), "Background")
+        .unwrap();
+    let (i, d) = wait_drift(&f, &mut m, start, "beta", "beta's drift reported", |d| {
+        d.is_some_and(|d| d["objects"].as_array().is_some_and(|o| o.len() == 2))
+    });
+    let d = d.unwrap();
+    let objects: Vec<(String, String)> = d["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let what = if o["gone"] == true {
+                "gone".to_owned()
+            } else {
+                o["fields"].to_string()
+            };
+            (o["name"].as_str().unwrap().to_owned(), what)
+        })
+        .collect();
+    m.check(
+        objects
+            == [
+                ("aa-beta-config".to_owned(), "gone".to_owned()),
+                ("ac-beta-extra".to_owned(), r#"["/data/listen"]"#.to_owned()),
+            ],
+        &format!("beta's ConfigMaps, one gone, one edited: {d}"),
+    );
+    let hb = &f.sim.heartbeats()[i];
+    m.check(
+        support::drift::drift_of(hb, "alpha").is_none(),
+        &format!("alpha has not drifted: {}", hb["drift"]),
+    );
+    // Alpha's own, read beside its record, is seen too.
+    edit(
+        &f,
+        "ConfigMap",
+        "zz-alpha-config",
+        json!({"data": {"listen": "2"}}),
+    );
+    let now = f.sim.heartbeats().len();
+    let (_, a) = wait_drift(&f, &mut m, now, "alpha", "alpha's drift reported", |d| {
+        d.is_some()
+    });
+    let a = a.unwrap();
+    m.check(
+        a["objects"][0]["name"] == "zz-alpha-config"
+            && a["objects"][0]["fields"] == json!(["/data/listen"]),
+        &format!("alpha's ConfigMap edited: {a}"),
+    );
+    m.check(
+        !m.stderr().contains("not in name order")
+            && !m.stderr().contains("cannot list the objects"),
+        "every list read in order",
+    );
+    m.stop_expecting_exit_0();
+}

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::Agent;
+use super::drift_lists::{self, Lists, Recorded};
 use super::enforce::Held;
 use crate::cp::wire::{DriftEntry, DriftObject};
 use crate::drift::{self, Found, Mode};
@@ -114,24 +115,6 @@ impl Drift {
     }
 }
 
-/// One deployment's record as the check holds it, and what the check
-/// found of its objects.
-struct Recorded {
-    kept: drift::Kept,
-    /// The uid of the NexoProxy or Deployment that owns the record: the
-    /// deployment it was written for (16 bytes, no allocation).
-    owner: Option<Uid>,
-    /// The record's `resourceVersion`.
-    version: String,
-    /// The manifests whose object was listed, a bit each (at most 64).
-    seen: u64,
-    /// The manifests whose object differs: index, fields, and the object
-    /// (kept for `enforce` only).
-    found: Vec<(usize, Vec<String>, Option<Value>)>,
-    /// A list it needs failed: not concluded this time.
-    skipped: bool,
-}
-
 impl Agent {
     /// Checks drift when due (leading, between heartbeats).
     pub(super) fn check_drift_if_due(&mut self) {
@@ -148,10 +131,11 @@ impl Agent {
         crate::metrics::drift_checked(started.elapsed());
     }
 
-    /// One namespace: its records in one list (their own label), then one
-    /// list per kind the records name, compared page by page: memory stays
-    /// bounded by a page whatever the namespace holds (pages are asked
-    /// smaller when over the read limit: `kube::verbs::smaller`).
+    /// One namespace: its records in one list (their own label), beside
+    /// one list per kind they name, all read in name order and compared as
+    /// they come (`drift_lists.rs`): memory stays bounded by a page of each
+    /// whatever the namespace holds (pages are asked smaller when over the
+    /// read limit: `kube::verbs::smaller`).
     fn check_namespace(&mut self, ns: &str) {
         self.forget_unwatched_gone(ns);
         self.drift.failed.retain(|(n, _), _| n != ns);
@@ -161,151 +145,143 @@ impl Agent {
         let env = self.me.token.environment_id().to_owned();
         let owned = crate::ownership::owned_selector(&env);
         let kube = self.link.kube.clone();
-        let mut records: Vec<Recorded> = Vec::new();
+        // Records are trusted only with the key.
+        let key = self.leader.integrity().cloned();
+        let proofs = key.as_ref().map(|key| crate::ownership::Verifier {
+            environment_id: &env,
+            key,
+            adopt_unproven: self.me.cfg.adopt_unproven,
+        });
+        let role = crate::ownership::ROLE;
+        let selector = format!("{owned},!{role}");
+        let mut lists = Lists::new(&kube, ns, &selector);
         // Records that are not the Manager's: (deployment, Secret, why).
         let mut unproven: Vec<(String, String, String)> = Vec::new();
-        let key = self.leader.integrity().cloned();
-        let role = crate::ownership::ROLE;
+        // Records with a manifest whose object its list had passed.
+        let mut late: Vec<Recorded> = Vec::new();
         let mut items = 0usize;
-        let listed = kube.list_each(
+        let records = kube.listing(
             &SECRETS.collection(Some(ns)),
             Some(&format!("{owned},{role}={}", drift::RECORD_ROLE)),
             crate::inventory::PAGE,
-            |s| {
-                items += 1;
-                // A record being deleted is never enforced, nor read.
-                if !drift::is_record(&s, &env) || !s["metadata"]["deletionTimestamp"].is_null() {
-                    return;
-                }
-                let proven = match &key {
-                    Some(key) => drift::proven_payload(&s, &env, ns, key),
-                    None => Err(drift::RecordError::NoKey),
-                };
-                let proven = proven.map_err(|why| {
-                    let claimed = drift::claimed_deployment(&s).unwrap_or_default();
-                    let name = s["metadata"]["name"].as_str().unwrap_or_default();
-                    unproven.push((claimed.to_owned(), name.to_owned(), why.to_string()));
-                });
-                let Ok(payload) = proven else {
-                    return;
-                };
-                match drift::Kept::read(&payload, ns) {
-                    Ok(kept) => records.push(Recorded {
-                        kept,
-                        owner: s["metadata"]["ownerReferences"][0]["uid"]
-                            .as_str()
-                            .map(Uid::new),
-                        version: s["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        seen: 0,
-                        found: Vec::new(),
-                        skipped: false,
-                    }),
-                    Err(e) => crate::warn!(
-                        namespace = ns,
-                        record = s["metadata"]["name"].as_str().unwrap_or("?"),
-                        err:% = e;
-                        "drift: a record is not readable"
-                    ),
-                }
-            },
         );
-        if let Err(e) = listed {
-            crate::warn!(namespace = ns, err:% = e; "drift: cannot list the records");
-            self.drift
-                .failed
-                .insert((ns.to_owned(), "drift records"), e.to_string());
-            return;
+        for s in records {
+            let s = match s {
+                Ok(s) => s,
+                Err(e) => {
+                    crate::warn!(namespace = ns, err:% = e; "drift: cannot list the records");
+                    self.drift
+                        .failed
+                        .insert((ns.to_owned(), "drift records"), e.to_string());
+                    self.lists_failed(ns, lists.failed);
+                    return;
+                }
+            };
+            items += 1;
+            let Some(mut r) = self.recorded(ns, &s, &env, proofs.as_ref(), &mut unproven) else {
+                continue;
+            };
+            let Some(proofs) = &proofs else {
+                continue;
+            };
+            lists.compare(&mut r, proofs);
+            if r.late != 0 {
+                late.push(r);
+            } else if !r.skipped {
+                self.conclude(ns, r);
+            }
         }
         if items == 0 {
             // Not quiet before: a quiet namespace is never listed.
             self.drift.quiet.push(ns.to_owned());
         }
         self.report_unproven(ns, unproven);
-        // A list restarted after 410 Gone shows items again.
-        records.sort_unstable_by(|a, b| a.kept.name.cmp(&b.kept.name));
-        records.dedup_by(|a, b| a.kept.name == b.kept.name);
-        // A record whose deployment is gone (its owner is not the owned
-        // NexoProxy or Deployment of that name the inventory holds) is the
-        // garbage collector's, never enforced; nor is one whose mode is off.
-        records.retain(|r| {
-            // A change that could not be recorded is newer than its record.
-            if self
-                .drift
-                .unwatched
-                .contains(&(ns.to_owned(), r.kept.name.clone()))
-            {
-                return false;
-            }
-            let alive = self
-                .link
-                .index
-                .borrow()
-                .owned(ns, &r.kept.name)
-                .iter()
-                .any(|o| r.owner.as_ref() == Some(&Uid::new(&o.uid)));
-            let checked = alive && r.kept.settings.mode != Mode::Off;
-            if !checked {
-                self.drift.report.forget(ns, &r.kept.name);
-            }
-            checked
-        });
-        if records.is_empty() {
-            return;
-        }
-        let names = by_name(&records);
-        // Records are trusted only with the key, so it is here.
-        let Some(key) = key else {
-            return;
-        };
-        let proofs = crate::ownership::Verifier {
-            environment_id: &env,
-            key: &key,
-            adopt_unproven: self.me.cfg.adopt_unproven,
-        };
-        let check = Compare {
-            names: &names,
-            proofs: &proofs,
-        };
-        // The deployed objects, never a record (nor any object with a
-        // role: the Manager's own).
-        let selector = format!("{owned},!{role}");
-        let kinds: BTreeSet<&'static str> = records
-            .iter()
-            .flat_map(|r| r.kept.manifests.iter().map(|m| m.kind.name()))
-            .collect();
-        for name in kinds {
-            let Some(kind) = Kind::ALL.into_iter().find(|k| k.name() == name) else {
-                continue;
-            };
-            // Each object compared as it comes, then dropped.
-            let listed = kube.list_each(
-                &kind.resource().collection(Some(ns)),
-                Some(&selector),
-                crate::inventory::PAGE,
-                |o| check.object(&mut records, kind, &o),
-            );
-            if let Err(e) = listed {
-                crate::warn!(
-                    kind:% = kind, namespace = ns, err:% = e;
-                    "drift: cannot list the objects; not checked this time"
-                );
-                let what = kind.resource().plural;
-                self.drift
-                    .failed
-                    .insert((ns.to_owned(), what), e.to_string());
-                for r in &mut records {
-                    if r.kept.manifests.iter().any(|m| m.kind == kind) {
-                        r.skipped = true;
-                    }
+        let mut failed = lists.failed;
+        if let (false, Some(proofs)) = (late.is_empty(), &proofs) {
+            for (kind, why) in drift_lists::late(&kube, ns, &selector, &mut late, proofs) {
+                if !failed.iter().any(|(k, _)| *k == kind) {
+                    failed.push((kind, why));
                 }
             }
         }
-        for r in records.into_iter().filter(|r| !r.skipped) {
+        self.lists_failed(ns, failed);
+        for r in late.into_iter().filter(|r| !r.skipped) {
             self.conclude(ns, r);
         }
+    }
+
+    /// The lists of objects a check could not make: named in
+    /// `inventoryErrors` until the namespace's next check.
+    fn lists_failed(&mut self, ns: &str, failed: Vec<(Kind, String)>) {
+        for (kind, why) in failed {
+            let what = kind.resource().plural;
+            self.drift.failed.insert((ns.to_owned(), what), why);
+        }
+    }
+
+    /// A listed record, if it is the Manager's (else noted in `unproven`),
+    /// readable, and to be checked: of a deployment still there (its owner
+    /// is the owned NexoProxy or Deployment of that name the inventory
+    /// holds; else it is the garbage collector's), whose last change was
+    /// recorded, with a mode other than `off`.
+    fn recorded(
+        &mut self,
+        ns: &str,
+        s: &Value,
+        env: &str,
+        proofs: Option<&crate::ownership::Verifier<'_>>,
+        unproven: &mut Vec<(String, String, String)>,
+    ) -> Option<Recorded> {
+        // A record being deleted is never enforced, nor read.
+        if !drift::is_record(s, env) || !s["metadata"]["deletionTimestamp"].is_null() {
+            return None;
+        }
+        let proven = match proofs {
+            Some(p) => drift::proven_payload(s, env, ns, p.key),
+            None => Err(drift::RecordError::NoKey),
+        };
+        let payload = match proven {
+            Ok(payload) => payload,
+            Err(why) => {
+                let claimed = drift::claimed_deployment(s).unwrap_or_default();
+                let name = s["metadata"]["name"].as_str().unwrap_or_default();
+                unproven.push((claimed.to_owned(), name.to_owned(), why.to_string()));
+                return None;
+            }
+        };
+        let kept = match drift::Kept::read(&payload, ns) {
+            Ok(kept) => kept,
+            Err(e) => {
+                crate::warn!(
+                    namespace = ns,
+                    record = s["metadata"]["name"].as_str().unwrap_or("?"),
+                    err:% = e;
+                    "drift: a record is not readable"
+                );
+                return None;
+            }
+        };
+        let meta = &s["metadata"];
+        let owner = meta["ownerReferences"][0]["uid"].as_str().map(Uid::new);
+        let version = meta["resourceVersion"].as_str().unwrap_or_default();
+        let r = Recorded::new(kept, owner, version.to_owned());
+        // A change that could not be recorded is newer than its record.
+        let key = (ns.to_owned(), r.kept.name.clone());
+        if self.drift.unwatched.contains(&key) {
+            return None;
+        }
+        let alive = self
+            .link
+            .index
+            .borrow()
+            .owned(ns, &r.kept.name)
+            .iter()
+            .any(|o| r.owner.as_ref() == Some(&Uid::new(&o.uid)));
+        if !alive || r.kept.settings.mode == Mode::Off {
+            self.drift.report.forget(ns, &r.kept.name);
+            return None;
+        }
+        Some(r)
     }
 
     /// The "drift not watched" entries of `ns` whose deployment is gone.
@@ -474,98 +450,6 @@ fn describe(f: &Found) -> String {
         "gone".to_owned()
     } else {
         format!("fields {}", f.fields.join(", "))
-    }
-}
-
-/// Where each named object is among the records' manifests: (a hash of
-/// kind and name, record, manifest), sorted; 16 bytes each, where a map
-/// keyed by a copy of each name costs several times that.
-type ByName = Vec<(u64, u32, u32)>;
-
-fn name_hash(kind: Kind, name: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (kind.name(), name).hash(&mut h);
-    h.finish()
-}
-
-fn by_name(records: &[Recorded]) -> ByName {
-    let mut names: ByName = records
-        .iter()
-        .enumerate()
-        .flat_map(|(r, rec)| {
-            rec.kept
-                .manifests
-                .iter()
-                .enumerate()
-                .map(move |(i, m)| (name_hash(m.kind, &m.name), r as u32, i as u32))
-        })
-        .collect();
-    names.sort_unstable();
-    names
-}
-
-/// Compares the listed objects of `kind` with the records' manifests of
-/// that kind (by name, each manifest parsed from its text only then); an
-/// object no record names is dropped at once.
-/// How listed objects are compared with the records of a namespace.
-struct Compare<'a> {
-    names: &'a ByName,
-    proofs: &'a crate::ownership::Verifier<'a>,
-}
-
-/// The difference an object without the Manager's valid proof for its
-/// deployment shows (SECURITY.md, "Integrity the namespace cannot forge"):
-/// enforcement gives it its proof through `NEXO_ADOPT_UNPROVEN`, or leaves
-/// it, reported `failed`.
-const UNPROVEN_FIELD: &str = "/metadata/annotations/nexo.io~1proof";
-
-impl Compare<'_> {
-    /// Compares a listed object of `kind` with what the records applied.
-    fn object(&self, records: &mut [Recorded], kind: Kind, o: &Value) {
-        let Some(name) = o["metadata"]["name"].as_str() else {
-            return;
-        };
-        let h = name_hash(kind, name);
-        let names = self.names;
-        let from = names.partition_point(|(x, _, _)| *x < h);
-        for &(_, r, i) in names[from..].iter().take_while(|(x, _, _)| *x == h) {
-            let (r, i) = (&mut records[r as usize], i as usize);
-            if r.kept.manifests[i].kind != kind || r.kept.manifests[i].name != name {
-                continue;
-            }
-            r.seen |= 1 << i;
-            self.one(r, i, o);
-        }
-    }
-
-    /// One object of a record, as listed.
-    fn one(&self, r: &mut Recorded, i: usize, o: &Value) {
-        let m = &r.kept.manifests[i];
-        let Ok(applied) = serde_json::from_str::<Value>(&m.text) else {
-            return;
-        };
-        let mut diff = drift::differences(&applied, o, &r.kept.settings.ignore);
-        let meta = &o["metadata"];
-        fn text(v: &Value) -> &str {
-            v.as_str().unwrap_or_default()
-        }
-        let proven = self.proofs.verify(
-            m.kind.name(),
-            text(&meta["namespace"]),
-            &m.name,
-            text(&meta["uid"]),
-            &r.kept.name,
-            text(&meta["annotations"][crate::integrity::ANNOTATION]),
-        );
-        if !proven && !diff.iter().any(|d| d == UNPROVEN_FIELD) {
-            diff.insert(0, UNPROVEN_FIELD.to_owned());
-            diff.truncate(drift::MAX_FIELDS);
-        }
-        if !diff.is_empty() {
-            let object = (r.kept.settings.mode == Mode::Enforce).then(|| o.clone());
-            r.found.push((i, diff, object));
-        }
     }
 }
 

@@ -28,6 +28,7 @@
 
 mod batch;
 mod drift;
+mod drift_lists;
 mod enforce;
 pub mod heartbeat;
 mod inventory_form;

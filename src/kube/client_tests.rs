@@ -408,3 +408,68 @@ fn a_list_page_is_decoded_item_by_item_and_an_item_not_understood_ends_it() {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+/// A server answering each connection with the next of `answers`, and the
+/// request lines it was sent.
+fn answers(answers: Vec<Vec<u8>>) -> (Client, std::sync::mpsc::Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for answer in answers {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4096];
+            let n = conn.read(&mut head).unwrap_or(0);
+            let line = String::from_utf8_lossy(&head[..n]);
+            let _ = tx.send(line.lines().next().unwrap_or_default().to_owned());
+            let _ = conn.write_all(&answer);
+        }
+    });
+    let client = Client::new(KubeConfig {
+        server: url,
+        ca_pem: None,
+        auth: Auth::None,
+        namespace: None,
+    })
+    .unwrap();
+    (client, rx)
+}
+
+#[test]
+fn a_listing_reads_a_page_at_a_time_as_taken_and_ends_at_an_expired_page() {
+    let first = r#"{"metadata": {"continue": "next-1"}, "items": [
+        {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}"#;
+    let second = r#"{"metadata": {"continue": ""}, "items": [{"metadata": {"name": "c"}}]}"#;
+    let (client, requests) = answers(vec![json_answer(first), json_answer(second)]);
+    let mut listing = client.listing("/api/v1/namespaces/x/configmaps", Some("a=b"), 2);
+    let name = |v: Option<Result<Value, Error>>| v.unwrap().unwrap()["metadata"]["name"].clone();
+    assert_eq!(name(listing.next()), "a");
+    let line = requests.recv().unwrap();
+    assert!(
+        line.contains("limit=2") && line.contains("labelSelector=a%3Db"),
+        "{line}"
+    );
+    assert!(!line.contains("continue"), "{line}");
+    assert_eq!(name(listing.next()), "b");
+    // Nothing asked before the first page is used up.
+    assert!(requests.try_recv().is_err());
+    assert_eq!(name(listing.next()), "c");
+    assert!(requests.recv().unwrap().contains("continue=next-1"));
+    assert!(listing.next().is_none());
+    assert!(listing.next().is_none());
+
+    // An expired continue token ends it with its error, never restarted.
+    let gone = r#"{"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410}"#;
+    let gone = format!(
+        "HTTP/1.1 410 Gone\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{gone}",
+        gone.len()
+    );
+    let (client, _requests) = answers(vec![json_answer(first), gone.into_bytes()]);
+    let mut listing = client.listing("/api/v1/namespaces/x/configmaps", None, 2);
+    assert_eq!(name(listing.next()), "a");
+    assert_eq!(name(listing.next()), "b");
+    let err = listing.next().unwrap().unwrap_err();
+    assert!(err.is_gone(), "{err}");
+    assert!(listing.next().is_none());
+}

@@ -5,6 +5,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 mod limits;
+pub mod listing;
 pub mod pause;
 mod query;
 pub mod verbs;

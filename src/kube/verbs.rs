@@ -428,7 +428,7 @@ pub fn smaller(e: &Error, limit: u32) -> Option<u32> {
 /// One page from `fetch`, asked for `limit` items and again with fewer
 /// while it is over the read limit ([`smaller`]); `limit` keeps the size
 /// that fitted, for the rest of the list.
-fn page_within<P>(
+pub(super) fn page_within<P>(
     limit: &mut u32,
     mut fetch: impl FnMut(u32) -> Result<P, Error>,
 ) -> Result<P, Error> {
