@@ -141,6 +141,27 @@ fn a_squatted_name_is_left_alone_and_the_deployments_own_objects_are_restored() 
     let mut m = f.spawn_with_probes(&[("NEXO_DRIFT_INTERVAL", "1s")]);
     deploy(&f, &mut m, "ds-deploy", json!({"mode": "enforce"}));
     squat(&f, &mut m, "orders-config");
+    // The squat's failure first: an edit made between a check's lists and
+    // its enforcement of the squatted name would be put back by that
+    // enforcement, never found, and the test would wait for a report that
+    // cannot come.
+    let start = f.sim.heartbeats().len();
+    wait_drift(
+        &f,
+        &mut m,
+        start,
+        "orders",
+        "the squatted name failed",
+        |d| {
+            d.is_some_and(|d| {
+                d["objects"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o["kind"] == "ConfigMap" && o["action"] == "failed")
+            })
+        },
+    );
     edit(
         &f,
         "NexoProxy",

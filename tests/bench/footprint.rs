@@ -525,6 +525,13 @@ fn measure_drift(plan: &Plan, f: &Fixture, bed: &Path, size: usize) -> DriftFigu
         drifted == 0.0 && text.contains("nexo_manager_drifted_objects_total{"),
         &format!("no drift where nothing was changed:\n{text}"),
     );
+    // Every list the checks needed was made (none failed, none was found
+    // out of name order): what was measured is the whole check.
+    let errors = f.sim.last_heartbeat().unwrap_or_default()["inventoryErrors"].clone();
+    m.check(
+        !errors.to_string().contains("drift check"),
+        &format!("every drift check whole: {errors}"),
+    );
     let hwm_kb = read_proc(pid).hwm_kb;
     stop(&mut m);
     let n = c1 - c0;
