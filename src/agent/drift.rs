@@ -196,24 +196,24 @@ impl Agent {
             self.drift.quiet.push(ns.to_owned());
         }
         self.report_unproven(ns, unproven);
-        let mut failed = lists.failed;
+        self.lists_failed(ns, lists.failed);
         if let (false, Some(proofs)) = (late.is_empty(), &proofs) {
-            for (kind, why) in drift_lists::late(&kube, ns, &selector, &mut late, proofs) {
-                if !failed.iter().any(|(k, _)| *k == kind) {
-                    failed.push((kind, why));
-                }
-            }
+            let failed = drift_lists::late(&kube, ns, &selector, &mut late, proofs);
+            self.lists_failed(ns, failed);
         }
-        self.lists_failed(ns, failed);
         for r in late.into_iter().filter(|r| !r.skipped) {
             self.conclude(ns, r);
         }
     }
 
-    /// The lists of objects a check could not make: named in
+    /// The lists of objects a check could not make: told, and named in
     /// `inventoryErrors` until the namespace's next check.
     fn lists_failed(&mut self, ns: &str, failed: Vec<(Kind, String)>) {
         for (kind, why) in failed {
+            crate::warn!(
+                kind:% = kind, namespace = ns, err:% = why;
+                "drift: cannot list the objects; not checked this time"
+            );
             let what = kind.resource().plural;
             self.drift.failed.insert((ns.to_owned(), what), why);
         }

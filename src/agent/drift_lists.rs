@@ -60,7 +60,7 @@ pub(super) struct Lists<'a> {
     selector: &'a str,
     /// By kind; `None` once its list failed.
     open: Vec<(Kind, Option<InOrder<Listing<'a>>>)>,
-    /// The lists that failed: (kind, why).
+    /// The lists that failed: (kind, why), told and recorded by the check.
     pub(super) failed: Vec<(Kind, String)>,
 }
 
@@ -114,10 +114,6 @@ impl<'a> Lists<'a> {
                 }
                 Err(stop) => stop,
             };
-            crate::warn!(
-                kind:% = kind, namespace = self.namespace, err:% = stop;
-                "drift: cannot list the objects; not checked this time"
-            );
             self.failed.push((kind, stop.to_string()));
             self.open[at].1 = None;
             r.skipped = true;
@@ -154,10 +150,6 @@ pub(super) fn late(
             |o| object(&names, proofs, records, kind, &o),
         );
         if let Err(e) = listed {
-            crate::warn!(
-                kind:% = kind, namespace = namespace, err:% = e;
-                "drift: cannot list the objects; not checked this time"
-            );
             failed.push((kind, e.to_string()));
             for r in records.iter_mut() {
                 if r.kept.manifests.iter().any(|m| m.kind == kind) {

@@ -51,15 +51,7 @@ impl Iterator for Listing<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some(raw) = self.page.next() {
-                // The same decoder as a whole body's (`from_slice`).
-                let item = serde_json::from_slice(raw.get().as_bytes());
-                return Some(item.map_err(|source| {
-                    self.end();
-                    Error::Decode {
-                        what: "list item",
-                        source,
-                    }
-                }));
+                return Some(super::verbs::decode_item(&raw).inspect_err(|_| self.end()));
             }
             if self.ended {
                 return None;

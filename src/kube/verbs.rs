@@ -395,18 +395,13 @@ impl Client {
             |token, limit| {
                 self.list_page_as::<Box<RawValue>>(collection, label_selector, limit, token)
             },
-            // The same decoder as a whole body's (`from_slice`): no second
-            // one in the binary.
-            |raw| match serde_json::from_slice(raw.get().as_bytes()) {
+            |raw| match decode_item(&raw) {
                 Ok(item) => {
                     visit(item);
                     ControlFlow::Continue(())
                 }
-                Err(source) => {
-                    undecodable = Some(Error::Decode {
-                        what: "list item",
-                        source,
-                    });
+                Err(e) => {
+                    undecodable = Some(e);
                     ControlFlow::Break(())
                 }
             },
@@ -423,6 +418,15 @@ impl Client {
 /// little over 1 MiB at most). `None`: `e` is not that, or one item is.
 pub fn smaller(e: &Error, limit: u32) -> Option<u32> {
     (matches!(e, Error::TooLarge(_)) && limit > 1).then_some(limit / 2)
+}
+
+/// One item of a page kept as text, decoded: with the same decoder as a
+/// whole body's (`from_slice`), so the binary holds no second one.
+pub(super) fn decode_item<T: DeserializeOwned>(raw: &RawValue) -> Result<T, Error> {
+    serde_json::from_slice(raw.get().as_bytes()).map_err(|source| Error::Decode {
+        what: "list item",
+        source,
+    })
 }
 
 /// One page from `fetch`, asked for `limit` items and again with fewer
